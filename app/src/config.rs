@@ -1,0 +1,60 @@
+//! Service configuration: one struct, read from flags or environment
+//! variables, with defaults that match the local services of the README.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Development default for `SECKILL_ADMIN_TOKEN`. The service warns at start
+/// when it is in use.
+pub const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
+
+/// Configuration of `seckill serve`.
+#[derive(Clone, clap::Args)]
+pub struct Config {
+    /// Postgres connection URL; the database is created if it does not exist.
+    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/seckill")]
+    pub database_url: String,
+
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "SECKILL_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+
+    /// Bearer token for `/admin/*` routes. Unset: the development default
+    /// `dev-admin-token`, with a warning at start.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Postgres connections in this instance's pool.
+    #[arg(long, env = "SECKILL_DB_POOL_SIZE", default_value_t = 10)]
+    pub db_pool_size: u32,
+
+    /// How long a request waits for a pool connection before it is answered
+    /// 503, in milliseconds.
+    #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
+    pub db_acquire_timeout_ms: u64,
+}
+
+impl Config {
+    /// The admin token in force, and whether it is the development default.
+    pub fn admin_token(&self) -> (&str, bool) {
+        match self.admin_token.as_deref() {
+            Some(token) if !token.is_empty() => (token, false),
+            _ => (DEV_ADMIN_TOKEN, true),
+        }
+    }
+
+    pub fn db_acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.db_acquire_timeout_ms)
+    }
+}
+
+impl std::fmt::Debug for Config {
+    /// Leaves the admin token and the database password out.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("addr", &self.addr)
+            .field("db_pool_size", &self.db_pool_size)
+            .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
+            .finish_non_exhaustive()
+    }
+}

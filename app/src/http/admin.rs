@@ -1,0 +1,180 @@
+//! Admin routes (bearer token required): create a sale, restock it, audit it.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::AppError;
+use super::extract::{Admin, ApiJson, SalePath};
+use crate::audit::{self, Audit};
+use crate::sale::{InvalidInput, Knobs, SALE_COLUMNS, Sale, Stock};
+use crate::strategy::StrategyName;
+
+/// Upper bound on stock figures, so that sums stay far from `i64::MAX`.
+const MAX_UNITS: i64 = 1_000_000_000_000;
+
+/// Body of `POST /admin/sales`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewSale {
+    name: String,
+    /// Initial stock, units (`0..=10^12`).
+    stock: i64,
+    /// A strategy name, e.g. `sql` or `sql/for-update`.
+    strategy: String,
+    /// Units one user may buy in one order (default 1).
+    per_user_limit: Option<i32>,
+    /// RFC 3339 timestamps; the window is `[starts_at, ends_at)`.
+    starts_at: Option<DateTime<Utc>>,
+    ends_at: Option<DateTime<Utc>>,
+    lock_lease_ms: Option<i32>,
+    work_ms: Option<i32>,
+    pause_ms: Option<i32>,
+    pause_ratio: Option<f64>,
+}
+
+impl NewSale {
+    fn validate(self) -> Result<(String, i64, StrategyName, i32, Knobs, Window), InvalidInput> {
+        let name = self.name.trim().to_owned();
+        if name.is_empty() || name.chars().count() > 200 {
+            return Err(InvalidInput::new("name", "must be 1 to 200 characters"));
+        }
+        if !(0..=MAX_UNITS).contains(&self.stock) {
+            return Err(InvalidInput::new("stock", format!("must be between 0 and {MAX_UNITS}")));
+        }
+        let strategy: StrategyName =
+            self.strategy.parse().map_err(|err: crate::strategy::UnknownStrategy| {
+                InvalidInput::new("strategy", err.to_string())
+            })?;
+        let per_user_limit = self.per_user_limit.unwrap_or(1);
+        if !(1..=1_000_000).contains(&per_user_limit) {
+            return Err(InvalidInput::new("per_user_limit", "must be between 1 and 1000000"));
+        }
+        if let (Some(start), Some(end)) = (self.starts_at, self.ends_at) {
+            if start >= end {
+                return Err(InvalidInput::new("ends_at", "must be after starts_at"));
+            }
+        }
+        let ms = |field: &'static str, value: Option<i32>, default: i32, min: i32| {
+            let value = value.unwrap_or(default);
+            if (min..=600_000).contains(&value) {
+                Ok(value)
+            } else {
+                Err(InvalidInput::new(field, format!("must be between {min} and 600000 ms")))
+            }
+        };
+        let pause_ratio = self.pause_ratio.unwrap_or(0.0);
+        if !(0.0..=1.0).contains(&pause_ratio) {
+            return Err(InvalidInput::new("pause_ratio", "must be between 0 and 1"));
+        }
+        let knobs = Knobs {
+            lock_lease_ms: ms("lock_lease_ms", self.lock_lease_ms, 2000, 1)?,
+            work_ms: ms("work_ms", self.work_ms, 0, 0)?,
+            pause_ms: ms("pause_ms", self.pause_ms, 0, 0)?,
+            pause_ratio,
+        };
+        let window = Window { starts_at: self.starts_at, ends_at: self.ends_at };
+        Ok((name, self.stock, strategy, per_user_limit, knobs, window))
+    }
+}
+
+struct Window {
+    starts_at: Option<DateTime<Utc>>,
+    ends_at: Option<DateTime<Utc>>,
+}
+
+/// A sale with its stock, as answered by the admin routes.
+#[derive(Serialize)]
+pub struct SaleWithStock {
+    #[serde(flatten)]
+    sale: Sale,
+    #[serde(flatten)]
+    stock: Stock,
+}
+
+/// `POST /admin/sales` → `201` with the sale.
+pub async fn create_sale(
+    _: Admin,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<NewSale>,
+) -> Result<(StatusCode, Json<SaleWithStock>), AppError> {
+    let (name, stock, strategy, per_user_limit, knobs, window) = body.validate()?;
+    let sql = format!(
+        "INSERT INTO sales (name, total_stock, remaining_stock, per_user_limit, strategy,
+                            starts_at, ends_at, lock_lease_ms, work_ms, pause_ms, pause_ratio)
+         VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+         RETURNING {SALE_COLUMNS}"
+    );
+    let sale: Sale = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(name)
+        .bind(stock)
+        .bind(per_user_limit)
+        .bind(strategy.as_str())
+        .bind(window.starts_at)
+        .bind(window.ends_at)
+        .bind(knobs.lock_lease_ms)
+        .bind(knobs.work_ms)
+        .bind(knobs.pause_ms)
+        .bind(knobs.pause_ratio)
+        .fetch_one(&state.db)
+        .await?;
+    let sale = state.catalog.insert(sale);
+    state.strategies.get(sale.strategy).sale_created(&sale, stock).await?;
+    tracing::info!(sale_id = sale.id.0, strategy = %sale.strategy, stock, "sale created");
+    let stock = Stock { total_stock: stock, remaining_stock: stock };
+    Ok((StatusCode::CREATED, Json(SaleWithStock { sale: (*sale).clone(), stock })))
+}
+
+/// Body of `POST /admin/sales/{id}/restock`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Restock {
+    /// Units to add (`1..=10^12`).
+    units: i64,
+}
+
+/// `POST /admin/sales/{id}/restock`: raises total and remaining stock by the
+/// same amount in one statement, so the ledger invariant holds throughout.
+pub async fn restock(
+    _: Admin,
+    State(state): State<AppState>,
+    SalePath(id): SalePath,
+    ApiJson(body): ApiJson<Restock>,
+) -> Result<Json<SaleWithStock>, AppError> {
+    if !(1..=MAX_UNITS).contains(&body.units) {
+        return Err(InvalidInput::new("units", format!("must be between 1 and {MAX_UNITS}")).into());
+    }
+    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
+    let stock: Stock = sqlx::query_as(
+        "UPDATE sales SET total_stock = total_stock + $2, remaining_stock = remaining_stock + $2
+         WHERE id = $1 AND total_stock + $2 <= $3
+         RETURNING total_stock, remaining_stock",
+    )
+    .bind(id.0)
+    .bind(body.units)
+    .bind(MAX_UNITS)
+    .fetch_optional(&state.db)
+    .await?
+    .ok_or_else(|| InvalidInput::new("units", format!("total stock would exceed {MAX_UNITS}")))?;
+    state.strategies.get(sale.strategy).restocked(&sale, body.units).await?;
+    tracing::info!(sale_id = id.0, units = body.units, "sale restocked");
+    Ok(Json(SaleWithStock { sale: (*sale).clone(), stock }))
+}
+
+/// `GET /admin/sales/{id}/audit`: the correctness figures of the sale, from
+/// Postgres (see `crate::audit`).
+pub async fn audit(
+    _: Admin,
+    State(state): State<AppState>,
+    SalePath(id): SalePath,
+) -> Result<Json<Audit>, AppError> {
+    let mut conn = state.db.acquire().await?;
+    let audit = audit::audit(&mut conn, id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
+    Ok(Json(audit))
+}

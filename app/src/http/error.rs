@@ -1,0 +1,152 @@
+//! `AppError`: the one place where failures become HTTP answers.
+//!
+//! Every error body is an RFC 9457 problem (`application/problem+json`) with a
+//! stable `type` per kind; the types are listed in `docs/api.md`. Internal
+//! errors are logged here and answered without their details.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::sale::InvalidInput;
+use crate::strategy::{Backend, Outcome, StrategyError};
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("missing admin token")]
+    Unauthorized,
+    #[error("wrong admin token")]
+    Forbidden,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    #[error("sold out")]
+    SoldOut,
+    #[error("already purchased")]
+    AlreadyPurchased,
+    #[error("sale not started")]
+    NotStarted,
+    #[error("sale ended")]
+    Ended,
+    #[error(transparent)]
+    Strategy(#[from] StrategyError),
+}
+
+impl From<sqlx::Error> for AppError {
+    fn from(err: sqlx::Error) -> Self {
+        AppError::Strategy(err.into())
+    }
+}
+
+impl AppError {
+    /// The error for a purchase outcome that is not a success, if any.
+    pub fn from_outcome(outcome: &Outcome) -> Option<AppError> {
+        match outcome {
+            Outcome::Placed { .. } => None,
+            Outcome::SoldOut => Some(AppError::SoldOut),
+            Outcome::AlreadyPurchased => Some(AppError::AlreadyPurchased),
+            Outcome::NotStarted => Some(AppError::NotStarted),
+            Outcome::Ended => Some(AppError::Ended),
+        }
+    }
+
+    /// `(status, problem type slug, title)`.
+    fn kind(&self) -> (StatusCode, &'static str, &'static str) {
+        use AppError::*;
+        match self {
+            BadRequest(_) => (StatusCode::BAD_REQUEST, "malformed-request", "Malformed request"),
+            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Admin token required"),
+            Forbidden => (StatusCode::FORBIDDEN, "forbidden", "Admin token rejected"),
+            NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+            ),
+            Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", "Invalid field"),
+            SoldOut => (StatusCode::CONFLICT, "sold-out", "Sold out"),
+            AlreadyPurchased => (StatusCode::CONFLICT, "already-purchased", "Already purchased"),
+            NotStarted => (StatusCode::CONFLICT, "not-started", "Sale not started"),
+            Ended => (StatusCode::CONFLICT, "ended", "Sale ended"),
+            Strategy(StrategyError::Busy { .. }) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy, retry later")
+            }
+            Strategy(StrategyError::Unavailable { .. }) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "A backing service is unavailable",
+            ),
+            Strategy(StrategyError::Internal(_)) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error")
+            }
+        }
+    }
+}
+
+/// Prefix of every problem `type`: `/problems/sold-out`, … (relative URIs,
+/// resolved against the service's own address; documented in docs/api.md).
+pub const PROBLEM_TYPE_PREFIX: &str = "/problems/";
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let (status, slug, title) = self.kind();
+        let mut retry_after = None;
+        let mut backend = None;
+        let detail = match &self {
+            AppError::Strategy(StrategyError::Internal(err)) => {
+                tracing::error!(error = ?err, "internal error");
+                "the request failed unexpectedly; it has been logged".to_owned()
+            }
+            AppError::Strategy(StrategyError::Unavailable { backend: b, source }) => {
+                tracing::warn!(backend = ?b, error = %source, "backing service unavailable");
+                backend = Some(*b);
+                retry_after = Some(Duration::from_secs(1));
+                format!("{b:?} is unavailable; retry later")
+            }
+            AppError::Strategy(StrategyError::Busy { reason, retry_after: after }) => {
+                retry_after = Some(*after);
+                (*reason).to_owned()
+            }
+            other => other.to_string(),
+        };
+        let problem = Problem {
+            kind: format!("{PROBLEM_TYPE_PREFIX}{slug}"),
+            title,
+            status: status.as_u16(),
+            detail,
+            backend,
+        };
+        let mut response = (status, Json(problem)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if let Some(after) = retry_after {
+            // Retry-After takes whole seconds (RFC 9110 §10.2.3); round up.
+            let secs = after.as_millis().div_ceil(1000).max(1);
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs as u64));
+        }
+        if matches!(self, AppError::Unauthorized) {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

@@ -1,0 +1,45 @@
+//! Liveness, readiness and Prometheus metrics.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde_json::{Value, json};
+
+use super::{AppState, READY_TIMEOUT};
+use crate::http::error::AppError;
+use crate::strategy::{Backend, StrategyError};
+
+/// `GET /healthz`: the process answers. Also the load test's trivial endpoint
+/// for the `http_rps` ceiling.
+pub async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// `GET /readyz`: `200` when every backing server answers within 2 s, else
+/// `503` problem `unavailable` naming the first one that did not.
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
+    let ping = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.db);
+    match tokio::time::timeout(READY_TIMEOUT, ping).await {
+        Ok(Ok(_)) => Ok(Json(json!({ "status": "ready", "postgres": "ok" }))),
+        Ok(Err(err)) => Err(StrategyError::Unavailable {
+            backend: Backend::Postgres,
+            source: err.into(),
+        }
+        .into()),
+        Err(_) => Err(StrategyError::Unavailable {
+            backend: Backend::Postgres,
+            source: anyhow::anyhow!("no answer within {READY_TIMEOUT:?}"),
+        }
+        .into()),
+    }
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}

@@ -1,0 +1,60 @@
+//! The HTTP API: routing, shared state and middleware. Handlers are thin:
+//! they parse, call the domain, and shape the answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum_prometheus::PrometheusMetricLayer;
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::config::Config;
+use crate::sale::SaleCatalog;
+use crate::strategy::Strategies;
+
+mod admin;
+pub mod error;
+mod extract;
+mod health;
+mod sales;
+
+pub use error::AppError;
+
+/// Everything a handler may need; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub db: PgPool,
+    pub catalog: SaleCatalog,
+    pub strategies: Strategies,
+    pub metrics: PrometheusHandle,
+}
+
+/// Request bodies are tiny JSON documents; anything larger is refused (413).
+const BODY_LIMIT_BYTES: usize = 16 * 1024;
+
+/// How long `/readyz` waits for each backing server.
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/admin/sales", post(admin::create_sale))
+        .route("/admin/sales/{id}/restock", post(admin::restock))
+        .route("/admin/sales/{id}/audit", get(admin::audit))
+        .route("/sales/{id}", get(sales::get_sale))
+        .route("/sales/{id}/orders", post(sales::place_order))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .fallback(|| async { AppError::NotFound("no such route".to_owned()) })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(PrometheusMetricLayer::new())
+        .layer(TraceLayer::new_for_http())
+        .layer(CatchPanicLayer::new())
+        .with_state(state)
+}

@@ -1,0 +1,94 @@
+//! Public routes: `GET /sales/{id}` and `POST /sales/{id}/orders`.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+
+use super::AppState;
+use super::error::AppError;
+use super::extract::{ApiJson, SalePath};
+use crate::purchase::{PurchaseError, purchase};
+use crate::sale::{self, Phase, SaleId, UserId};
+use crate::strategy::{Outcome, StrategyName};
+
+#[derive(Serialize)]
+pub struct SaleStatus {
+    id: SaleId,
+    name: String,
+    strategy: StrategyName,
+    per_user_limit: i32,
+    total_stock: i64,
+    remaining_stock: i64,
+    /// `not_started`, `open`, `sold_out` or `ended`.
+    status: &'static str,
+}
+
+/// `GET /sales/{id}`: remaining stock (read from Postgres) and status.
+pub async fn get_sale(
+    State(state): State<AppState>,
+    SalePath(id): SalePath,
+) -> Result<Json<SaleStatus>, AppError> {
+    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
+    let stock = sale::stock(&state.db, id).await?.ok_or_else(not_found)?;
+    let status = match sale.phase(Utc::now()) {
+        Phase::NotStarted => "not_started",
+        Phase::Ended => "ended",
+        Phase::Open if stock.remaining_stock == 0 => "sold_out",
+        Phase::Open => "open",
+    };
+    Ok(Json(SaleStatus {
+        id,
+        name: sale.name.clone(),
+        strategy: sale.strategy,
+        per_user_limit: sale.per_user_limit,
+        total_stock: stock.total_stock,
+        remaining_stock: stock.remaining_stock,
+        status,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaceOrder {
+    user_id: i64,
+    /// Units to buy; 1 when absent.
+    quantity: Option<i64>,
+}
+
+#[derive(Serialize)]
+pub struct OrderPlaced {
+    order_id: i64,
+    sale_id: SaleId,
+    user_id: UserId,
+    quantity: i32,
+}
+
+/// `POST /sales/{id}/orders` → `201` with the order, or a problem (see
+/// docs/api.md for every status and problem type).
+pub async fn place_order(
+    State(state): State<AppState>,
+    SalePath(id): SalePath,
+    ApiJson(body): ApiJson<PlaceOrder>,
+) -> Result<(StatusCode, Json<OrderPlaced>), AppError> {
+    let user = UserId::parse(body.user_id)?;
+    let outcome =
+        purchase(&state.db, &state.catalog, &state.strategies, id, user, body.quantity)
+            .await
+            .map_err(|err| match err {
+                PurchaseError::UnknownSale(id) => {
+                    AppError::NotFound(format!("no sale with id {}", id.0))
+                }
+                PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
+                PurchaseError::Strategy(err) => AppError::Strategy(err),
+            })?;
+    match outcome {
+        Outcome::Placed { order_id, quantity } => Ok((
+            StatusCode::CREATED,
+            Json(OrderPlaced { order_id, sale_id: id, user_id: user, quantity }),
+        )),
+        other => Err(AppError::from_outcome(&other).expect("not a success")),
+    }
+}

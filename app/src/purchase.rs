@@ -1,0 +1,60 @@
+//! One purchase, whatever the strategy: look the sale up, check its time
+//! window and the per-user limit, hand the request to the sale's strategy,
+//! and count the outcome.
+
+use chrono::Utc;
+use metrics::counter;
+use sqlx::PgPool;
+
+use crate::sale::{InvalidInput, Phase, Quantity, SaleCatalog, SaleId, UserId};
+use crate::strategy::{Outcome, Strategies, StrategyError};
+
+/// Why a purchase could not be attempted.
+#[derive(Debug, thiserror::Error)]
+pub enum PurchaseError {
+    #[error("no sale with id {0:?}")]
+    UnknownSale(SaleId),
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    #[error(transparent)]
+    Strategy(#[from] StrategyError),
+}
+
+/// Sells `quantity` units (`None`: 1) of sale `id` to `user`.
+///
+/// Errors: [`PurchaseError::UnknownSale`]; [`PurchaseError::Invalid`] when the
+/// quantity is outside `1..=per_user_limit`; [`PurchaseError::Strategy`] when
+/// the strategy applied back-pressure or a backing server failed.
+pub async fn purchase(
+    db: &PgPool,
+    catalog: &SaleCatalog,
+    strategies: &Strategies,
+    id: SaleId,
+    user: UserId,
+    quantity: Option<i64>,
+) -> Result<Outcome, PurchaseError> {
+    let sale = catalog
+        .get(db, id)
+        .await
+        .map_err(StrategyError::from)?
+        .ok_or(PurchaseError::UnknownSale(id))?;
+    let quantity = match quantity {
+        Some(raw) => Quantity::parse(raw, sale.per_user_limit)?,
+        None => Quantity::ONE,
+    };
+    let strategy = sale.strategy.as_str();
+    let result = match sale.phase(Utc::now()) {
+        Phase::NotStarted => Ok(Outcome::NotStarted),
+        Phase::Ended => Ok(Outcome::Ended),
+        Phase::Open => strategies.get(sale.strategy).purchase(&sale, user, quantity).await,
+    };
+    let label = match &result {
+        Ok(outcome) => outcome.label(),
+        Err(StrategyError::Busy { .. }) => "busy",
+        Err(StrategyError::Unavailable { .. }) => "unavailable",
+        Err(StrategyError::Internal(_)) => "internal",
+    };
+    counter!("seckill_purchase_outcomes_total", "strategy" => strategy, "outcome" => label)
+        .increment(1);
+    Ok(result?)
+}

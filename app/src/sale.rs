@@ -1,0 +1,215 @@
+//! The flash-sale domain: validated identifiers and quantities, the `Sale`
+//! record, and the catalogue that caches sales for the purchase path.
+//!
+//! Raw integers stop at the HTTP edge: a handler turns them into [`SaleId`],
+//! [`UserId`] and [`Quantity`], and everything behind it can rely on their
+//! ranges. A sale's settings never change after creation (only its stock does,
+//! and stock is read by the strategies, never from here), so the purchase path
+//! reads them from the in-process [`SaleCatalog`] instead of paying a Postgres
+//! round trip per request.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+use crate::strategy::StrategyName;
+
+/// Primary key of a sale (`sales.id`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type)]
+#[serde(transparent)]
+#[sqlx(transparent)]
+pub struct SaleId(pub i64);
+
+/// A buyer. Any non-negative 64-bit integer chosen by the caller; the service
+/// has no user table, the unique constraint `orders_sale_user_key` is what makes
+/// "one order per user per sale" hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct UserId(i64);
+
+impl UserId {
+    /// Accepts `0..=i64::MAX`.
+    pub fn parse(raw: i64) -> Result<Self, InvalidInput> {
+        if raw < 0 {
+            return Err(InvalidInput::new("user_id", "must be a non-negative integer"));
+        }
+        Ok(Self(raw))
+    }
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+/// Units of stock in one purchase: `1..=sale.per_user_limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Quantity(i32);
+
+impl Quantity {
+    pub const ONE: Quantity = Quantity(1);
+
+    /// Accepts `1..=limit` (the sale's per-user limit).
+    pub fn parse(raw: i64, limit: i32) -> Result<Self, InvalidInput> {
+        if raw < 1 || raw > i64::from(limit) {
+            return Err(InvalidInput::new(
+                "quantity",
+                format!("must be between 1 and the per-user limit {limit}"),
+            ));
+        }
+        Ok(Self(raw as i32))
+    }
+    pub fn get(self) -> i32 {
+        self.0
+    }
+}
+
+/// A field that failed validation; becomes a `422` problem.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct InvalidInput {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl InvalidInput {
+    pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
+        Self { field, reason: reason.into() }
+    }
+}
+
+/// A sale's settings, as stored in `sales` (stock excluded: it changes).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Sale {
+    pub id: SaleId,
+    pub name: String,
+    pub per_user_limit: i32,
+    #[sqlx(try_from = "String")]
+    pub strategy: StrategyName,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub knobs: Knobs,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Demonstration knobs: simulated work and stalls inside a strategy's critical
+/// section (or transaction), and the lease of lock strategies.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, sqlx::FromRow)]
+pub struct Knobs {
+    /// Lease of `lock/*` strategies, milliseconds (default 2000).
+    pub lock_lease_ms: i32,
+    /// Simulated work inside the critical section, milliseconds, ±50 % jitter.
+    pub work_ms: i32,
+    /// Length of a stall, milliseconds.
+    pub pause_ms: i32,
+    /// Fraction (0..=1) of purchases that stall for `pause_ms`.
+    pub pause_ratio: f64,
+}
+
+impl Knobs {
+    /// True when [`Knobs::simulate_work`] may sleep.
+    pub fn simulates_work(&self) -> bool {
+        self.work_ms > 0 || (self.pause_ms > 0 && self.pause_ratio > 0.0)
+    }
+
+    /// Sleeps for the simulated work of one critical section: `work_ms` ±50 %,
+    /// plus `pause_ms` for a `pause_ratio` fraction of calls. Returns at once
+    /// when both are 0 (the default), without touching the RNG.
+    pub async fn simulate_work(&self) {
+        let delay = {
+            if !self.simulates_work() {
+                return;
+            }
+            let mut rng = rand::rng();
+            let mut ms = 0.0;
+            if self.work_ms > 0 {
+                ms += f64::from(self.work_ms) * rng.random_range(0.5..=1.5);
+            }
+            if self.pause_ms > 0 && rng.random_bool(self.pause_ratio.clamp(0.0, 1.0)) {
+                ms += f64::from(self.pause_ms);
+            }
+            Duration::from_secs_f64(ms / 1000.0)
+        };
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Where a sale stands in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    NotStarted,
+    Open,
+    Ended,
+}
+
+impl Sale {
+    /// The sale's phase at `now`: `starts_at` is inclusive, `ends_at` exclusive.
+    pub fn phase(&self, now: DateTime<Utc>) -> Phase {
+        match (self.starts_at, self.ends_at) {
+            (Some(start), _) if now < start => Phase::NotStarted,
+            (_, Some(end)) if now >= end => Phase::Ended,
+            _ => Phase::Open,
+        }
+    }
+}
+
+/// Columns of `sales` that [`Sale`] reads, in one place for every query.
+pub(crate) const SALE_COLUMNS: &str = "id, name, per_user_limit, strategy, starts_at, ends_at, \
+     lock_lease_ms, work_ms, pause_ms, pause_ratio, created_at";
+
+/// Stock figures of a sale, read fresh from Postgres.
+#[derive(Debug, Clone, Copy, Serialize, sqlx::FromRow)]
+pub struct Stock {
+    pub total_stock: i64,
+    pub remaining_stock: i64,
+}
+
+/// Process-wide cache of sale settings, filled on first use. Settings are
+/// immutable once a sale exists, so entries never go stale.
+#[derive(Clone, Default)]
+pub struct SaleCatalog {
+    sales: Arc<RwLock<HashMap<SaleId, Arc<Sale>>>>,
+}
+
+impl SaleCatalog {
+    /// The sale with `id`, from the cache or from Postgres. `Ok(None)` when no
+    /// such sale exists. Errors are Postgres errors.
+    pub async fn get(&self, db: &PgPool, id: SaleId) -> Result<Option<Arc<Sale>>, sqlx::Error> {
+        if let Some(sale) = self.sales.read().expect("catalog lock").get(&id) {
+            return Ok(Some(sale.clone()));
+        }
+        let sql = format!("SELECT {SALE_COLUMNS} FROM sales WHERE id = $1");
+        let Some(sale) = sqlx::query_as::<_, Sale>(sqlx::AssertSqlSafe(sql))
+            .bind(id.0)
+            .fetch_optional(db)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let sale = Arc::new(sale);
+        self.sales.write().expect("catalog lock").insert(id, sale.clone());
+        Ok(Some(sale))
+    }
+
+    /// Puts a sale just created by this instance into the cache.
+    pub fn insert(&self, sale: Sale) -> Arc<Sale> {
+        let sale = Arc::new(sale);
+        self.sales.write().expect("catalog lock").insert(sale.id, sale.clone());
+        sale
+    }
+}
+
+/// Reads the current stock of a sale. `Ok(None)` when it does not exist.
+pub async fn stock(db: &PgPool, id: SaleId) -> Result<Option<Stock>, sqlx::Error> {
+    sqlx::query_as::<_, Stock>("SELECT total_stock, remaining_stock FROM sales WHERE id = $1")
+        .bind(id.0)
+        .fetch_optional(db)
+        .await
+}

@@ -1,0 +1,126 @@
+//! Building and running the service: database, migrations, state, listener.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::sale::SaleCatalog;
+use crate::strategy::{Deps, Strategies};
+use crate::telemetry;
+
+/// The migrations of `migrations/`, embedded at build time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Creates the database named in `url` if it does not exist, and applies the
+/// migrations (under Postgres's advisory lock, so instances may race safely).
+pub async fn prepare_database(url: &str) -> anyhow::Result<()> {
+    if !Postgres::database_exists(url).await.context("connecting to Postgres")? {
+        // Two instances may both see it missing; the loser's error is harmless.
+        if let Err(err) = Postgres::create_database(url).await {
+            if !Postgres::database_exists(url).await.unwrap_or(false) {
+                return Err(err).context("creating the database");
+            }
+        }
+    }
+    let pool = PgPoolOptions::new().max_connections(1).connect(url).await?;
+    MIGRATOR.run(&pool).await.context("applying migrations")?;
+    pool.close().await;
+    Ok(())
+}
+
+/// The service's Postgres pool: `config.db_pool_size` connections, failing a
+/// request that waits longer than `db_acquire_timeout` for one.
+pub fn db_pool(config: &Config) -> anyhow::Result<PgPool> {
+    let options: PgConnectOptions =
+        config.database_url.parse().context("parsing DATABASE_URL")?;
+    let options = options.application_name("seckill");
+    Ok(PgPoolOptions::new()
+        .max_connections(config.db_pool_size)
+        .acquire_timeout(config.db_acquire_timeout())
+        .idle_timeout(Duration::from_secs(60))
+        .connect_lazy_with(options))
+}
+
+/// A bound, not yet running, service.
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl Application {
+    /// Prepares the database, builds the state and binds `config.addr`.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let (_, dev_token) = config.admin_token();
+        if dev_token {
+            tracing::warn!(
+                "SECKILL_ADMIN_TOKEN is not set: admin routes accept the development token; \
+                 set it before exposing this service"
+            );
+        }
+        prepare_database(&config.database_url).await?;
+        let db = db_pool(&config)?;
+        let listener = TcpListener::bind(config.addr)
+            .await
+            .with_context(|| format!("binding {}", config.addr))?;
+        let config = Arc::new(config);
+        let deps = Deps { db: db.clone(), config: config.clone() };
+        let state = AppState {
+            strategies: Strategies::new(&deps),
+            catalog: SaleCatalog::default(),
+            metrics: telemetry::metrics_handle(),
+            config,
+            db,
+        };
+        Ok(Self { listener, state })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// Serves until `shutdown` completes, then drains in-flight requests and
+    /// closes the pool.
+    pub async fn run_until(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let db = self.state.db.clone();
+        let app = http::router(self.state);
+        tracing::info!(addr = %self.listener.local_addr()?, "listening");
+        axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
+        db.close().await;
+        Ok(())
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,287 @@
+//! Stock-deduction strategies behind one trait.
+//!
+//! A sale names its strategy when it is created (`sales.strategy`), and every
+//! purchase of that sale goes through [`Strategy::purchase`]. Each strategy
+//! lives in its own file and answers with the same [`Outcome`] /
+//! [`StrategyError`] vocabulary, so the HTTP layer, the metrics and the load
+//! test read all of them the same way.
+//!
+//! Every strategy sits on the same Postgres schema and its unique constraint
+//! `orders_sale_user_key` (one order per user per sale). What differs is how
+//! the stock is guarded; the audit (`crate::audit`) judges the result from
+//! Postgres alone.
+//!
+//! This module also holds [`expectation`], the one table of which strategies
+//! are expected to be correct and which are demonstrations that break.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+use crate::config::Config;
+use crate::sale::{Quantity, Sale, UserId};
+
+pub mod naive;
+pub mod sql;
+pub mod sql_for_update;
+
+/// The wire name of a strategy, as in `POST /admin/sales {"strategy": …}` and
+/// in the load test's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum StrategyName {
+    /// Check-then-act with no protection: the baseline that oversells.
+    Naive,
+    /// Conditional `UPDATE … WHERE remaining_stock >= qty` and the order insert
+    /// in one transaction.
+    Sql,
+    /// `SELECT … FOR UPDATE`, check, update, insert, in one transaction.
+    SqlForUpdate,
+}
+
+impl StrategyName {
+    /// Every implemented strategy, in the order the comparison reports them.
+    pub const ALL: &'static [StrategyName] =
+        &[StrategyName::Naive, StrategyName::Sql, StrategyName::SqlForUpdate];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StrategyName::Naive => "naive",
+            StrategyName::Sql => "sql",
+            StrategyName::SqlForUpdate => "sql/for-update",
+        }
+    }
+
+    /// A file-name-safe form: `sql/for-update` → `sql-for-update`.
+    pub fn slug(self) -> String {
+        self.as_str().replace('/', "-")
+    }
+}
+
+impl fmt::Display for StrategyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A strategy name that is not one of [`StrategyName::ALL`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown strategy `{0}`; expected one of: {known}", known = StrategyName::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))]
+pub struct UnknownStrategy(pub String);
+
+impl FromStr for StrategyName {
+    type Err = UnknownStrategy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        StrategyName::ALL
+            .iter()
+            .copied()
+            .find(|name| name.as_str() == s)
+            .ok_or_else(|| UnknownStrategy(s.to_owned()))
+    }
+}
+
+impl TryFrom<String> for StrategyName {
+    type Error = UnknownStrategy;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<StrategyName> for String {
+    fn from(name: StrategyName) -> String {
+        name.as_str().to_owned()
+    }
+}
+
+/// The answer to one purchase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// An order was written: `orders.id`, with the units it took.
+    Placed { order_id: i64, quantity: i32 },
+    /// No stock left for this quantity.
+    SoldOut,
+    /// This user already has an order for this sale.
+    AlreadyPurchased,
+    /// Before the sale's `starts_at`.
+    NotStarted,
+    /// At or after the sale's `ends_at`.
+    Ended,
+}
+
+impl Outcome {
+    /// Label used in metrics and reports.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Placed { .. } => "placed",
+            Outcome::SoldOut => "sold_out",
+            Outcome::AlreadyPurchased => "already_purchased",
+            Outcome::NotStarted => "not_started",
+            Outcome::Ended => "ended",
+        }
+    }
+}
+
+/// Which backing server failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Postgres,
+    Redis,
+    Rabbitmq,
+}
+
+/// Why a purchase produced no [`Outcome`].
+#[derive(Debug, thiserror::Error)]
+pub enum StrategyError {
+    /// Designed back-pressure (a lock wait ran out, a queue is full): the client
+    /// should retry after `retry_after`. Becomes `503` + `Retry-After`, problem
+    /// type `busy`.
+    #[error("busy: {reason}")]
+    Busy { reason: &'static str, retry_after: Duration },
+    /// A backing server is down or unreachable. Becomes `503`, problem type
+    /// `unavailable`.
+    #[error("{backend:?} unavailable: {source}")]
+    Unavailable {
+        backend: Backend,
+        #[source]
+        source: anyhow::Error,
+    },
+    /// Anything else: a bug or an unexpected server answer. Becomes `500`.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<sqlx::Error> for StrategyError {
+    /// Connection-level failures (refused, reset, pool exhausted while
+    /// connecting, server shutting down) are `Unavailable`; everything else is
+    /// `Internal`. SQLSTATE classes from the PostgreSQL manual, appendix A:
+    /// `08` connection exception, `57P0x` operator intervention, `53300` too
+    /// many connections.
+    fn from(err: sqlx::Error) -> Self {
+        let unavailable = match &err {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                code.starts_with("08") || code.starts_with("57P") || code == "53300"
+            }),
+            _ => false,
+        };
+        if unavailable {
+            StrategyError::Unavailable { backend: Backend::Postgres, source: err.into() }
+        } else {
+            StrategyError::Internal(err.into())
+        }
+    }
+}
+
+/// One way of deducting stock.
+///
+/// Implementations must keep the ledger invariant
+/// `total_stock = remaining_stock + sum(orders.quantity)` and must never write
+/// two orders for one (sale, user) — or, for a baseline that is expected to
+/// break, must break only through the race they demonstrate.
+#[async_trait]
+pub trait Strategy: Send + Sync + 'static {
+    /// Tries to sell `quantity` units of `sale` to `user`. The caller has
+    /// already checked the sale's time window and the per-user limit.
+    async fn purchase(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+    ) -> Result<Outcome, StrategyError>;
+
+    /// Called once after `sale` was inserted with `stock` units, before the
+    /// creating request is answered (e.g. to pre-warm a counter).
+    async fn sale_created(&self, _sale: &Sale, _stock: i64) -> Result<(), StrategyError> {
+        Ok(())
+    }
+
+    /// Called after `units` were added to `sale` in Postgres.
+    async fn restocked(&self, _sale: &Sale, _units: i64) -> Result<(), StrategyError> {
+        Ok(())
+    }
+}
+
+/// The strategies of one process, built once at start-up.
+#[derive(Clone)]
+pub struct Strategies {
+    naive: Arc<naive::Naive>,
+    sql: Arc<sql::Sql>,
+    sql_for_update: Arc<sql_for_update::SqlForUpdate>,
+}
+
+/// Connections and settings the strategies are built from.
+#[derive(Clone)]
+pub struct Deps {
+    pub db: PgPool,
+    pub config: Arc<Config>,
+}
+
+impl Strategies {
+    pub fn new(deps: &Deps) -> Self {
+        let db = deps.db.clone();
+        Self {
+            naive: Arc::new(naive::Naive::new(db.clone())),
+            sql: Arc::new(sql::Sql::new(db.clone())),
+            sql_for_update: Arc::new(sql_for_update::SqlForUpdate::new(db)),
+        }
+    }
+
+    /// The strategy that serves sales named `name`.
+    pub fn get(&self, name: StrategyName) -> &dyn Strategy {
+        match name {
+            StrategyName::Naive => self.naive.as_ref(),
+            StrategyName::Sql => self.sql.as_ref(),
+            StrategyName::SqlForUpdate => self.sql_for_update.as_ref(),
+        }
+    }
+}
+
+/// Whether a strategy is expected to keep the books exact in a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Expectation {
+    /// No oversell, no undersell, no drift, no unexpected 5xx.
+    Correct,
+    /// A demonstration: the run is expected to show oversell or drift.
+    Breaks,
+}
+
+/// The expected result of `strategy` under load `profile` on `instances` app
+/// processes. The one table of expectations: the load test's verdicts and
+/// `docs/strategies.md` both follow it.
+///
+/// | strategy | any profile, any instance count |
+/// |---|---|
+/// | `naive` | breaks (lost updates: read-check-write without protection) |
+/// | `sql` | correct |
+/// | `sql/for-update` | correct |
+pub fn expectation(strategy: StrategyName, _profile: &str, _instances: usize) -> Expectation {
+    match strategy {
+        StrategyName::Naive => Expectation::Breaks,
+        StrategyName::Sql | StrategyName::SqlForUpdate => Expectation::Correct,
+    }
+}
+
+/// Maps the unique violation on `orders_sale_user_key` to `AlreadyPurchased`,
+/// and any other error through `From<sqlx::Error>`.
+pub(crate) fn already_purchased_or(err: sqlx::Error) -> Result<Outcome, StrategyError> {
+    match &err {
+        sqlx::Error::Database(db) if db.constraint() == Some(ORDERS_SALE_USER_KEY) => {
+            Ok(Outcome::AlreadyPurchased)
+        }
+        _ => Err(err.into()),
+    }
+}
+
+/// Name of the constraint that allows one order per (sale, user).
+pub const ORDERS_SALE_USER_KEY: &str = "orders_sale_user_key";

@@ -1,0 +1,64 @@
+//! `sql/for-update`: the pessimistic form of `sql`.
+//!
+//! `SELECT … FOR UPDATE` locks the sale row, the application checks the stock
+//! it read, then updates it and inserts the order, all in one transaction.
+//! Correct — the row lock serialises every buyer from the read to the commit —
+//! but the lock is held across four client round trips instead of one
+//! statement, which is what it costs compared with `sql`.
+
+use async_trait::async_trait;
+use sqlx::PgPool;
+
+use super::{Outcome, Strategy, StrategyError, already_purchased_or};
+use crate::sale::{Quantity, Sale, UserId};
+
+pub struct SqlForUpdate {
+    db: PgPool,
+}
+
+impl SqlForUpdate {
+    pub fn new(db: PgPool) -> Self {
+        Self { db }
+    }
+}
+
+#[async_trait]
+impl Strategy for SqlForUpdate {
+    async fn purchase(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+    ) -> Result<Outcome, StrategyError> {
+        let mut tx = self.db.begin().await?;
+        let remaining: i64 =
+            sqlx::query_scalar("SELECT remaining_stock FROM sales WHERE id = $1 FOR UPDATE")
+                .bind(sale.id.0)
+                .fetch_one(&mut *tx)
+                .await?;
+        let wanted = i64::from(quantity.get());
+        if remaining < wanted {
+            return Ok(Outcome::SoldOut);
+        }
+        sale.knobs.simulate_work().await;
+        sqlx::query("UPDATE sales SET remaining_stock = remaining_stock - $2 WHERE id = $1")
+            .bind(sale.id.0)
+            .bind(wanted)
+            .execute(&mut *tx)
+            .await?;
+        let order_id = match sqlx::query_scalar::<_, i64>(
+            "INSERT INTO orders (sale_id, user_id, quantity) VALUES ($1, $2, $3) RETURNING id",
+        )
+        .bind(sale.id.0)
+        .bind(user.get())
+        .bind(quantity.get())
+        .fetch_one(&mut *tx)
+        .await
+        {
+            Ok(id) => id,
+            Err(err) => return already_purchased_or(err),
+        };
+        tx.commit().await?;
+        Ok(Outcome::Placed { order_id, quantity: quantity.get() })
+    }
+}
