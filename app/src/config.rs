@@ -12,7 +12,11 @@ pub const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
 #[derive(Clone, clap::Args)]
 pub struct Config {
     /// Postgres connection URL; the database is created if it does not exist.
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/seckill")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/seckill"
+    )]
     pub database_url: String,
 
     /// Address to listen on (port 0 picks a free port).
@@ -35,6 +39,17 @@ pub struct Config {
 }
 
 impl Config {
+    /// The configuration from environment variables and defaults alone, as
+    /// `seckill serve` with no flags would read it.
+    pub fn from_env() -> Config {
+        #[derive(clap::Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            config: Config,
+        }
+        <Wrapper as clap::Parser>::parse_from(["seckill"]).config
+    }
+
     /// The admin token in force, and whether it is the development default.
     pub fn admin_token(&self) -> (&str, bool) {
         match self.admin_token.as_deref() {

@@ -21,7 +21,11 @@ enum Command {
     /// Create the database if needed and apply migrations, then exit.
     Migrate {
         /// Postgres connection URL.
-        #[arg(long, env = "DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/seckill")]
+        #[arg(
+            long,
+            env = "DATABASE_URL",
+            default_value = "postgres://postgres@127.0.0.1:5432/seckill"
+        )]
         database_url: String,
     },
 }

@@ -20,7 +20,9 @@ use sqlx::PgPool;
 use crate::strategy::StrategyName;
 
 /// Primary key of a sale (`sales.id`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type,
+)]
 #[serde(transparent)]
 #[sqlx(transparent)]
 pub struct SaleId(pub i64);
@@ -36,7 +38,10 @@ impl UserId {
     /// Accepts `0..=i64::MAX`.
     pub fn parse(raw: i64) -> Result<Self, InvalidInput> {
         if raw < 0 {
-            return Err(InvalidInput::new("user_id", "must be a non-negative integer"));
+            return Err(InvalidInput::new(
+                "user_id",
+                "must be a non-negative integer",
+            ));
         }
         Ok(Self(raw))
     }
@@ -78,7 +83,10 @@ pub struct InvalidInput {
 
 impl InvalidInput {
     pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
-        Self { field, reason: reason.into() }
+        Self {
+            field,
+            reason: reason.into(),
+        }
     }
 }
 
@@ -194,14 +202,20 @@ impl SaleCatalog {
             return Ok(None);
         };
         let sale = Arc::new(sale);
-        self.sales.write().expect("catalog lock").insert(id, sale.clone());
+        self.sales
+            .write()
+            .expect("catalog lock")
+            .insert(id, sale.clone());
         Ok(Some(sale))
     }
 
     /// Puts a sale just created by this instance into the cache.
     pub fn insert(&self, sale: Sale) -> Arc<Sale> {
         let sale = Arc::new(sale);
-        self.sales.write().expect("catalog lock").insert(sale.id, sale.clone());
+        self.sales
+            .write()
+            .expect("catalog lock")
+            .insert(sale.id, sale.clone());
         sale
     }
 }

@@ -6,10 +6,14 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 /// Installs a `tracing` subscriber writing to stderr, filtered by `RUST_LOG`
-/// (default `info,sqlx=warn`). Safe to call more than once.
+/// (default `info,sqlx=warn,lapin=warn`). Safe to call more than once.
 pub fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,lapin=warn"));
+    init_tracing_or("info,sqlx=warn,lapin=warn");
+}
+
+/// As [`init_tracing`], with `default` as the filter when `RUST_LOG` is unset.
+pub fn init_tracing_or(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -46,8 +46,11 @@ pub enum StrategyName {
 
 impl StrategyName {
     /// Every implemented strategy, in the order the comparison reports them.
-    pub const ALL: &'static [StrategyName] =
-        &[StrategyName::Naive, StrategyName::Sql, StrategyName::SqlForUpdate];
+    pub const ALL: &'static [StrategyName] = &[
+        StrategyName::Naive,
+        StrategyName::Sql,
+        StrategyName::SqlForUpdate,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -142,7 +145,10 @@ pub enum StrategyError {
     /// should retry after `retry_after`. Becomes `503` + `Retry-After`, problem
     /// type `busy`.
     #[error("busy: {reason}")]
-    Busy { reason: &'static str, retry_after: Duration },
+    Busy {
+        reason: &'static str,
+        retry_after: Duration,
+    },
     /// A backing server is down or unreachable. Becomes `503`, problem type
     /// `unavailable`.
     #[error("{backend:?} unavailable: {source}")]
@@ -175,7 +181,10 @@ impl From<sqlx::Error> for StrategyError {
             _ => false,
         };
         if unavailable {
-            StrategyError::Unavailable { backend: Backend::Postgres, source: err.into() }
+            StrategyError::Unavailable {
+                backend: Backend::Postgres,
+                source: err.into(),
+            }
         } else {
             StrategyError::Internal(err.into())
         }

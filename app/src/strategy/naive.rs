@@ -63,6 +63,9 @@ impl Strategy for Naive {
             Err(err) => return already_purchased_or(err),
         };
         tx.commit().await?;
-        Ok(Outcome::Placed { order_id, quantity: quantity.get() })
+        Ok(Outcome::Placed {
+            order_id,
+            quantity: quantity.get(),
+        })
     }
 }

@@ -1,0 +1,149 @@
+//! Test harness shared by the integration-test binaries: a real service on a
+//! random port, over the real Postgres named by `TEST_DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/seckill_test`, created and migrated on
+//! first use). Tests isolate themselves by creating their own sales.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use reqwest::{Response, StatusCode};
+use seckill::audit::Audit;
+use seckill::config::Config;
+use seckill::startup::Application;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+pub fn test_database_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
+}
+
+/// A running service and a client for it.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub base: String,
+    pub client: reqwest::Client,
+    /// A pool on the same database, for assertions.
+    pub db: PgPool,
+}
+
+impl TestApp {
+    /// Starts a service with the test configuration.
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(|_| {}).await
+    }
+
+    /// Starts a service after `tweak` has adjusted the test configuration
+    /// (environment and defaults, the test database, port 0, the test token).
+    pub async fn spawn_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+        seckill::telemetry::init_tracing_or("warn");
+        let mut config = Config::from_env();
+        config.database_url = test_database_url();
+        config.addr = "127.0.0.1:0".parse().unwrap();
+        config.admin_token = Some(ADMIN_TOKEN.to_owned());
+        config.db_pool_size = 20;
+        tweak(&mut config);
+        let app = Application::build(config).await.expect("service builds");
+        let addr = app.local_addr();
+        tokio::spawn(app.run_until(std::future::pending()));
+        let db = PgPool::connect(&test_database_url())
+            .await
+            .expect("test pool");
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .unwrap();
+        TestApp {
+            addr,
+            base: format!("http://{addr}"),
+            client,
+            db,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// `POST /admin/sales`; panics unless `201`. Returns the sale's JSON.
+    pub async fn create_sale(&self, body: Value) -> Value {
+        let response = self
+            .client
+            .post(self.url("/admin/sales"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(status, StatusCode::CREATED, "creating a sale: {body}");
+        body
+    }
+
+    /// Creates a sale of `stock` units under `strategy`; returns its id.
+    pub async fn sale(&self, strategy: &str, stock: i64) -> i64 {
+        let sale = self
+            .create_sale(
+                json!({ "name": format!("{strategy} test"), "stock": stock, "strategy": strategy }),
+            )
+            .await;
+        sale["id"].as_i64().unwrap()
+    }
+
+    /// `POST /sales/{id}/orders` with `{user_id}`.
+    pub async fn buy(&self, sale: i64, user: i64) -> Response {
+        self.client
+            .post(self.url(&format!("/sales/{sale}/orders")))
+            .json(&json!({ "user_id": user }))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /admin/sales/{id}/audit`; panics unless `200`.
+    pub async fn audit(&self, sale: i64) -> Audit {
+        let response = self
+            .client
+            .get(self.url(&format!("/admin/sales/{sale}/audit")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
+    /// `n` distinct buyers (user ids `first..first+n`) all at once; returns
+    /// the status of every answer.
+    pub async fn burst(&self, sale: i64, first: i64, n: i64) -> Vec<StatusCode> {
+        let mut tasks = tokio::task::JoinSet::new();
+        for user in first..first + n {
+            let client = self.client.clone();
+            let url = self.url(&format!("/sales/{sale}/orders"));
+            tasks.spawn(async move {
+                client
+                    .post(url)
+                    .json(&json!({ "user_id": user }))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            });
+        }
+        tasks.join_all().await
+    }
+}
+
+/// The `type` of a problem+json answer, after checking its content type.
+pub async fn problem_type(response: Response) -> String {
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(content_type, "application/problem+json");
+    let body: Value = response.json().await.unwrap();
+    body["type"].as_str().unwrap().to_owned()
+}
