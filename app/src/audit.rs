@@ -73,11 +73,7 @@ GROUP BY s.id";
 
 /// Audits sale `id`. `Ok(None)` when the sale does not exist.
 pub async fn audit(conn: &mut PgConnection, id: SaleId) -> Result<Option<Audit>, sqlx::Error> {
-    let Some(row) = sqlx::query_as::<_, Row>(AUDIT)
-        .bind(id.0)
-        .fetch_optional(conn)
-        .await?
-    else {
+    let Some(row) = sqlx::query_as::<_, Row>(AUDIT).bind(id.0).fetch_optional(conn).await? else {
         return Ok(None);
     };
     Ok(Some(Audit {

@@ -32,6 +32,18 @@ pub struct Config {
     #[arg(long, env = "SECKILL_DB_POOL_SIZE", default_value_t = 10)]
     pub db_pool_size: u32,
 
+    /// Redis connection URL (lock and redis-decr strategies).
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+
+    /// Namespace in front of every Redis key this service writes.
+    #[arg(long, env = "SECKILL_REDIS_PREFIX", default_value = "seckill")]
+    pub redis_key_prefix: String,
+
+    /// RabbitMQ connection URL (queue strategy).
+    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
+
     /// How long a request waits for a pool connection before it is answered
     /// 503, in milliseconds.
     #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]

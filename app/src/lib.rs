@@ -8,6 +8,7 @@
 //! - [`startup`]: database preparation and the server.
 
 pub mod audit;
+pub mod backends;
 pub mod config;
 pub mod http;
 pub mod purchase;

@@ -46,12 +46,7 @@ pub async fn purchase(
     let result = match sale.phase(Utc::now()) {
         Phase::NotStarted => Ok(Outcome::NotStarted),
         Phase::Ended => Ok(Outcome::Ended),
-        Phase::Open => {
-            strategies
-                .get(sale.strategy)
-                .purchase(&sale, user, quantity)
-                .await
-        }
+        Phase::Open => strategies.get(sale.strategy).purchase(&sale, user, quantity).await,
     };
     let label = match &result {
         Ok(outcome) => outcome.label(),

@@ -38,10 +38,7 @@ impl UserId {
     /// Accepts `0..=i64::MAX`.
     pub fn parse(raw: i64) -> Result<Self, InvalidInput> {
         if raw < 0 {
-            return Err(InvalidInput::new(
-                "user_id",
-                "must be a non-negative integer",
-            ));
+            return Err(InvalidInput::new("user_id", "must be a non-negative integer"));
         }
         Ok(Self(raw))
     }
@@ -83,10 +80,7 @@ pub struct InvalidInput {
 
 impl InvalidInput {
     pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
-        Self {
-            field,
-            reason: reason.into(),
-        }
+        Self { field, reason: reason.into() }
     }
 }
 
@@ -202,20 +196,14 @@ impl SaleCatalog {
             return Ok(None);
         };
         let sale = Arc::new(sale);
-        self.sales
-            .write()
-            .expect("catalog lock")
-            .insert(id, sale.clone());
+        self.sales.write().expect("catalog lock").insert(id, sale.clone());
         Ok(Some(sale))
     }
 
     /// Puts a sale just created by this instance into the cache.
     pub fn insert(&self, sale: Sale) -> Arc<Sale> {
         let sale = Arc::new(sale);
-        self.sales
-            .write()
-            .expect("catalog lock")
-            .insert(sale.id, sale.clone());
+        self.sales.write().expect("catalog lock").insert(sale.id, sale.clone());
         sale
     }
 }

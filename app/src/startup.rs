@@ -10,6 +10,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 use tokio::net::TcpListener;
 
+use crate::backends::RedisHandle;
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::sale::SaleCatalog;
@@ -22,10 +23,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// Creates the database named in `url` if it does not exist, and applies the
 /// migrations (under Postgres's advisory lock, so instances may race safely).
 pub async fn prepare_database(url: &str) -> anyhow::Result<()> {
-    if !Postgres::database_exists(url)
-        .await
-        .context("connecting to Postgres")?
-    {
+    if !Postgres::database_exists(url).await.context("connecting to Postgres")? {
         // Two instances may both see it missing; the loser's error is harmless.
         if let Err(err) = Postgres::create_database(url).await {
             if !Postgres::database_exists(url).await.unwrap_or(false) {
@@ -42,10 +40,7 @@ pub async fn prepare_database(url: &str) -> anyhow::Result<()> {
 /// The service's Postgres pool: `config.db_pool_size` connections, failing a
 /// request that waits longer than `db_acquire_timeout` for one.
 pub fn db_pool(config: &Config) -> anyhow::Result<PgPool> {
-    let options: PgConnectOptions = config
-        .database_url
-        .parse()
-        .context("parsing DATABASE_URL")?;
+    let options: PgConnectOptions = config.database_url.parse().context("parsing DATABASE_URL")?;
     let options = options.application_name("seckill");
     Ok(PgPoolOptions::new()
         .max_connections(config.db_pool_size)
@@ -76,10 +71,9 @@ impl Application {
             .await
             .with_context(|| format!("binding {}", config.addr))?;
         let config = Arc::new(config);
-        let deps = Deps {
-            db: db.clone(),
-            config: config.clone(),
-        };
+        let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone())
+            .context("parsing REDIS_URL")?;
+        let deps = Deps { db: db.clone(), redis, config: config.clone() };
         let state = AppState {
             strategies: Strategies::new(&deps),
             catalog: SaleCatalog::default(),
@@ -92,9 +86,7 @@ impl Application {
 
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.listener.local_addr().expect("a bound listener has an address")
     }
 
     /// Serves until `shutdown` completes, then drains in-flight requests and
@@ -106,9 +98,7 @@ impl Application {
         let db = self.state.db.clone();
         let app = http::router(self.state);
         tracing::info!(addr = %self.listener.local_addr()?, "listening");
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await?;
+        axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
         db.close().await;
         Ok(())
     }

@@ -14,16 +14,13 @@ pub fn init_tracing() {
 /// As [`init_tracing`], with `default` as the filter when `RUST_LOG` is unset.
 pub fn init_tracing_or(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 /// Latency buckets in seconds, 0.5 ms to 10 s.
-const LATENCY_BUCKETS_S: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
+const LATENCY_BUCKETS_S: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// The process-wide Prometheus recorder, installed on first call. The HTTP
 /// layer (axum-prometheus) and the strategies record into it through the

@@ -43,23 +43,15 @@ impl NewSale {
             return Err(InvalidInput::new("name", "must be 1 to 200 characters"));
         }
         if !(0..=MAX_UNITS).contains(&self.stock) {
-            return Err(InvalidInput::new(
-                "stock",
-                format!("must be between 0 and {MAX_UNITS}"),
-            ));
+            return Err(InvalidInput::new("stock", format!("must be between 0 and {MAX_UNITS}")));
         }
         let strategy: StrategyName =
-            self.strategy
-                .parse()
-                .map_err(|err: crate::strategy::UnknownStrategy| {
-                    InvalidInput::new("strategy", err.to_string())
-                })?;
+            self.strategy.parse().map_err(|err: crate::strategy::UnknownStrategy| {
+                InvalidInput::new("strategy", err.to_string())
+            })?;
         let per_user_limit = self.per_user_limit.unwrap_or(1);
         if !(1..=1_000_000).contains(&per_user_limit) {
-            return Err(InvalidInput::new(
-                "per_user_limit",
-                "must be between 1 and 1000000",
-            ));
+            return Err(InvalidInput::new("per_user_limit", "must be between 1 and 1000000"));
         }
         if let (Some(start), Some(end)) = (self.starts_at, self.ends_at) {
             if start >= end {
@@ -71,10 +63,7 @@ impl NewSale {
             if (min..=600_000).contains(&value) {
                 Ok(value)
             } else {
-                Err(InvalidInput::new(
-                    field,
-                    format!("must be between {min} and 600000 ms"),
-                ))
+                Err(InvalidInput::new(field, format!("must be between {min} and 600000 ms")))
             }
         };
         let pause_ratio = self.pause_ratio.unwrap_or(0.0);
@@ -87,10 +76,7 @@ impl NewSale {
             pause_ms: ms("pause_ms", self.pause_ms, 0, 0)?,
             pause_ratio,
         };
-        let window = Window {
-            starts_at: self.starts_at,
-            ends_at: self.ends_at,
-        };
+        let window = Window { starts_at: self.starts_at, ends_at: self.ends_at };
         Ok((name, self.stock, strategy, per_user_limit, knobs, window))
     }
 }
@@ -136,23 +122,10 @@ pub async fn create_sale(
         .fetch_one(&state.db)
         .await?;
     let sale = state.catalog.insert(sale);
-    state
-        .strategies
-        .get(sale.strategy)
-        .sale_created(&sale, stock)
-        .await?;
+    state.strategies.get(sale.strategy).sale_created(&sale, stock).await?;
     tracing::info!(sale_id = sale.id.0, strategy = %sale.strategy, stock, "sale created");
-    let stock = Stock {
-        total_stock: stock,
-        remaining_stock: stock,
-    };
-    Ok((
-        StatusCode::CREATED,
-        Json(SaleWithStock {
-            sale: (*sale).clone(),
-            stock,
-        }),
-    ))
+    let stock = Stock { total_stock: stock, remaining_stock: stock };
+    Ok((StatusCode::CREATED, Json(SaleWithStock { sale: (*sale).clone(), stock })))
 }
 
 /// Body of `POST /admin/sales/{id}/restock`.
@@ -172,16 +145,10 @@ pub async fn restock(
     ApiJson(body): ApiJson<Restock>,
 ) -> Result<Json<SaleWithStock>, AppError> {
     if !(1..=MAX_UNITS).contains(&body.units) {
-        return Err(
-            InvalidInput::new("units", format!("must be between 1 and {MAX_UNITS}")).into(),
-        );
+        return Err(InvalidInput::new("units", format!("must be between 1 and {MAX_UNITS}")).into());
     }
     let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
-    let sale = state
-        .catalog
-        .get(&state.db, id)
-        .await?
-        .ok_or_else(not_found)?;
+    let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let stock: Stock = sqlx::query_as(
         "UPDATE sales SET total_stock = total_stock + $2, remaining_stock = remaining_stock + $2
          WHERE id = $1 AND total_stock + $2 <= $3
@@ -193,16 +160,9 @@ pub async fn restock(
     .fetch_optional(&state.db)
     .await?
     .ok_or_else(|| InvalidInput::new("units", format!("total stock would exceed {MAX_UNITS}")))?;
-    state
-        .strategies
-        .get(sale.strategy)
-        .restocked(&sale, body.units)
-        .await?;
+    state.strategies.get(sale.strategy).restocked(&sale, body.units).await?;
     tracing::info!(sale_id = id.0, units = body.units, "sale restocked");
-    Ok(Json(SaleWithStock {
-        sale: (*sale).clone(),
-        stock,
-    }))
+    Ok(Json(SaleWithStock { sale: (*sale).clone(), stock }))
 }
 
 /// `GET /admin/sales/{id}/audit`: the correctness figures of the sale, from

@@ -74,16 +74,8 @@ impl AppError {
     fn kind(&self) -> (StatusCode, &'static str, &'static str) {
         use AppError::*;
         match self {
-            BadRequest(_) => (
-                StatusCode::BAD_REQUEST,
-                "malformed-request",
-                "Malformed request",
-            ),
-            Unauthorized => (
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "Admin token required",
-            ),
+            BadRequest(_) => (StatusCode::BAD_REQUEST, "malformed-request", "Malformed request"),
+            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Admin token required"),
             Forbidden => (StatusCode::FORBIDDEN, "forbidden", "Admin token rejected"),
             NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             UnsupportedMediaType(_) => (
@@ -91,32 +83,20 @@ impl AppError {
                 "unsupported-media-type",
                 "Unsupported media type",
             ),
-            Invalid(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid-field",
-                "Invalid field",
-            ),
+            Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", "Invalid field"),
             SoldOut => (StatusCode::CONFLICT, "sold-out", "Sold out"),
-            AlreadyPurchased => (
-                StatusCode::CONFLICT,
-                "already-purchased",
-                "Already purchased",
-            ),
+            AlreadyPurchased => (StatusCode::CONFLICT, "already-purchased", "Already purchased"),
             NotStarted => (StatusCode::CONFLICT, "not-started", "Sale not started"),
             Ended => (StatusCode::CONFLICT, "ended", "Sale ended"),
             Strategy(StrategyError::Busy { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy, retry later")
             }
-            Strategy(StrategyError::Unavailable { .. }) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "A backing service is unavailable",
-            ),
-            Strategy(StrategyError::Internal(_)) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal error",
-            ),
+            Strategy(StrategyError::Unavailable { .. }) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "A backing service is unavailable")
+            }
+            Strategy(StrategyError::Internal(_)) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error")
+            }
         }
     }
 }
@@ -141,10 +121,7 @@ impl IntoResponse for AppError {
                 retry_after = Some(Duration::from_secs(1));
                 format!("{b:?} is unavailable; retry later")
             }
-            AppError::Strategy(StrategyError::Busy {
-                reason,
-                retry_after: after,
-            }) => {
+            AppError::Strategy(StrategyError::Busy { reason, retry_after: after }) => {
                 retry_after = Some(*after);
                 (*reason).to_owned()
             }
@@ -159,10 +136,7 @@ impl IntoResponse for AppError {
         };
         let mut response = (status, Json(problem)).into_response();
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if let Some(after) = retry_after {
             // Retry-After takes whole seconds (RFC 9110 §10.2.3); round up.
             let secs = after.as_millis().div_ceil(1000).max(1);

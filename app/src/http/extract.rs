@@ -26,10 +26,9 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(value)) => Ok(ApiJson(value)),
-            Err(JsonRejection::JsonDataError(err)) => Err(AppError::Invalid(InvalidInput::new(
-                "body",
-                err.body_text(),
-            ))),
+            Err(JsonRejection::JsonDataError(err)) => {
+                Err(AppError::Invalid(InvalidInput::new("body", err.body_text())))
+            }
             Err(JsonRejection::MissingJsonContentType(err)) => {
                 Err(AppError::UnsupportedMediaType(err.body_text()))
             }
@@ -47,9 +46,9 @@ impl<S: Send + Sync> FromRequestParts<S> for SalePath {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match axum::extract::Path::<i64>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(id)) => Ok(SalePath(SaleId(id))),
-            Err(PathRejection::FailedToDeserializePathParams(err)) => Err(AppError::NotFound(
-                format!("no sale with id {}", err.body_text()),
-            )),
+            Err(PathRejection::FailedToDeserializePathParams(err)) => {
+                Err(AppError::NotFound(format!("no sale with id {}", err.body_text())))
+            }
             Err(err) => Err(AppError::BadRequest(err.body_text())),
         }
     }

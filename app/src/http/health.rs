@@ -22,11 +22,10 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppErr
     let ping = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.db);
     match tokio::time::timeout(READY_TIMEOUT, ping).await {
         Ok(Ok(_)) => Ok(Json(json!({ "status": "ready", "postgres": "ok" }))),
-        Ok(Err(err)) => Err(StrategyError::Unavailable {
-            backend: Backend::Postgres,
-            source: err.into(),
+        Ok(Err(err)) => {
+            Err(StrategyError::Unavailable { backend: Backend::Postgres, source: err.into() }
+                .into())
         }
-        .into()),
         Err(_) => Err(StrategyError::Unavailable {
             backend: Backend::Postgres,
             source: anyhow::anyhow!("no answer within {READY_TIMEOUT:?}"),
@@ -37,9 +36,5 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppErr
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
-    )
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
 }

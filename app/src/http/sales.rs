@@ -31,11 +31,7 @@ pub async fn get_sale(
     SalePath(id): SalePath,
 ) -> Result<Json<SaleStatus>, AppError> {
     let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
-    let sale = state
-        .catalog
-        .get(&state.db, id)
-        .await?
-        .ok_or_else(not_found)?;
+    let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let stock = sale::stock(&state.db, id).await?.ok_or_else(not_found)?;
     let status = match sale.phase(Utc::now()) {
         Phase::NotStarted => "not_started",
@@ -78,29 +74,19 @@ pub async fn place_order(
     ApiJson(body): ApiJson<PlaceOrder>,
 ) -> Result<(StatusCode, Json<OrderPlaced>), AppError> {
     let user = UserId::parse(body.user_id)?;
-    let outcome = purchase(
-        &state.db,
-        &state.catalog,
-        &state.strategies,
-        id,
-        user,
-        body.quantity,
-    )
-    .await
-    .map_err(|err| match err {
-        PurchaseError::UnknownSale(id) => AppError::NotFound(format!("no sale with id {}", id.0)),
-        PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
-        PurchaseError::Strategy(err) => AppError::Strategy(err),
-    })?;
+    let outcome = purchase(&state.db, &state.catalog, &state.strategies, id, user, body.quantity)
+        .await
+        .map_err(|err| match err {
+            PurchaseError::UnknownSale(id) => {
+                AppError::NotFound(format!("no sale with id {}", id.0))
+            }
+            PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
+            PurchaseError::Strategy(err) => AppError::Strategy(err),
+        })?;
     match outcome {
         Outcome::Placed { order_id, quantity } => Ok((
             StatusCode::CREATED,
-            Json(OrderPlaced {
-                order_id,
-                sale_id: id,
-                user_id: user,
-                quantity,
-            }),
+            Json(OrderPlaced { order_id, sale_id: id, user_id: user, quantity }),
         )),
         other => Err(AppError::from_outcome(&other).expect("not a success")),
     }

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
+use crate::backends::RedisHandle;
 use crate::config::Config;
 use crate::sale::{Quantity, Sale, UserId};
 
@@ -46,11 +47,8 @@ pub enum StrategyName {
 
 impl StrategyName {
     /// Every implemented strategy, in the order the comparison reports them.
-    pub const ALL: &'static [StrategyName] = &[
-        StrategyName::Naive,
-        StrategyName::Sql,
-        StrategyName::SqlForUpdate,
-    ];
+    pub const ALL: &'static [StrategyName] =
+        &[StrategyName::Naive, StrategyName::Sql, StrategyName::SqlForUpdate];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -145,10 +143,7 @@ pub enum StrategyError {
     /// should retry after `retry_after`. Becomes `503` + `Retry-After`, problem
     /// type `busy`.
     #[error("busy: {reason}")]
-    Busy {
-        reason: &'static str,
-        retry_after: Duration,
-    },
+    Busy { reason: &'static str, retry_after: Duration },
     /// A backing server is down or unreachable. Becomes `503`, problem type
     /// `unavailable`.
     #[error("{backend:?} unavailable: {source}")]
@@ -181,10 +176,7 @@ impl From<sqlx::Error> for StrategyError {
             _ => false,
         };
         if unavailable {
-            StrategyError::Unavailable {
-                backend: Backend::Postgres,
-                source: err.into(),
-            }
+            StrategyError::Unavailable { backend: Backend::Postgres, source: err.into() }
         } else {
             StrategyError::Internal(err.into())
         }
@@ -232,6 +224,7 @@ pub struct Strategies {
 #[derive(Clone)]
 pub struct Deps {
     pub db: PgPool,
+    pub redis: RedisHandle,
     pub config: Arc<Config>,
 }
 

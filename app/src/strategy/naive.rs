@@ -63,9 +63,6 @@ impl Strategy for Naive {
             Err(err) => return already_purchased_or(err),
         };
         tx.commit().await?;
-        Ok(Outcome::Placed {
-            order_id,
-            quantity: quantity.get(),
-        })
+        Ok(Outcome::Placed { order_id, quantity: quantity.get() })
     }
 }

@@ -62,10 +62,7 @@ pub async fn take_and_order(
         .fetch_optional(db)
         .await;
     match row {
-        Ok(Some(order_id)) => Ok(Outcome::Placed {
-            order_id,
-            quantity: quantity.get(),
-        }),
+        Ok(Some(order_id)) => Ok(Outcome::Placed { order_id, quantity: quantity.get() }),
         Ok(None) => Ok(Outcome::SoldOut),
         Err(err) => already_purchased_or(err),
     }
@@ -96,9 +93,6 @@ impl Strategy for Sql {
         };
         sale.knobs.simulate_work().await;
         tx.commit().await?;
-        Ok(Outcome::Placed {
-            order_id,
-            quantity: quantity.get(),
-        })
+        Ok(Outcome::Placed { order_id, quantity: quantity.get() })
     }
 }

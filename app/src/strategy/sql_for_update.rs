@@ -59,9 +59,6 @@ impl Strategy for SqlForUpdate {
             Err(err) => return already_purchased_or(err),
         };
         tx.commit().await?;
-        Ok(Outcome::Placed {
-            order_id,
-            quantity: quantity.get(),
-        })
+        Ok(Outcome::Placed { order_id, quantity: quantity.get() })
     }
 }

@@ -48,19 +48,9 @@ impl TestApp {
         let app = Application::build(config).await.expect("service builds");
         let addr = app.local_addr();
         tokio::spawn(app.run_until(std::future::pending()));
-        let db = PgPool::connect(&test_database_url())
-            .await
-            .expect("test pool");
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
-            .build()
-            .unwrap();
-        TestApp {
-            addr,
-            base: format!("http://{addr}"),
-            client,
-            db,
-        }
+        let db = PgPool::connect(&test_database_url()).await.expect("test pool");
+        let client = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
+        TestApp { addr, base: format!("http://{addr}"), client, db }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -124,13 +114,7 @@ impl TestApp {
             let client = self.client.clone();
             let url = self.url(&format!("/sales/{sale}/orders"));
             tasks.spawn(async move {
-                client
-                    .post(url)
-                    .json(&json!({ "user_id": user }))
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
+                client.post(url).json(&json!({ "user_id": user })).send().await.unwrap().status()
             });
         }
         tasks.join_all().await
@@ -139,10 +123,7 @@ impl TestApp {
 
 /// The `type` of a problem+json answer, after checking its content type.
 pub async fn problem_type(response: Response) -> String {
-    let content_type = response.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
     assert_eq!(content_type, "application/problem+json");
     let body: Value = response.json().await.unwrap();
     body["type"].as_str().unwrap().to_owned()
