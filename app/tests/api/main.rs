@@ -1,6 +1,13 @@
-//! HTTP API and strategy tests against a real service and a real Postgres.
+//! HTTP API, strategy and audit tests against a real service and a real
+//! Postgres: one binary, one module per concern.
 
 #[path = "../support/mod.rs"]
 mod support;
 
-mod smoke;
+mod admin;
+mod audit;
+mod errors;
+mod health;
+mod outage;
+mod purchase_rules;
+mod strategies;

@@ -128,3 +128,57 @@ pub async fn problem_type(response: Response) -> String {
     let body: Value = response.json().await.unwrap();
     body["type"].as_str().unwrap().to_owned()
 }
+
+/// Request helpers that return the raw answer, for tests of refusals.
+impl TestApp {
+    /// `POST /sales/{sale}/orders` with `body` as JSON, whatever its shape.
+    pub async fn order(&self, sale: impl std::fmt::Display, body: Value) -> Response {
+        self.client
+            .post(self.url(&format!("/sales/{sale}/orders")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /sales/{sale}`.
+    pub async fn get_sale(&self, sale: impl std::fmt::Display) -> Response {
+        self.client.get(self.url(&format!("/sales/{sale}"))).send().await.unwrap()
+    }
+
+    /// `GET /sales/{sale}`; panics unless `200`. Returns the sale's status JSON.
+    pub async fn sale_status(&self, sale: i64) -> Value {
+        let response = self.get_sale(sale).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
+    /// `POST /admin/sales` with the admin token and `body`, whatever its shape.
+    pub async fn try_create_sale(&self, body: Value) -> Response {
+        self.client
+            .post(self.url("/admin/sales"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /admin/sales/{sale}/restock` with the admin token and `body`.
+    pub async fn restock(&self, sale: impl std::fmt::Display, body: Value) -> Response {
+        self.client
+            .post(self.url(&format!("/admin/sales/{sale}/restock")))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// Asserts that `response` has `status` and is a problem+json document of
+/// type `/problems/{kind}`.
+pub async fn assert_problem(response: Response, status: StatusCode, kind: &str) {
+    assert_eq!(response.status(), status, "expected {status} /problems/{kind}");
+    assert_eq!(problem_type(response).await, format!("/problems/{kind}"));
+}

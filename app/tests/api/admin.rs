@@ -1,0 +1,182 @@
+//! Admin routes: the bearer token, validation of new sales, and restocks that
+//! keep the ledger exact.
+
+use chrono::{Duration, Utc};
+use reqwest::StatusCode;
+use reqwest::header::WWW_AUTHENTICATE;
+use serde_json::{Value, json};
+
+use crate::support::{ADMIN_TOKEN, TestApp, assert_problem, problem_type};
+
+/// One request to each admin route, with `auth` applied to it.
+async fn admin_requests(
+    app: &TestApp,
+    sale: i64,
+    auth: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+) -> Vec<reqwest::Response> {
+    let c = &app.client;
+    let new_sale = json!({ "name": "x", "stock": 1, "strategy": "sql" });
+    let requests = [
+        c.post(app.url("/admin/sales")).json(&new_sale),
+        c.post(app.url(&format!("/admin/sales/{sale}/restock"))).json(&json!({ "units": 1 })),
+        c.get(app.url(&format!("/admin/sales/{sale}/audit"))),
+    ];
+    let mut responses = Vec::new();
+    for request in requests {
+        responses.push(auth(request).send().await.unwrap());
+    }
+    responses
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_routes_without_a_bearer_token_are_401_with_www_authenticate() {
+    let app = TestApp::spawn().await;
+    let sale = app.sale("sql", 1).await;
+    let schemes: [fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder; 3] = [
+        |request| request,
+        |request| request.basic_auth("admin", Some(ADMIN_TOKEN)),
+        |request| request.header("authorization", ADMIN_TOKEN),
+    ];
+    for auth in schemes {
+        for response in admin_requests(&app, sale, auth).await {
+            assert_eq!(response.headers()[WWW_AUTHENTICATE], "Bearer");
+            assert_problem(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
+        }
+    }
+    // Nothing was restocked.
+    assert_eq!(app.audit(sale).await.total_stock, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_routes_with_a_wrong_token_are_403() {
+    let app = TestApp::spawn().await;
+    let sale = app.sale("sql", 1).await;
+    let wrong = format!("{ADMIN_TOKEN}x");
+    for token in [wrong.as_str(), &ADMIN_TOKEN[..ADMIN_TOKEN.len() - 1], "dev-admin-token"] {
+        for response in admin_requests(&app, sale, |request| request.bearer_auth(token)).await {
+            assert_problem(response, StatusCode::FORBIDDEN, "forbidden").await;
+        }
+    }
+    assert_eq!(app.audit(sale).await.total_stock, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_sale_is_201_with_its_settings_and_stock() {
+    let app = TestApp::spawn().await;
+    let starts_at = Utc::now() + Duration::hours(1);
+    let sale = app
+        .create_sale(json!({ "name": "  launch  ", "stock": 7, "strategy": "sql/for-update",
+                             "per_user_limit": 2, "starts_at": starts_at }))
+        .await;
+    assert!(sale["id"].as_i64().is_some(), "{sale}");
+    assert_eq!(sale["name"], "launch");
+    assert_eq!(sale["strategy"], "sql/for-update");
+    assert_eq!(sale["per_user_limit"], 2);
+    assert_eq!((&sale["total_stock"], &sale["remaining_stock"]), (&json!(7), &json!(7)));
+    let stored: chrono::DateTime<Utc> = serde_json::from_value(sale["starts_at"].clone()).unwrap();
+    assert_eq!(stored.timestamp_micros(), starts_at.timestamp_micros());
+    assert_eq!(sale["ends_at"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_sale_bodies_are_refused_with_422_and_create_nothing() {
+    let app = TestApp::spawn().await;
+    // A name no other test uses, so that "nothing created" can be counted.
+    let name = format!("invalid {}", uuid::Uuid::new_v4());
+    let now = Utc::now();
+    let cases = [
+        json!({ "name": name, "stock": 5, "strategy": "optimistic" }),
+        json!({ "name": name, "stock": 5, "strategy": "SQL" }),
+        json!({ "name": name, "stock": -1, "strategy": "sql" }),
+        json!({ "name": name, "stock": 5, "strategy": "sql",
+                "starts_at": now, "ends_at": now }),
+        json!({ "name": name, "stock": 5, "strategy": "sql",
+                "starts_at": now + Duration::hours(1), "ends_at": now }),
+        json!({ "name": name, "stock": 5, "strategy": "sql", "per_user_limit": 0 }),
+        json!({ "name": name, "stock": "5", "strategy": "sql" }),
+        json!({ "name": name, "stock": 5 }),
+        json!({ "name": name, "stock": 5, "strategy": "sql", "colour": "red" }),
+        json!({ "name": name, "stock": 5, "strategy": "sql", "starts_at": "tomorrow" }),
+        json!({ "name": "", "stock": 5, "strategy": "sql" }),
+        json!({ "name": "   ", "stock": 5, "strategy": "sql" }),
+        json!({ "name": "n".repeat(201), "stock": 5, "strategy": "sql" }),
+    ];
+    for body in cases {
+        let response = app.try_create_sale(body.clone()).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(problem_type(response).await, "/problems/invalid-field", "{body}");
+    }
+    let created: i64 = sqlx::query_scalar("SELECT count(*) FROM sales WHERE name = $1")
+        .bind(&name)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(created, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_keeps_the_ledger_exact_and_its_units_sell() {
+    let app = TestApp::spawn().await;
+    for strategy in ["sql", "sql/for-update"] {
+        let sale = app.sale(strategy, 5).await;
+        let first = app.burst(sale, 1, 3).await;
+        assert!(first.iter().all(|status| *status == StatusCode::CREATED), "{first:?}");
+
+        let response = app.restock(sale, json!({ "units": 4 })).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let restocked: Value = response.json().await.unwrap();
+        assert_eq!(restocked["id"], sale);
+        assert_eq!(
+            (&restocked["total_stock"], &restocked["remaining_stock"]),
+            (&json!(9), &json!(6))
+        );
+        let audit = app.audit(sale).await;
+        assert_eq!((audit.total_stock, audit.remaining_stock, audit.ledger_drift), (9, 6, 0));
+
+        // Ten more buyers at once for the 6 units left: the restocked units sell.
+        let second = app.burst(sale, 100, 10).await;
+        let placed = second.iter().filter(|status| **status == StatusCode::CREATED).count();
+        let sold_out = second.iter().filter(|status| **status == StatusCode::CONFLICT).count();
+        assert_eq!((placed, sold_out), (6, 4), "{strategy}: {second:?}");
+
+        let audit = app.audit(sale).await;
+        assert_eq!(
+            (audit.total_stock, audit.remaining_stock, audit.units_sold, audit.oversold),
+            (9, 0, 9, 0),
+            "{strategy}: {audit:?}"
+        );
+        assert_eq!(audit.total_stock, audit.remaining_stock + audit.units_sold);
+        assert_eq!(audit.ledger_drift, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_of_an_unknown_sale_is_404() {
+    let app = TestApp::spawn().await;
+    let response = app.restock(i64::MAX, json!({ "units": 1 })).await;
+    assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
+    let response = app.restock("abc", json!({ "units": 1 })).await;
+    assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
+    let response = app
+        .client
+        .get(app.url(&format!("/admin/sales/{}/audit", i64::MAX)))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_of_zero_or_negative_units_is_422_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    let sale = app.sale("sql", 3).await;
+    for body in [json!({ "units": 0 }), json!({ "units": -5 }), json!({ "units": "3" }), json!({})]
+    {
+        let response = app.restock(sale, body.clone()).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(problem_type(response).await, "/problems/invalid-field", "{body}");
+    }
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.total_stock, audit.remaining_stock), (3, 3));
+}

@@ -1,0 +1,136 @@
+//! Postgres going away mid-flight: the service answers `503 unavailable`
+//! (never a panic, never a 500), keeps answering `/healthz`, reports itself
+//! not ready, and serves again once Postgres is back.
+//!
+//! The shared Postgres must not be stopped, so the service reaches it through
+//! a TCP proxy owned by the test: cutting the proxy closes every connection
+//! and refuses new ones, which is what the service sees when Postgres dies.
+
+use std::net::SocketAddr;
+use std::sync::Mutex;
+
+use reqwest::header::RETRY_AFTER;
+use reqwest::{StatusCode, Url};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{TestApp, problem_type, test_database_url};
+
+/// A TCP forwarder on a fixed local port that can be cut and restored.
+struct Proxy {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    running: Mutex<CancellationToken>,
+}
+
+impl Proxy {
+    /// Forwards a new local port to `upstream`.
+    async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let token = CancellationToken::new();
+        tokio::spawn(forward(listener, upstream, token.clone()));
+        Proxy { addr, upstream, running: Mutex::new(token) }
+    }
+
+    /// Closes every forwarded connection and stops listening, so new
+    /// connections are refused.
+    fn cut(&self) {
+        self.running.lock().unwrap().cancel();
+    }
+
+    /// Listens again on the same port.
+    async fn restore(&self) {
+        let listener = TcpListener::bind(self.addr).await.unwrap();
+        let token = CancellationToken::new();
+        tokio::spawn(forward(listener, self.upstream, token.clone()));
+        *self.running.lock().unwrap() = token;
+    }
+}
+
+/// Accepts on `listener` and pipes each connection to `upstream` until `cut`.
+async fn forward(listener: TcpListener, upstream: SocketAddr, cut: CancellationToken) {
+    loop {
+        let mut client = tokio::select! {
+            () = cut.cancelled() => return, // drops the listener
+            accepted = listener.accept() => match accepted {
+                Ok((client, _)) => client,
+                Err(_) => continue,
+            },
+        };
+        let cut = cut.clone();
+        tokio::spawn(async move {
+            let Ok(mut server) = TcpStream::connect(upstream).await else { return };
+            tokio::select! {
+                () = cut.cancelled() => {} // drops both sockets
+                _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+            }
+        });
+    }
+}
+
+/// Asserts a `503` problem `unavailable` naming Postgres, with `Retry-After`.
+async fn assert_postgres_unavailable(response: reqwest::Response, what: &str) {
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{what}");
+    assert!(response.headers().contains_key(RETRY_AFTER), "{what}");
+    assert_eq!(response.headers()["content-type"], "application/problem+json", "{what}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "/problems/unavailable", "{what}: {body}");
+    assert_eq!(body["backend"], "postgres", "{what}: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_unreachable_is_503_unavailable_and_the_service_recovers() {
+    let mut url = Url::parse(&test_database_url()).unwrap();
+    let host = url.host_str().unwrap().to_owned();
+    let port = url.port().unwrap_or(5432);
+    let upstream = tokio::net::lookup_host((host.as_str(), port)).await.unwrap().next().unwrap();
+    let proxy = Proxy::start(upstream).await;
+    url.set_host(Some("127.0.0.1")).unwrap();
+    url.set_port(Some(proxy.addr.port())).unwrap();
+    let app = TestApp::spawn_with(|config| {
+        config.database_url = url.to_string();
+        config.db_acquire_timeout_ms = 500;
+        config.db_pool_size = 4;
+    })
+    .await;
+
+    // One sale the service has cached, one it has never seen (its settings
+    // must then come from Postgres too).
+    let cached = app.sale("sql", 10).await;
+    let unseen: i64 = sqlx::query_scalar(
+        "INSERT INTO sales (name, total_stock, remaining_stock, strategy)
+         VALUES ('unseen', 10, 10, 'sql/for-update') RETURNING id",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(app.buy(cached, 1).await.status(), StatusCode::CREATED);
+
+    proxy.cut();
+
+    assert_postgres_unavailable(app.buy(cached, 2).await, "purchase of a cached sale").await;
+    assert_postgres_unavailable(app.buy(unseen, 2).await, "purchase of an unseen sale").await;
+    assert_postgres_unavailable(app.get_sale(cached).await, "GET /sales/{id}").await;
+    let readyz = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_postgres_unavailable(readyz, "/readyz").await;
+    let create = app.try_create_sale(json!({ "name": "x", "stock": 1, "strategy": "sql" })).await;
+    assert_postgres_unavailable(create, "POST /admin/sales").await;
+    let healthz = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(healthz.status(), StatusCode::OK, "the process itself is alive");
+
+    proxy.restore().await;
+
+    let readyz = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(readyz.status(), StatusCode::OK);
+    assert_eq!(app.buy(cached, 2).await.status(), StatusCode::CREATED);
+    let again = app.buy(unseen, 2).await;
+    assert_eq!(again.status(), StatusCode::CREATED);
+    // The refused purchases took nothing.
+    let audit = app.audit(cached).await;
+    assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (2, 8, 0));
+    let audit = app.audit(unseen).await;
+    assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (1, 9, 0));
+    assert_eq!(problem_type(app.buy(cached, 1).await).await, "/problems/already-purchased");
+}
