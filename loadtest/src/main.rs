@@ -1,1 +1,138 @@
-fn main() {}
+//! `loadtest`: runs the flash-sale strategies side by side under goose and
+//! reports, for each, what it oversold and undersold (from a Postgres audit),
+//! the throughput and latency it sustained, against this machine's own
+//! ceilings measured in the same invocation.
+
+mod ceilings;
+mod compare;
+mod instances;
+mod preflight;
+mod report;
+mod scenario;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use seckill::strategy::StrategyName;
+
+#[derive(Parser)]
+#[command(version, about = "Compare flash-sale strategies under load (goose)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every strategy × profile × repeat and write report.json / report.md.
+    Compare(CompareArgs),
+}
+
+/// Flags of `loadtest compare`; every one is recorded in report.json's `config`.
+#[derive(clap::Args, Debug, Clone, serde::Serialize)]
+pub struct CompareArgs {
+    /// Strategies to compare, comma-separated (default: every implemented one).
+    #[arg(long, value_delimiter = ',', value_parser = parse_strategy)]
+    pub strategies: Vec<StrategyName>,
+
+    /// Load profiles, comma-separated. `burst`: every buyer at once, no injected delays.
+    #[arg(long, value_delimiter = ',', default_value = "burst", value_parser = ["burst"])]
+    pub profile: Vec<String>,
+
+    /// Units of stock in each sale.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub stock: u64,
+
+    /// Distinct buyers as a multiple of stock (each wants one unit).
+    #[arg(long, default_value_t = 3.0)]
+    pub demand: f64,
+
+    /// Fraction of buyers who submit their purchase a second time.
+    #[arg(long, default_value_t = 0.1)]
+    pub resubmit: f64,
+
+    /// Concurrent goose users.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=5_000))]
+    pub users: u64,
+
+    /// App instances to start (ignored with --target).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub instances: u64,
+
+    /// How often a buyer retries a `busy` (503) answer, with exponential backoff.
+    #[arg(long, default_value_t = 3)]
+    pub retries: u32,
+
+    /// Seconds of purchases against the sold-out sale, to measure rejections.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub rejection_phase: u64,
+
+    /// Seconds each ceiling is measured for.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub ceiling_duration: u64,
+
+    /// Repeat every (strategy, profile) this many times.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub repeat: u64,
+
+    /// Use running services at these base URLs instead of starting instances (repeatable).
+    #[arg(long)]
+    pub target: Vec<String>,
+
+    /// Postgres pool size of each started instance (also sizes the `sql_tps` ceiling).
+    #[arg(long, default_value_t = 10)]
+    pub pool_size: u32,
+
+    /// Postgres URL the instances use (and the `sql_tps` ceiling).
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/seckill"
+    )]
+    pub database_url: String,
+
+    /// Redis URL passed to the instances.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+
+    /// RabbitMQ URL passed to the instances.
+    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
+
+    /// The `seckill` binary to start (default: next to this executable).
+    #[arg(long)]
+    pub seckill_bin: Option<PathBuf>,
+
+    /// Directory for report.json, report.md, goose reports and instance logs.
+    #[arg(long, default_value = "target/loadtest")]
+    pub out: PathBuf,
+}
+
+fn parse_strategy(s: &str) -> Result<StrategyName, String> {
+    s.parse().map_err(|err: seckill::strategy::UnknownStrategy| err.to_string())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    seckill::telemetry::init_tracing_or("warn,loadtest=info");
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Compare(mut args) => {
+            if args.strategies.is_empty() {
+                args.strategies = StrategyName::ALL.to_vec();
+            }
+            compare::run(args).await
+        }
+    };
+    match result {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("at least one run that was expected to be correct broke (verdict `broke`)");
+            std::process::ExitCode::from(1)
+        }
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

@@ -38,6 +38,10 @@ pub enum AppError {
     NotFound(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
     #[error(transparent)]
     Invalid(#[from] InvalidInput),
     #[error("sold out")]
@@ -83,6 +87,12 @@ impl AppError {
                 "unsupported-media-type",
                 "Unsupported media type",
             ),
+            PayloadTooLarge(_) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Request body too large")
+            }
+            MethodNotAllowed => {
+                (StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed")
+            }
             Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid-field", "Invalid field"),
             SoldOut => (StatusCode::CONFLICT, "sold-out", "Sold out"),
             AlreadyPurchased => (StatusCode::CONFLICT, "already-purchased", "Already purchased"),

@@ -4,8 +4,8 @@
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 use subtle::ConstantTimeEq;
 
@@ -31,6 +31,11 @@ where
             }
             Err(JsonRejection::MissingJsonContentType(err)) => {
                 Err(AppError::UnsupportedMediaType(err.body_text()))
+            }
+            Err(JsonRejection::BytesRejection(err))
+                if err.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+            {
+                Err(AppError::PayloadTooLarge(err.body_text()))
             }
             Err(err) => Err(AppError::BadRequest(err.body_text())),
         }

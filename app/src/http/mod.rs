@@ -52,6 +52,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .fallback(|| async { AppError::NotFound("no such route".to_owned()) })
+        .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(PrometheusMetricLayer::new())
         .layer(TraceLayer::new_for_http())

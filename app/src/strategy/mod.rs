@@ -58,6 +58,15 @@ impl StrategyName {
         }
     }
 
+    /// The backing servers this strategy needs (the load test checks them).
+    pub fn needs(self) -> &'static [Backend] {
+        match self {
+            StrategyName::Naive | StrategyName::Sql | StrategyName::SqlForUpdate => {
+                &[Backend::Postgres]
+            }
+        }
+    }
+
     /// A file-name-safe form: `sql/for-update` → `sql-for-update`.
     pub fn slug(self) -> String {
         self.as_str().replace('/', "-")

@@ -1,0 +1,84 @@
+//! Ceilings of this machine, measured in the same invocation as the runs so
+//! that each strategy is judged as a ratio to what the hardware allowed right
+//! then (figures on a shared 2-core machine move by ±20 % between runs).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use seckill::sale::{Quantity, SaleId, UserId};
+use seckill::strategy::{Outcome, sql::take_and_order};
+use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgPoolOptions;
+
+/// `http_rps`: a trivial endpoint under the same goose settings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HttpCeiling {
+    pub value: f64,
+    pub users: u64,
+    pub instances: usize,
+    pub duration_s: f64,
+}
+
+/// `sql_tps`: the `sql` strategy's transaction issued directly through sqlx.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SqlCeiling {
+    pub value: f64,
+    pub connections: u32,
+    pub duration_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Ceilings {
+    pub http_rps: HttpCeiling,
+    pub sql_tps: SqlCeiling,
+}
+
+/// Sells units of `sale` (which must have far more stock than can sell in
+/// `seconds`) one per transaction, exactly as the `sql` strategy does, over
+/// `connections` connections, and returns committed transactions per second.
+pub async fn sql_tps(
+    database_url: &str,
+    sale: SaleId,
+    connections: u32,
+    seconds: f64,
+) -> anyhow::Result<f64> {
+    let pool = PgPoolOptions::new()
+        .max_connections(connections)
+        .min_connections(connections)
+        .connect(database_url)
+        .await?;
+    // Open every connection before the clock starts.
+    let mut warm = Vec::new();
+    for _ in 0..connections {
+        warm.push(pool.acquire().await?);
+    }
+    drop(warm);
+    let next_user = Arc::new(AtomicI64::new(1));
+    let committed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let (pool, next_user, committed) = (pool.clone(), next_user.clone(), committed.clone());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                let user = UserId::parse(next_user.fetch_add(1, Relaxed)).expect("positive");
+                match take_and_order(&pool, sale, user, Quantity::ONE).await {
+                    Ok(Outcome::Placed { .. }) => {
+                        committed.fetch_add(1, Relaxed);
+                    }
+                    Ok(other) => anyhow::bail!("the ceiling sale answered {other:?}"),
+                    Err(err) => anyhow::bail!("the ceiling transaction failed: {err}"),
+                }
+            }
+            Ok(())
+        });
+    }
+    for result in tasks.join_all().await {
+        result?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    pool.close().await;
+    Ok(committed.load(Relaxed) as f64 / elapsed)
+}

@@ -1,0 +1,135 @@
+//! The app instances under test: started as child processes on free ports
+//! (or given with `--target`), waited for until `/readyz` answers, and
+//! stopped when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::process::{Child, Command};
+
+use crate::CompareArgs;
+
+/// The instances of one invocation.
+pub struct Instances {
+    /// Base URLs, e.g. `http://127.0.0.1:40123`.
+    pub urls: Vec<String>,
+    /// Bearer token for the admin routes.
+    pub admin_token: String,
+    /// Postgres connections the instances hold together (for `sql_tps`).
+    pub pool_connections: u32,
+    /// PIDs of started instances (empty with `--target`).
+    pub pids: Vec<u32>,
+    children: Vec<Child>,
+}
+
+impl Instances {
+    pub async fn start(args: &CompareArgs) -> anyhow::Result<Instances> {
+        if !args.target.is_empty() {
+            let urls: Vec<String> =
+                args.target.iter().map(|u| u.trim_end_matches('/').to_owned()).collect();
+            let admin_token = std::env::var("SECKILL_ADMIN_TOKEN")
+                .unwrap_or_else(|_| seckill::config::DEV_ADMIN_TOKEN.to_owned());
+            for url in &urls {
+                wait_ready(url, Duration::from_secs(10)).await?;
+            }
+            let pool_connections = args.pool_size * urls.len() as u32;
+            return Ok(Instances {
+                urls,
+                admin_token,
+                pool_connections,
+                pids: vec![],
+                children: vec![],
+            });
+        }
+        let bin = seckill_binary(args.seckill_bin.as_deref())?;
+        std::fs::create_dir_all(&args.out)?;
+        let admin_token = format!("loadtest-{:032x}", rand::random::<u128>());
+        let mut urls = Vec::new();
+        let mut children = Vec::new();
+        let mut pids = Vec::new();
+        for i in 0..args.instances {
+            let port = free_port()?;
+            let log = std::fs::File::create(args.out.join(format!("instance-{i}.log")))?;
+            let child = Command::new(&bin)
+                .arg("serve")
+                .env("DATABASE_URL", &args.database_url)
+                .env("REDIS_URL", &args.redis_url)
+                .env("AMQP_URL", &args.amqp_url)
+                .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
+                .env("SECKILL_ADMIN_TOKEN", &admin_token)
+                .env("SECKILL_DB_POOL_SIZE", args.pool_size.to_string())
+                .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("starting {}", bin.display()))?;
+            pids.extend(child.id());
+            children.push(child);
+            urls.push(format!("http://127.0.0.1:{port}"));
+        }
+        for (i, url) in urls.iter().enumerate() {
+            wait_ready(url, Duration::from_secs(60)).await.with_context(|| {
+                format!(
+                    "instance {i} did not become ready; see {}",
+                    args.out.join(format!("instance-{i}.log")).display()
+                )
+            })?;
+        }
+        let pool_connections = args.pool_size * args.instances as u32;
+        Ok(Instances { urls, admin_token, pool_connections, pids, children })
+    }
+
+    /// Stops the started instances with SIGTERM, waiting briefly for each.
+    pub async fn stop(mut self) {
+        for child in &mut self.children {
+            if let Some(pid) = child.id() {
+                let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+            }
+        }
+        for child in &mut self.children {
+            let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+        }
+    }
+}
+
+/// `--seckill-bin`, else `seckill` next to the running executable.
+fn seckill_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let path = match given {
+        Some(path) => path.to_owned(),
+        None => std::env::current_exe()?
+            .with_file_name(format!("seckill{}", std::env::consts::EXE_SUFFIX)),
+    };
+    if !path.exists() {
+        bail!(
+            "the service binary {} does not exist; build it with `cargo build --release --workspace` \
+             (or pass --seckill-bin)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A port that was free a moment ago (the instance binds it right after).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+async fn wait_ready(url: &str, limit: Duration) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + limit;
+    loop {
+        let answer =
+            client.get(format!("{url}/readyz")).timeout(Duration::from_secs(2)).send().await;
+        match answer {
+            Ok(response) if response.status().is_success() => return Ok(()),
+            _ if Instant::now() >= deadline => {
+                bail!("{url}/readyz did not answer 200 within {limit:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Checks that the backing servers the chosen strategies need answer, before
+//! any instance starts, with a message that names the variable to fix.
+
+use std::time::Duration;
+
+use anyhow::bail;
+use seckill::strategy::{Backend, StrategyName};
+use sqlx::ConnectOptions;
+use sqlx::postgres::PgConnectOptions;
+use tokio::net::TcpStream;
+
+use crate::CompareArgs;
+
+const HINT: &str = "start them with `scripts/services.sh up` (see README, Quick start)";
+
+pub async fn check(args: &CompareArgs) -> anyhow::Result<()> {
+    let mut needed: Vec<Backend> =
+        args.strategies.iter().flat_map(|s: &StrategyName| s.needs().iter().copied()).collect();
+    needed.push(Backend::Postgres); // the sql_tps ceiling talks to Postgres directly
+    needed.sort_by_key(|b| *b as u8);
+    needed.dedup();
+    for backend in needed {
+        match backend {
+            Backend::Postgres => postgres(&args.database_url).await?,
+            Backend::Redis => tcp("Redis", "REDIS_URL", &args.redis_url, 6379).await?,
+            Backend::Rabbitmq => tcp("RabbitMQ", "AMQP_URL", &args.amqp_url, 5672).await?,
+        }
+    }
+    Ok(())
+}
+
+/// Connects to the server's `postgres` database: the service's own database
+/// may not exist yet (the service creates it).
+async fn postgres(url: &str) -> anyhow::Result<()> {
+    let options: PgConnectOptions = url.parse()?;
+    let attempt = options.database("postgres").connect();
+    match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => bail!("Postgres is not answering at DATABASE_URL ({err}); {HINT}"),
+        Err(_) => bail!("Postgres did not answer within 5 s at DATABASE_URL; {HINT}"),
+    }
+}
+
+async fn tcp(name: &str, var: &str, url: &str, default_port: u16) -> anyhow::Result<()> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|err| anyhow::anyhow!("{var} is not a valid URL ({err})"))?;
+    let host = parsed.host_str().unwrap_or("127.0.0.1").to_owned();
+    let port = parsed.port().unwrap_or(default_port);
+    match tokio::time::timeout(Duration::from_secs(3), TcpStream::connect((host.as_str(), port)))
+        .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        _ => bail!("{name} is not answering at {host}:{port} ({var}); {HINT}"),
+    }
+}

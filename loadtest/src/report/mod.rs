@@ -1,0 +1,156 @@
+//! `report.json`: a stable interface that other tools read (documented in
+//! docs/report-format.md). Fields are only ever added; a field that does not
+//! apply is `null`, never a made-up 0. `schema_version` changes when a
+//! field's meaning does.
+
+pub mod markdown;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use seckill::strategy::Expectation;
+use serde::{Deserialize, Serialize};
+
+use crate::ceilings::Ceilings;
+use crate::scenario::{Latency, Outcomes};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub generated_at: DateTime<Utc>,
+    pub machine: Machine,
+    /// Every flag of the invocation.
+    pub config: serde_json::Value,
+    pub ceilings: Ceilings,
+    pub runs: Vec<Run>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub os: String,
+    pub memory_gb: f64,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        let mut system = sysinfo::System::new();
+        system.refresh_memory();
+        let os = [sysinfo::System::long_os_version(), sysinfo::System::kernel_version()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", kernel ");
+        Machine {
+            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            os: if os.is_empty() { std::env::consts::OS.to_owned() } else { os },
+            memory_gb: (system.total_memory() as f64 / (1u64 << 30) as f64 * 10.0).round() / 10.0,
+        }
+    }
+}
+
+/// Whether a run matched its expectation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Expected correct and clean, or expected to break and visibly broken.
+    Ok,
+    /// Expected correct, but oversold, drifted, undersold, duplicated an
+    /// order or returned a counted 5xx.
+    Broke,
+    /// Expected to break, but came out clean (reported, not an error).
+    Unexpected,
+}
+
+/// One strategy × profile × repeat.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Run {
+    pub strategy: String,
+    pub profile: String,
+    /// 1-based.
+    pub repeat: u64,
+    pub expected: Expectation,
+    pub verdict: Verdict,
+    pub instances: usize,
+    pub total_stock: i64,
+    /// Distinct buyers in the sale phase.
+    pub buyers: u64,
+    /// Units the buyers wanted (one each).
+    pub demanded_units: u64,
+    /// Purchase answers in the sale phase (retries and resubmissions included).
+    pub requests: u64,
+    /// Sale phase, first request sent → last answer, seconds.
+    pub duration_s: f64,
+    pub throughput_rps: f64,
+    /// Units sold ÷ (commit of the last unit − send of the first purchase).
+    pub sell_through_per_s: Option<f64>,
+    /// Answers per second in the rejection phase.
+    pub rejection_rps: Option<f64>,
+    pub units_sold: i64,
+    pub orders: i64,
+    pub remaining_stock: i64,
+    pub oversold: i64,
+    /// `min(total_stock, demanded_units) − units_sold` when positive.
+    pub undersold: i64,
+    pub ledger_drift: i64,
+    pub duplicate_orders: i64,
+    /// 5xx answers other than the designed `busy` 503.
+    pub errors_5xx: u64,
+    pub outcomes: Outcomes,
+    pub status_counts: BTreeMap<String, u64>,
+    pub latency_ms: Latency,
+    pub ratio: Ratio,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Ratio {
+    pub sell_through_vs_sql_tps: Option<f64>,
+    pub rejection_vs_http_rps: Option<f64>,
+    /// This run's sell-through ÷ the `sql` run's in the same profile and
+    /// repeat; `null` when `sql` did not run.
+    pub sell_through_vs_sql_strategy: Option<f64>,
+}
+
+impl Run {
+    /// Any sign of a broken sale.
+    pub fn is_broken(&self) -> bool {
+        self.oversold > 0
+            || self.ledger_drift != 0
+            || self.undersold > 0
+            || self.duplicate_orders > 0
+            || self.errors_5xx > 0
+    }
+
+    /// The verdict against `expected`. A run expected to break must show it
+    /// in the books (oversold or drift), not merely in its error count.
+    pub fn judge(&self) -> Verdict {
+        match self.expected {
+            Expectation::Correct if self.is_broken() => Verdict::Broke,
+            Expectation::Correct => Verdict::Ok,
+            Expectation::Breaks if self.oversold > 0 || self.ledger_drift != 0 => Verdict::Ok,
+            Expectation::Breaks => Verdict::Unexpected,
+        }
+    }
+}
+
+/// Fills `ratio.sell_through_vs_sql_strategy` from the `sql` run of the same
+/// profile and repeat.
+pub fn relate_to_sql(runs: &mut [Run]) {
+    let sql: Vec<(String, u64, Option<f64>)> = runs
+        .iter()
+        .filter(|r| r.strategy == "sql")
+        .map(|r| (r.profile.clone(), r.repeat, r.sell_through_per_s))
+        .collect();
+    for run in runs.iter_mut() {
+        let base = sql
+            .iter()
+            .find(|(profile, repeat, _)| *profile == run.profile && *repeat == run.repeat)
+            .and_then(|(_, _, value)| *value);
+        run.ratio.sell_through_vs_sql_strategy = match (run.sell_through_per_s, base) {
+            (Some(value), Some(base)) if base > 0.0 => Some(value / base),
+            _ => None,
+        };
+    }
+}

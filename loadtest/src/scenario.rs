@@ -1,0 +1,374 @@
+//! The goose scenarios: the sale phase (every buyer once, some twice), the
+//! rejection phase (fresh buyers against the sold-out sale), and the trivial
+//! endpoint for the `http_rps` ceiling.
+//!
+//! Goose counts every non-2xx answer as a failure unless told otherwise; here
+//! a `409` and a designed `503 busy` are expected outcomes and are marked as
+//! successes, while the outcome of every answer is classified from its
+//! problem `type` into [`Outcomes`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use goose::config::GooseConfiguration;
+use goose::prelude::*;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Name of the purchase request in goose's metrics (key `POST purchase`).
+const PURCHASE: &str = "purchase";
+
+/// Answers by kind, as the report's `outcomes`.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Outcomes {
+    pub placed: u64,
+    pub sold_out: u64,
+    pub already_purchased: u64,
+    pub busy: u64,
+    pub unavailable: u64,
+    pub not_started: u64,
+    pub ended: u64,
+    pub invalid: u64,
+    pub other: u64,
+}
+
+#[derive(Default)]
+struct OutcomeCounters {
+    placed: AtomicU64,
+    sold_out: AtomicU64,
+    already_purchased: AtomicU64,
+    busy: AtomicU64,
+    unavailable: AtomicU64,
+    not_started: AtomicU64,
+    ended: AtomicU64,
+    invalid: AtomicU64,
+    other: AtomicU64,
+    /// 5xx answers other than the designed `busy`.
+    errors_5xx: AtomicU64,
+}
+
+impl OutcomeCounters {
+    fn snapshot(&self) -> Outcomes {
+        Outcomes {
+            placed: self.placed.load(Relaxed),
+            sold_out: self.sold_out.load(Relaxed),
+            already_purchased: self.already_purchased.load(Relaxed),
+            busy: self.busy.load(Relaxed),
+            unavailable: self.unavailable.load(Relaxed),
+            not_started: self.not_started.load(Relaxed),
+            ended: self.ended.load(Relaxed),
+            invalid: self.invalid.load(Relaxed),
+            other: self.other.load(Relaxed),
+        }
+    }
+}
+
+/// The kind of one answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Placed,
+    SoldOut,
+    AlreadyPurchased,
+    Busy,
+    Unavailable,
+    NotStarted,
+    Ended,
+    Invalid,
+    Other,
+}
+
+fn classify(status: u16, body: &[u8]) -> Kind {
+    if status == 201 {
+        return Kind::Placed;
+    }
+    let problem: Option<Value> = serde_json::from_slice(body).ok();
+    let kind = problem.as_ref().and_then(|p| p["type"].as_str()).unwrap_or("");
+    match (status, kind.rsplit('/').next().unwrap_or("")) {
+        (409, "sold-out") => Kind::SoldOut,
+        (409, "already-purchased") => Kind::AlreadyPurchased,
+        (409, "not-started") => Kind::NotStarted,
+        (409, "ended") => Kind::Ended,
+        (503, "busy") => Kind::Busy,
+        (503, "unavailable") => Kind::Unavailable,
+        (400 | 404 | 413 | 415 | 422, _) => Kind::Invalid,
+        _ => Kind::Other,
+    }
+}
+
+/// Shared state of one goose attack on one sale.
+struct Attack {
+    sale_id: i64,
+    urls: Vec<String>,
+    retries: u32,
+    /// Buyers of the sale phase, in sending order (resubmissions included).
+    buyers: Vec<i64>,
+    next_buyer: AtomicUsize,
+    /// Rejection phase: the next fresh buyer id.
+    next_fresh: AtomicI64,
+    counters: OutcomeCounters,
+    answers: AtomicU64,
+    first_send: OnceLock<(Instant, DateTime<Utc>)>,
+    /// Nanoseconds after `first_send` of the latest answer.
+    last_answer_ns: AtomicU64,
+}
+
+impl Attack {
+    fn new(
+        sale_id: i64,
+        urls: &[String],
+        retries: u32,
+        buyers: Vec<i64>,
+        first_fresh: i64,
+    ) -> Self {
+        Attack {
+            sale_id,
+            urls: urls.to_vec(),
+            retries,
+            buyers,
+            next_buyer: AtomicUsize::new(0),
+            next_fresh: AtomicI64::new(first_fresh),
+            counters: OutcomeCounters::default(),
+            answers: AtomicU64::new(0),
+            first_send: OnceLock::new(),
+            last_answer_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Points `user` at its instance: users are spread round-robin.
+    fn assign(&self, user: &mut GooseUser) -> TransactionResult {
+        let url = &self.urls[user.weighted_users_index % self.urls.len()];
+        user.set_base_url(&format!("{url}/"))
+    }
+
+    /// One buyer's purchase, retrying a `busy` answer up to `retries` times
+    /// with exponential backoff (20 ms · 2^attempt, ±50 % jitter).
+    async fn purchase(&self, user: &mut GooseUser, buyer: i64) -> TransactionResult {
+        let path = format!("sales/{}/orders", self.sale_id);
+        for attempt in 0..=self.retries {
+            let (start, _) = *self.first_send.get_or_init(|| (Instant::now(), Utc::now()));
+            let builder = user
+                .get_request_builder(&GooseMethod::Post, &path)?
+                .json(&json!({ "user_id": buyer }));
+            let request = GooseRequest::builder()
+                .method(GooseMethod::Post)
+                .path(path.as_str())
+                .name(PURCHASE)
+                .set_request_builder(builder)
+                .build();
+            let mut goose = user.request(request).await?;
+            let status = goose.request.status_code;
+            let body = match goose.response {
+                Ok(response) => response.bytes().await.unwrap_or_default(),
+                Err(_) => Default::default(),
+            };
+            self.answers.fetch_add(1, Relaxed);
+            self.last_answer_ns.fetch_max(start.elapsed().as_nanos() as u64, Relaxed);
+            let kind = classify(status, &body);
+            let c = &self.counters;
+            match kind {
+                Kind::Placed => c.placed.fetch_add(1, Relaxed),
+                Kind::SoldOut => c.sold_out.fetch_add(1, Relaxed),
+                Kind::AlreadyPurchased => c.already_purchased.fetch_add(1, Relaxed),
+                Kind::Busy => c.busy.fetch_add(1, Relaxed),
+                Kind::Unavailable => c.unavailable.fetch_add(1, Relaxed),
+                Kind::NotStarted => c.not_started.fetch_add(1, Relaxed),
+                Kind::Ended => c.ended.fetch_add(1, Relaxed),
+                Kind::Invalid => c.invalid.fetch_add(1, Relaxed),
+                Kind::Other => c.other.fetch_add(1, Relaxed),
+            };
+            if status >= 500 && kind != Kind::Busy {
+                c.errors_5xx.fetch_add(1, Relaxed);
+            }
+            if matches!(
+                kind,
+                Kind::SoldOut
+                    | Kind::AlreadyPurchased
+                    | Kind::NotStarted
+                    | Kind::Ended
+                    | Kind::Busy
+            ) {
+                user.set_success(&mut goose.request)?;
+            }
+            if kind != Kind::Busy || attempt == self.retries {
+                break;
+            }
+            let backoff_ms = 20.0 * 2f64.powi(attempt as i32) * rand::rng().random_range(0.5..1.5);
+            tokio::time::sleep(Duration::from_secs_f64(backoff_ms / 1000.0)).await;
+        }
+        Ok(())
+    }
+}
+
+/// Latency percentiles in milliseconds (goose times to the first byte).
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// What one phase measured.
+pub struct PhaseResult {
+    /// Answers received (every attempt counts).
+    pub requests: u64,
+    /// From the first request sent to the last answer, seconds.
+    pub duration_s: f64,
+    pub first_send: Option<DateTime<Utc>>,
+    pub outcomes: Outcomes,
+    pub errors_5xx: u64,
+    pub status_counts: BTreeMap<String, u64>,
+    pub latency_ms: Latency,
+}
+
+fn base_config(urls: &[String], users: u64) -> GooseConfiguration {
+    let mut config = GooseConfiguration::default();
+    config.host = Some(format!("{}/", urls[0]));
+    config.users = Some(users as usize);
+    // Every user starts within the first second: a burst, not a ramp.
+    config.increase_rate = Some(users.to_string());
+    config.quiet = 1;
+    config.no_print_metrics = true;
+    config.no_error_summary = true;
+    config.no_telnet = true;
+    config.no_websocket = true;
+    config.timeout = Some("60".to_owned());
+    config
+}
+
+async fn execute(
+    config: GooseConfiguration,
+    transaction: Transaction,
+    attack: &Attack,
+) -> anyhow::Result<PhaseResult> {
+    let metrics = GooseAttack::initialize_with_config(config)?
+        .register_scenario(scenario!("FlashSale").register_transaction(transaction))
+        .execute()
+        .await?;
+    let mut status_counts = BTreeMap::new();
+    let mut latency_ms = Latency::default();
+    if let Some(purchase) = metrics.requests.get(&format!("POST {PURCHASE}")) {
+        for (status, count) in &purchase.status_code_counts {
+            status_counts.insert(status.to_string(), *count as u64);
+        }
+        let t = &purchase.raw_data;
+        let ms = |us: u64| us as f64 / 1000.0;
+        latency_ms = Latency {
+            p50: ms(t.percentile_us(0.50)),
+            p95: ms(t.percentile_us(0.95)),
+            p99: ms(t.percentile_us(0.99)),
+            max: ms(t.maximum_time_us),
+        };
+    }
+    Ok(PhaseResult {
+        requests: attack.answers.load(Relaxed),
+        duration_s: attack.last_answer_ns.load(Relaxed) as f64 / 1e9,
+        first_send: attack.first_send.get().map(|(_, at)| *at),
+        outcomes: attack.counters.snapshot(),
+        errors_5xx: attack.counters.errors_5xx.load(Relaxed),
+        status_counts,
+        latency_ms,
+    })
+}
+
+/// The buyers of a sale phase: `distinct` buyers with ids `1..=distinct`, and
+/// a `resubmit` fraction of them sending a second time, in shuffled order.
+pub fn buyers(distinct: u64, resubmit: f64) -> Vec<i64> {
+    use rand::seq::SliceRandom;
+    let mut rng = rand::rng();
+    let mut buyers: Vec<i64> = (1..=distinct as i64).collect();
+    let again = ((distinct as f64) * resubmit.clamp(0.0, 1.0)).round() as usize;
+    let repeats: Vec<i64> = buyers.choose_multiple(&mut rng, again).copied().collect();
+    buyers.extend(repeats);
+    buyers.shuffle(&mut rng);
+    buyers
+}
+
+/// The sale phase: `users` goose users send every buyer's purchase once
+/// (resubmissions included) as fast as answers come back. Writes goose's own
+/// HTML report to `report`.
+pub async fn sale_phase(
+    urls: &[String],
+    sale_id: i64,
+    users: u64,
+    retries: u32,
+    buyers: Vec<i64>,
+    report: PathBuf,
+) -> anyhow::Result<PhaseResult> {
+    let attack = Arc::new(Attack::new(sale_id, urls, retries, buyers, 0));
+    let shared = attack.clone();
+    let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
+        let attack = shared.clone();
+        Box::pin(async move {
+            attack.assign(user)?;
+            loop {
+                let i = attack.next_buyer.fetch_add(1, Relaxed);
+                let Some(&buyer) = attack.buyers.get(i) else { break };
+                attack.purchase(user, buyer).await?;
+            }
+            Ok(())
+        })
+    }));
+    let mut config = base_config(urls, users);
+    config.iterations = Some(1);
+    config.report_file = vec![report.display().to_string()];
+    execute(config, transaction, &attack).await
+}
+
+/// The rejection phase: `users` goose users send purchases of fresh buyers
+/// (ids from `first_fresh` up) for `seconds` seconds.
+pub async fn rejection_phase(
+    urls: &[String],
+    sale_id: i64,
+    users: u64,
+    first_fresh: i64,
+    seconds: u64,
+) -> anyhow::Result<PhaseResult> {
+    let attack = Arc::new(Attack::new(sale_id, urls, 0, Vec::new(), first_fresh));
+    let shared = attack.clone();
+    let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
+        let attack = shared.clone();
+        Box::pin(async move {
+            attack.assign(user)?;
+            let buyer = attack.next_fresh.fetch_add(1, Relaxed);
+            attack.purchase(user, buyer).await
+        })
+    }));
+    let mut config = base_config(urls, users);
+    config.run_time = Some(format!("{}s", seconds.max(1)));
+    config.no_reset_metrics = true;
+    execute(config, transaction, &attack).await
+}
+
+/// The `http_rps` ceiling: `users` goose users on `GET /healthz` of every
+/// instance for `seconds` seconds; answers per second.
+pub async fn http_ceiling(urls: &[String], users: u64, seconds: u64) -> anyhow::Result<f64> {
+    let attack = Arc::new(Attack::new(0, urls, 0, Vec::new(), 0));
+    let shared = attack.clone();
+    let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
+        let attack = shared.clone();
+        Box::pin(async move {
+            attack.assign(user)?;
+            let (start, _) = *attack.first_send.get_or_init(|| (Instant::now(), Utc::now()));
+            let _ = user.get_named("healthz", "healthz").await?;
+            attack.answers.fetch_add(1, Relaxed);
+            attack.last_answer_ns.fetch_max(start.elapsed().as_nanos() as u64, Relaxed);
+            Ok(())
+        })
+    }));
+    let mut config = base_config(urls, users);
+    config.run_time = Some(format!("{}s", seconds.max(1)));
+    config.no_reset_metrics = true;
+    let result = execute(config, transaction, &attack).await?;
+    Ok(per_second(result.requests, result.duration_s))
+}
+
+/// `count / seconds`, 0 for an empty interval.
+pub fn per_second(count: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 { count as f64 / seconds } else { 0.0 }
+}
