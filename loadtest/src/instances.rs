@@ -19,8 +19,6 @@ pub struct Instances {
     pub admin_token: String,
     /// Postgres connections the instances hold together (for `sql_tps`).
     pub pool_connections: u32,
-    /// PIDs of started instances (empty with `--target`).
-    pub pids: Vec<u32>,
     children: Vec<Child>,
 }
 
@@ -39,7 +37,6 @@ impl Instances {
                 urls,
                 admin_token,
                 pool_connections,
-                pids: vec![],
                 children: vec![],
             });
         }
@@ -48,7 +45,6 @@ impl Instances {
         let admin_token = format!("loadtest-{:032x}", rand::random::<u128>());
         let mut urls = Vec::new();
         let mut children = Vec::new();
-        let mut pids = Vec::new();
         for i in 0..args.instances {
             let port = free_port()?;
             let log = std::fs::File::create(args.out.join(format!("instance-{i}.log")))?;
@@ -67,7 +63,6 @@ impl Instances {
                 .kill_on_drop(true)
                 .spawn()
                 .with_context(|| format!("starting {}", bin.display()))?;
-            pids.extend(child.id());
             children.push(child);
             urls.push(format!("http://127.0.0.1:{port}"));
         }
@@ -80,7 +75,7 @@ impl Instances {
             })?;
         }
         let pool_connections = args.pool_size * args.instances as u32;
-        Ok(Instances { urls, admin_token, pool_connections, pids, children })
+        Ok(Instances { urls, admin_token, pool_connections, children })
     }
 
     /// Stops the started instances with SIGTERM, waiting briefly for each.

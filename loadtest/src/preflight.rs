@@ -33,8 +33,8 @@ pub async fn check(args: &CompareArgs) -> anyhow::Result<()> {
 /// may not exist yet (the service creates it).
 async fn postgres(url: &str) -> anyhow::Result<()> {
     let options: PgConnectOptions = url.parse()?;
-    let attempt = options.database("postgres").connect();
-    match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+    let options = options.database("postgres");
+    match tokio::time::timeout(Duration::from_secs(5), options.connect()).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(err)) => bail!("Postgres is not answering at DATABASE_URL ({err}); {HINT}"),
         Err(_) => bail!("Postgres did not answer within 5 s at DATABASE_URL; {HINT}"),

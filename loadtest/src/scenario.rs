@@ -236,7 +236,6 @@ fn base_config(urls: &[String], users: u64) -> GooseConfiguration {
     config.no_print_metrics = true;
     config.no_error_summary = true;
     config.no_telnet = true;
-    config.no_websocket = true;
     config.timeout = Some("60".to_owned());
     config
 }
@@ -279,7 +278,7 @@ async fn execute(
 /// The buyers of a sale phase: `distinct` buyers with ids `1..=distinct`, and
 /// a `resubmit` fraction of them sending a second time, in shuffled order.
 pub fn buyers(distinct: u64, resubmit: f64) -> Vec<i64> {
-    use rand::seq::SliceRandom;
+    use rand::seq::{IndexedRandom, SliceRandom};
     let mut rng = rand::rng();
     let mut buyers: Vec<i64> = (1..=distinct as i64).collect();
     let again = ((distinct as f64) * resubmit.clamp(0.0, 1.0)).round() as usize;

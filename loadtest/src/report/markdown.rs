@@ -20,7 +20,7 @@ fn verdict(run: &Run) -> &'static str {
 /// The runs as a table, `markdown` or console style.
 pub fn runs_table(report: &Report, markdown: bool) -> String {
     let mut table = Table::new();
-    table.load_preset(if markdown { ASCII_MARKDOWN } else { UTF8_FULL_CONDENSED });
+    table.load_style(if markdown { ASCII_MARKDOWN } else { UTF8_FULL_CONDENSED });
     table.set_header([
         "strategy",
         "profile",
