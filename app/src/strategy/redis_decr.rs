@@ -137,14 +137,15 @@ impl RedisDecr {
     }
 
     /// Sets the sale's counter from Postgres unless Redis has one, and lists
-    /// the sale for the background reconciler. `remaining`: the sale's
-    /// `remaining_stock` if just read, else it is read here. Returns the
-    /// number of Redis round trips made.
+    /// the sale for the background reconciler. `origin`: see [`origin`];
+    /// `remaining`: the sale's `remaining_stock` if just read, else it is read
+    /// here. Returns the number of Redis round trips made.
     async fn warm(
         &self,
         conn: &mut ConnectionManager,
         counter: &SaleCounter,
         sale: SaleId,
+        origin: i64,
         remaining: Option<i64>,
     ) -> Result<u64, StrategyError> {
         let remaining = match remaining {
@@ -156,7 +157,7 @@ impl RedisDecr {
                     .await?
             }
         };
-        let (created, units) = counter.warm(conn, remaining).await.map_err(redis_error)?;
+        let (created, units) = counter.warm(conn, remaining, origin).await.map_err(redis_error)?;
         if !created {
             return Ok(1);
         }
@@ -176,7 +177,7 @@ impl RedisDecr {
         &self,
         conn: &mut ConnectionManager,
         counter: &SaleCounter,
-        sale: SaleId,
+        sale: &Sale,
         user: UserId,
         quantity: Quantity,
     ) -> (Result<Reserve, StrategyError>, u64) {
@@ -184,7 +185,7 @@ impl RedisDecr {
         let mut trips = 1;
         let mut answer = counter.reserve(conn, user, quantity, id.clone()).await;
         if let Ok(Reserve::NotWarmed) = answer {
-            match self.warm(conn, counter, sale, None).await {
+            match self.warm(conn, counter, sale.id, origin(sale), None).await {
                 Ok(n) => trips += n,
                 Err(err) => return (Err(err), trips),
             }
@@ -202,7 +203,7 @@ impl RedisDecr {
                 trips += 1;
                 if let Ok(units @ 1..) = counter.compensate(conn, &id, Buyer::Release).await {
                     tracing::warn!(
-                        sale_id = sale.0,
+                        sale_id = sale.id.0,
                         units,
                         "returned a reservation of unknown outcome"
                     );
@@ -211,6 +212,14 @@ impl RedisDecr {
             }
         }
     }
+}
+
+/// What ties a sale's Redis keys to its Postgres row: `created_at` in
+/// microseconds since the Unix epoch. Stored by the warm-up; the reconciler
+/// leaves alone keys whose origin differs from its own database's sale of the
+/// same id (two databases wrongly sharing one `SECKILL_REDIS_PREFIX`).
+fn origin(sale: &Sale) -> i64 {
+    sale.created_at.timestamp_micros()
 }
 
 /// A purchase between its reservation and its order. Owns everything it
@@ -283,7 +292,7 @@ impl Strategy for RedisDecr {
         let generation = self.flags.generation();
         let mut conn = self.redis.conn().await?;
         let counter = SaleCounter::new(&self.redis, sale.id);
-        let (answer, trips) = self.reserve(&mut conn, &counter, sale.id, user, quantity).await;
+        let (answer, trips) = self.reserve(&mut conn, &counter, sale, user, quantity).await;
         count_redis_round_trips(NAME, trips);
         let reservation = match answer? {
             Reserve::Reserved { id, .. } => id,
@@ -339,7 +348,7 @@ impl Strategy for RedisDecr {
         let counter = SaleCounter::new(&self.redis, sale.id);
         let warmed = async {
             let mut conn = self.redis.conn().await?;
-            self.warm(&mut conn, &counter, sale.id, Some(stock)).await
+            self.warm(&mut conn, &counter, sale.id, origin(sale), Some(stock)).await
         };
         if let Err(err) = warmed.await {
             tracing::warn!(sale_id = sale.id.0, error = %err, "could not warm the counter; the first purchase will");

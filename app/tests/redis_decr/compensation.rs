@@ -10,10 +10,12 @@ use crate::{RedisView, SHARED_REDIS, unique_prefix};
 /// A sale id for script-level tests: nothing in Postgres refers to it, and
 /// the unique prefix keeps its keys apart.
 const SALE: i64 = 1;
+/// Its made-up `created_at`, microseconds.
+const ORIGIN: i64 = 1_700_000_000_000_000;
 
 async fn warmed_counter(prefix: &str, units: i64) -> RedisView {
     let mut view = RedisView::new(SHARED_REDIS, prefix, SALE).await;
-    let (created, counter) = view.counter.warm(&mut view.conn, units).await.unwrap();
+    let (created, counter) = view.counter.warm(&mut view.conn, units, ORIGIN).await.unwrap();
     assert_eq!((created, counter), (true, units));
     view
 }
@@ -74,7 +76,7 @@ async fn warming_never_resets_a_running_counter() {
     let other = RedisHandle::new(SHARED_REDIS, prefix.as_str()).unwrap();
     let mut conn = other.conn().await.unwrap();
     let counter = SaleCounter::new(&other, SaleId(SALE));
-    assert_eq!(counter.warm(&mut conn, 5).await.unwrap(), (false, 4));
+    assert_eq!(counter.warm(&mut conn, 5, ORIGIN).await.unwrap(), (false, 4));
     assert_eq!(view.stock().await, Some(4));
 }
 

@@ -42,6 +42,27 @@ async fn reconciliation_corrects_a_counter_that_disagrees_with_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_leaves_alone_keys_warmed_for_another_database() {
+    let prefix = unique_prefix();
+    let app = spawn_app(SHARED_REDIS, &prefix, |_| {}).await;
+    let sale = app.sale("redis-decr", 5).await;
+    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    // Keys written by an instance on another database, for its own sale
+    // that happens to have the same id.
+    redis::cmd("SET")
+        .arg(&redis.counter.origin_key)
+        .arg(42)
+        .query_async::<()>(&mut redis.conn)
+        .await
+        .unwrap();
+    redis.set_stock(2).await;
+
+    let report = reconcile(&app, sale).await;
+    assert_eq!((report.redis_drift, report.fixes()), (None, 0));
+    assert_eq!(redis.stock().await, Some(2), "another database's counter is not touched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strategies_without_a_counter_report_null_drift_and_nothing_to_reconcile() {
     let app = spawn_app(SHARED_REDIS, &unique_prefix(), |_| {}).await;
     let sale = app.sale("sql", 2).await;

@@ -10,6 +10,7 @@
 //! | `PREFIX:{sale:ID}:buyers` | set | users holding a reservation or an order |
 //! | `PREFIX:{sale:ID}:reservations` | hash | open reservations: id → `user:qty:created_ms` |
 //! | `PREFIX:{sale:ID}:seq` | integer | bumped by every reservation and counter change |
+//! | `PREFIX:{sale:ID}:origin` | integer | the sale's `created_at` (µs), set with the counter |
 //!
 //! plus two per-prefix names: the set `PREFIX:redis-decr:sales` of warmed
 //! sales (what the background reconciler visits) and the pub/sub channel
@@ -108,6 +109,9 @@ pub struct Snapshot {
     pub seq: i64,
     /// Redis server time, milliseconds since the Unix epoch.
     pub now_ms: i64,
+    /// The origin stored by the warm-up (the sale's `created_at`,
+    /// microseconds since the Unix epoch); `None` if none is stored.
+    pub origin: Option<i64>,
     pub reservations: Vec<Reservation>,
 }
 
@@ -119,6 +123,7 @@ pub struct SaleCounter {
     pub buyers_key: String,
     pub reservations_key: String,
     pub seq_key: String,
+    pub origin_key: String,
     channel: String,
 }
 
@@ -130,25 +135,30 @@ impl SaleCounter {
             buyers_key: redis.sale_key(sale.0, "buyers"),
             reservations_key: redis.sale_key(sale.0, "reservations"),
             seq_key: redis.sale_key(sale.0, "seq"),
+            origin_key: redis.sale_key(sale.0, "origin"),
             channel: stock_returned_channel(redis),
         }
     }
 
     /// Sets the counter to `remaining` (Postgres `remaining_stock`) minus
     /// the units of open reservations, unless a counter exists
-    /// (`warm.lua`). Returns `(created, counter)`.
+    /// (`warm.lua`), and records `origin` (the sale's `created_at`,
+    /// microseconds since the Unix epoch). Returns `(created, counter)`.
     pub async fn warm(
         &self,
         conn: &mut ConnectionManager,
         remaining: i64,
+        origin: i64,
     ) -> redis::RedisResult<(bool, i64)> {
         let (created, counter): (i64, i64) = WARM
             .key(&self.stock_key)
             .key(&self.reservations_key)
             .key(&self.seq_key)
+            .key(&self.origin_key)
             .arg(remaining)
             .arg(&self.channel)
             .arg(self.sale.0)
+            .arg(origin)
             .invoke_async(conn)
             .await?;
         Ok((created == 1, counter))
@@ -228,16 +238,23 @@ impl SaleCounter {
             .key(&self.stock_key)
             .key(&self.reservations_key)
             .key(&self.seq_key)
+            .key(&self.origin_key)
             .invoke_async(conn)
             .await?;
-        let [has_counter, counter, seq, now_ms] = head[..] else {
+        let [has_counter, counter, seq, now_ms, origin] = head[..] else {
             return Err(unexpected("inspect.lua returned a malformed head"));
         };
         let reservations = pairs
             .chunks_exact(2)
             .map(|pair| parse_reservation(&pair[0], &pair[1]))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Snapshot { counter: (has_counter == 1).then_some(counter), seq, now_ms, reservations })
+        Ok(Snapshot {
+            counter: (has_counter == 1).then_some(counter),
+            seq,
+            now_ms,
+            origin: (origin != 0).then_some(origin),
+            reservations,
+        })
     }
 
     /// Moves the counter by `delta` units if the sequence is still `seq`

@@ -36,6 +36,7 @@ use std::collections::HashSet;
 use std::sync::Weak;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use metrics::counter;
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
@@ -51,11 +52,19 @@ pub(super) struct Measurement {
     pub snapshot: Snapshot,
     /// `sales.remaining_stock`.
     pub remaining: i64,
+    /// `sales.created_at`, microseconds since the Unix epoch.
+    pub origin: i64,
     /// Buyers of open reservations who have an order.
     ordered: HashSet<i64>,
 }
 
 impl Measurement {
+    /// False when the Redis keys were warmed for another database's sale of
+    /// the same id (see `super::origin`): nothing here may be changed.
+    pub fn same_sale(&self) -> bool {
+        self.snapshot.origin.is_none_or(|origin| origin == self.origin)
+    }
+
     fn committed(&self, user: i64) -> bool {
         self.ordered.contains(&user)
     }
@@ -77,14 +86,15 @@ impl Measurement {
 /// `$1` sale id, `$2` buyers of open reservations. One statement, so the
 /// stock and the orders come from one snapshot.
 const POSTGRES_SIDE: &str = "\
-SELECT s.remaining_stock,
+SELECT s.remaining_stock, s.created_at,
        coalesce((SELECT array_agg(o.user_id) FROM orders o
                  WHERE o.sale_id = s.id AND o.user_id = ANY($2)), '{}') AS ordered
 FROM sales s
 WHERE s.id = $1 AND s.strategy = 'redis-decr'";
 
 /// Measures sale `sale`. `Ok(None)` when Postgres has no `redis-decr` sale
-/// with that id (e.g. an index entry written against another database).
+/// with that id, or when the Redis keys belong to another database's sale
+/// (an index entry or keys written by instances on another database).
 pub(super) async fn measure(
     db: &PgPool,
     conn: &mut ConnectionManager,
@@ -93,13 +103,25 @@ pub(super) async fn measure(
 ) -> Result<Option<Measurement>, StrategyError> {
     let snapshot = counter.snapshot(conn).await.map_err(redis_error)?;
     let buyers: Vec<i64> = snapshot.reservations.iter().map(|r| r.user).collect();
-    let row: Option<(i64, Vec<i64>)> =
+    let row: Option<(i64, DateTime<Utc>, Vec<i64>)> =
         sqlx::query_as(POSTGRES_SIDE).bind(sale.0).bind(&buyers).fetch_optional(db).await?;
-    Ok(row.map(|(remaining, ordered)| Measurement {
+    let measurement = row.map(|(remaining, created_at, ordered)| Measurement {
         snapshot,
         remaining,
+        origin: created_at.timestamp_micros(),
         ordered: ordered.into_iter().collect(),
-    }))
+    });
+    match measurement {
+        Some(measurement) if !measurement.same_sale() => {
+            tracing::warn!(
+                sale_id = sale.0,
+                "Redis keys of this sale were warmed for another database's sale; left alone \
+                 (give each database its own SECKILL_REDIS_PREFIX)"
+            );
+            Ok(None)
+        }
+        other => Ok(other),
+    }
 }
 
 impl RedisDecr {
@@ -141,7 +163,8 @@ impl RedisDecr {
         let Some(drift) = measurement.drift() else {
             // No counter (never warmed here, or lost with a Redis restart):
             // warming it from Postgres is the whole repair, and not a fix.
-            self.warm(&mut conn, &counter, sale, Some(measurement.remaining)).await?;
+            self.warm(&mut conn, &counter, sale, measurement.origin, Some(measurement.remaining))
+                .await?;
             return Ok(report);
         };
         report.redis_drift = Some(drift);

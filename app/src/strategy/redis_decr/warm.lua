@@ -3,9 +3,13 @@
 -- KEYS[1]  stock counter        PREFIX:{sale:ID}:stock
 -- KEYS[2]  open reservations    PREFIX:{sale:ID}:reservations
 -- KEYS[3]  reservation sequence PREFIX:{sale:ID}:seq
+-- KEYS[4]  origin               PREFIX:{sale:ID}:origin
 -- ARGV[1]  the sale's `remaining_stock` in Postgres, units, read just before
 -- ARGV[2]  channel for "stock returned" broadcasts
 -- ARGV[3]  sale id (the broadcast's message)
+-- ARGV[4]  the sale's origin: its `created_at` in Postgres, microseconds
+--          since the Unix epoch; lets a reconciler tell this sale's keys from
+--          those of a same-numbered sale in another database
 --
 -- Returns {created, counter}: {1, n} when this call set the counter to n,
 -- {0, n} when a counter n already existed and was left alone.
@@ -31,6 +35,7 @@ if n < 0 then
   n = 0
 end
 redis.call('SET', KEYS[1], n)
+redis.call('SET', KEYS[4], ARGV[4])
 redis.call('INCR', KEYS[3])
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return {1, n}
