@@ -44,7 +44,7 @@ use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod counter;
 mod reconcile;
-pub mod sold_out;
+mod sold_out;
 
 use counter::{Buyer, ReservationId, Reserve, SaleCounter, sales_index_key};
 use sold_out::SoldOutFlags;
@@ -96,6 +96,9 @@ impl AfterReserve {
     }
 }
 
+/// The `redis-decr` strategy; one per process, built by
+/// [`super::Strategies::new`] from the shared pool, Redis handle and
+/// configuration.
 pub struct RedisDecr {
     db: PgPool,
     /// The Postgres half of a purchase: exactly the `sql` strategy.
