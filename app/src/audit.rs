@@ -41,6 +41,16 @@ pub struct Audit {
     /// `created_at` of the first and last order (`clock_timestamp()` at insert).
     pub first_order_at: Option<DateTime<Utc>>,
     pub last_order_at: Option<DateTime<Utc>>,
+    /// Redis counter + open reservations without an order − Postgres
+    /// `remaining_stock`, measured before any reconciliation: 0 when the
+    /// strategy's counter mirrors Postgres exactly. `null` for strategies that
+    /// keep no counter outside Postgres. Not computed here (this module reads
+    /// Postgres alone): the audit route fills it in from the strategy.
+    pub redis_drift: Option<i64>,
+    /// Units a reconciler had to return or correct for this sale, over its
+    /// life (`sales.reconcile_fixes`). `null` for strategies without a
+    /// reconciler; 0 in a run without faults.
+    pub reconcile_fixes: Option<i64>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -53,6 +63,7 @@ struct Row {
     duplicate_orders: i64,
     first_order_at: Option<DateTime<Utc>>,
     last_order_at: Option<DateTime<Utc>>,
+    reconcile_fixes: Option<i64>,
 }
 
 const AUDIT: &str = "\
@@ -61,7 +72,7 @@ WITH per_user AS (
            min(created_at) AS first_at, max(created_at) AS last_at
     FROM orders WHERE sale_id = $1 GROUP BY user_id
 )
-SELECT s.strategy, s.total_stock, s.remaining_stock,
+SELECT s.strategy, s.total_stock, s.remaining_stock, s.reconcile_fixes,
        coalesce(sum(p.n), 0)::bigint         AS orders,
        coalesce(sum(p.units), 0)::bigint     AS units_sold,
        coalesce(sum(p.n - 1), 0)::bigint     AS duplicate_orders,
@@ -88,5 +99,7 @@ pub async fn audit(conn: &mut PgConnection, id: SaleId) -> Result<Option<Audit>,
         duplicate_orders: row.duplicate_orders,
         first_order_at: row.first_order_at,
         last_order_at: row.last_order_at,
+        redis_drift: None,
+        reconcile_fixes: row.reconcile_fixes,
     }))
 }

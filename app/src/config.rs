@@ -48,6 +48,31 @@ pub struct Config {
     /// 503, in milliseconds.
     #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
     pub db_acquire_timeout_ms: u64,
+
+    /// `redis-decr`: milliseconds between two background reconciliation
+    /// passes over the sales this Redis prefix holds; 0 turns the background
+    /// job off (`POST /admin/sales/{id}/reconcile` still works).
+    #[arg(long, env = "SECKILL_RECONCILE_INTERVAL_MS", default_value_t = 5000)]
+    pub reconcile_interval_ms: u64,
+
+    /// `redis-decr`: age in milliseconds after which a reservation without an
+    /// order counts as abandoned and is returned. Must exceed the longest
+    /// purchase (pool wait `SECKILL_DB_ACQUIRE_TIMEOUT_MS` plus the
+    /// transaction), or a slow purchase's unit is returned while it commits.
+    #[arg(long, env = "SECKILL_RECONCILE_GRACE_MS", default_value_t = 15000)]
+    pub reconcile_grace_ms: u64,
+
+    /// `redis-decr`: milliseconds an instance answers "sold out" from its
+    /// local flag without asking Redis. The bound on how long a lost
+    /// "stock returned" broadcast can hide returned stock.
+    #[arg(long, env = "SECKILL_SOLD_OUT_FLAG_TTL_MS", default_value_t = 1000)]
+    pub sold_out_flag_ttl_ms: u64,
+
+    /// Test-only fault injection, e.g. `redis-decr-after-reserve=exit`
+    /// (comma-separated `name=action`). Unset in production; see
+    /// docs/redis-decr.md for the failpoints and their actions.
+    #[arg(long, env = "SECKILL_FAILPOINTS", hide = true)]
+    pub failpoints: Option<String>,
 }
 
 impl Config {
@@ -82,6 +107,10 @@ impl std::fmt::Debug for Config {
             .field("addr", &self.addr)
             .field("db_pool_size", &self.db_pool_size)
             .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
+            .field("reconcile_interval_ms", &self.reconcile_interval_ms)
+            .field("reconcile_grace_ms", &self.reconcile_grace_ms)
+            .field("sold_out_flag_ttl_ms", &self.sold_out_flag_ttl_ms)
+            .field("failpoints", &self.failpoints)
             .finish_non_exhaustive()
     }
 }

@@ -73,9 +73,12 @@ impl Application {
         let config = Arc::new(config);
         let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone())
             .context("parsing REDIS_URL")?;
-        let deps = Deps { db: db.clone(), redis, config: config.clone() };
+        let deps = Deps { db: db.clone(), redis: redis.clone(), config: config.clone() };
+        let strategies = Strategies::new(&deps);
+        strategies.start_background();
         let state = AppState {
-            strategies: Strategies::new(&deps),
+            strategies,
+            redis,
             catalog: SaleCatalog::default(),
             metrics: telemetry::metrics_handle(),
             config,

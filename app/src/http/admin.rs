@@ -1,4 +1,5 @@
-//! Admin routes (bearer token required): create a sale, restock it, audit it.
+//! Admin routes (bearer token required): create a sale, restock it, audit it,
+//! reconcile it.
 
 use axum::Json;
 use axum::extract::State;
@@ -11,7 +12,7 @@ use super::error::AppError;
 use super::extract::{Admin, ApiJson, SalePath};
 use crate::audit::{self, Audit};
 use crate::sale::{InvalidInput, Knobs, SALE_COLUMNS, Sale, Stock};
-use crate::strategy::StrategyName;
+use crate::strategy::{Reconciliation, StrategyName};
 
 /// Upper bound on stock figures, so that sums stay far from `i64::MAX`.
 const MAX_UNITS: i64 = 1_000_000_000_000;
@@ -166,15 +167,34 @@ pub async fn restock(
 }
 
 /// `GET /admin/sales/{id}/audit`: the correctness figures of the sale, from
-/// Postgres (see `crate::audit`).
+/// Postgres (see `crate::audit`), plus `redis_drift` measured by the sale's
+/// strategy (`null` when it keeps no counter outside Postgres).
 pub async fn audit(
     _: Admin,
     State(state): State<AppState>,
     SalePath(id): SalePath,
 ) -> Result<Json<Audit>, AppError> {
-    let mut conn = state.db.acquire().await?;
-    let audit = audit::audit(&mut conn, id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
+    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let mut audit = {
+        let mut conn = state.db.acquire().await?;
+        audit::audit(&mut conn, id).await?.ok_or_else(not_found)?
+    };
+    let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
+    audit.redis_drift = state.strategies.get(sale.strategy).redis_drift(&sale).await?;
     Ok(Json(audit))
+}
+
+/// `POST /admin/sales/{id}/reconcile`: one reconciliation pass now (the
+/// background job runs the same pass every `SECKILL_RECONCILE_INTERVAL_MS`).
+/// For a strategy with nothing to reconcile the report has `redis_drift:
+/// null` and no fixes.
+pub async fn reconcile(
+    _: Admin,
+    State(state): State<AppState>,
+    SalePath(id): SalePath,
+) -> Result<Json<Reconciliation>, AppError> {
+    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
+    let report = state.strategies.get(sale.strategy).reconcile(&sale).await?;
+    Ok(Json(report))
 }

@@ -21,7 +21,10 @@ pub async fn healthz() -> Json<Value> {
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
     let ping = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.db);
     match tokio::time::timeout(READY_TIMEOUT, ping).await {
-        Ok(Ok(_)) => Ok(Json(json!({ "status": "ready", "postgres": "ok" }))),
+        Ok(Ok(_)) => {
+            redis_ready(&state).await?;
+            Ok(Json(json!({ "status": "ready", "postgres": "ok", "redis": "ok" })))
+        }
         Ok(Err(err)) => {
             Err(StrategyError::Unavailable { backend: Backend::Postgres, source: err.into() }
                 .into())
@@ -31,6 +34,23 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppErr
             source: anyhow::anyhow!("no answer within {READY_TIMEOUT:?}"),
         }
         .into()),
+    }
+}
+
+/// Redis answers `PING` within [`READY_TIMEOUT`]; else `Unavailable`.
+async fn redis_ready(state: &AppState) -> Result<(), StrategyError> {
+    let unavailable =
+        |source: anyhow::Error| StrategyError::Unavailable { backend: Backend::Redis, source };
+    let ping = async {
+        let mut conn = state.redis.conn().await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map_err(|err| unavailable(err.into()))
+    };
+    match tokio::time::timeout(READY_TIMEOUT, ping).await {
+        Ok(result) => result.map(drop),
+        Err(_) => Err(unavailable(anyhow::anyhow!("no answer within {READY_TIMEOUT:?}"))),
     }
 }
 

@@ -25,9 +25,10 @@ use sqlx::PgPool;
 
 use crate::backends::RedisHandle;
 use crate::config::Config;
-use crate::sale::{Quantity, Sale, UserId};
+use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod naive;
+pub mod redis_decr;
 pub mod sql;
 pub mod sql_for_update;
 
@@ -43,18 +44,27 @@ pub enum StrategyName {
     Sql,
     /// `SELECT … FOR UPDATE`, check, update, insert, in one transaction.
     SqlForUpdate,
+    /// A Redis counter gates buyers (Lua: de-duplicate, `DECRBY`), then the
+    /// `sql` transaction; every failure after the decrement is compensated,
+    /// and a reconciler returns what a crash left behind.
+    RedisDecr,
 }
 
 impl StrategyName {
     /// Every implemented strategy, in the order the comparison reports them.
-    pub const ALL: &'static [StrategyName] =
-        &[StrategyName::Naive, StrategyName::Sql, StrategyName::SqlForUpdate];
+    pub const ALL: &'static [StrategyName] = &[
+        StrategyName::Naive,
+        StrategyName::Sql,
+        StrategyName::SqlForUpdate,
+        StrategyName::RedisDecr,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             StrategyName::Naive => "naive",
             StrategyName::Sql => "sql",
             StrategyName::SqlForUpdate => "sql/for-update",
+            StrategyName::RedisDecr => "redis-decr",
         }
     }
 
@@ -64,6 +74,7 @@ impl StrategyName {
             StrategyName::Naive | StrategyName::Sql | StrategyName::SqlForUpdate => {
                 &[Backend::Postgres]
             }
+            StrategyName::RedisDecr => &[Backend::Postgres, Backend::Redis],
         }
     }
 
@@ -219,6 +230,61 @@ pub trait Strategy: Send + Sync + 'static {
     async fn restocked(&self, _sale: &Sale, _units: i64) -> Result<(), StrategyError> {
         Ok(())
     }
+
+    /// How far the strategy's own stock counter strays from Postgres, in
+    /// units (see [`crate::audit::Audit::redis_drift`]), measured without
+    /// changing anything. `None` (the default) for strategies that keep no
+    /// stock outside Postgres.
+    async fn redis_drift(&self, _sale: &Sale) -> Result<Option<i64>, StrategyError> {
+        Ok(None)
+    }
+
+    /// One reconciliation pass over `sale` now: compare the strategy's own
+    /// state with Postgres and heal drift. The default has nothing to
+    /// reconcile and reports so (`redis_drift: None`, no fixes).
+    async fn reconcile(&self, sale: &Sale) -> Result<Reconciliation, StrategyError> {
+        Ok(Reconciliation::nothing_to_reconcile(sale.id))
+    }
+}
+
+/// What one reconciliation pass over a sale found and fixed. Units are units
+/// of stock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reconciliation {
+    pub sale_id: SaleId,
+    /// As the audit's `redis_drift`, measured before this pass fixed
+    /// anything. `None` when the strategy keeps no counter (or Redis holds
+    /// none for this sale yet).
+    pub redis_drift: Option<i64>,
+    /// Units of abandoned reservations (no order after the grace period)
+    /// returned to the counter.
+    pub returned_units: i64,
+    /// Units by which the counter was corrected towards Postgres (absolute).
+    pub corrected_units: i64,
+    /// Open reservations younger than the grace period, left alone.
+    pub in_flight_reservations: i64,
+    /// A correction was due but postponed to a later pass, because new
+    /// reservations landed while this pass was measuring.
+    pub correction_deferred: bool,
+}
+
+impl Reconciliation {
+    /// The report of a strategy with nothing to reconcile.
+    pub fn nothing_to_reconcile(sale_id: SaleId) -> Self {
+        Self {
+            sale_id,
+            redis_drift: None,
+            returned_units: 0,
+            corrected_units: 0,
+            in_flight_reservations: 0,
+            correction_deferred: false,
+        }
+    }
+
+    /// Units fixed by this pass: returned plus corrected.
+    pub fn fixes(&self) -> i64 {
+        self.returned_units + self.corrected_units
+    }
 }
 
 /// The strategies of one process, built once at start-up.
@@ -227,6 +293,7 @@ pub struct Strategies {
     naive: Arc<naive::Naive>,
     sql: Arc<sql::Sql>,
     sql_for_update: Arc<sql_for_update::SqlForUpdate>,
+    redis_decr: Arc<redis_decr::RedisDecr>,
 }
 
 /// Connections and settings the strategies are built from.
@@ -244,7 +311,15 @@ impl Strategies {
             naive: Arc::new(naive::Naive::new(db.clone())),
             sql: Arc::new(sql::Sql::new(db.clone())),
             sql_for_update: Arc::new(sql_for_update::SqlForUpdate::new(db)),
+            redis_decr: Arc::new(redis_decr::RedisDecr::new(deps)),
         }
+    }
+
+    /// Starts the background work of the strategies that have some (the
+    /// `redis-decr` reconciler and sold-out listener). Call once, from inside
+    /// the Tokio runtime; the tasks end with the runtime.
+    pub fn start_background(&self) {
+        self.redis_decr.start_background();
     }
 
     /// The strategy that serves sales named `name`.
@@ -253,6 +328,7 @@ impl Strategies {
             StrategyName::Naive => self.naive.as_ref(),
             StrategyName::Sql => self.sql.as_ref(),
             StrategyName::SqlForUpdate => self.sql_for_update.as_ref(),
+            StrategyName::RedisDecr => self.redis_decr.as_ref(),
         }
     }
 }
@@ -276,10 +352,13 @@ pub enum Expectation {
 /// | `naive` | breaks (lost updates: read-check-write without protection) |
 /// | `sql` | correct |
 /// | `sql/for-update` | correct |
+/// | `redis-decr` | correct (the Postgres guard backs the Redis gate) |
 pub fn expectation(strategy: StrategyName, _profile: &str, _instances: usize) -> Expectation {
     match strategy {
         StrategyName::Naive => Expectation::Breaks,
-        StrategyName::Sql | StrategyName::SqlForUpdate => Expectation::Correct,
+        StrategyName::Sql | StrategyName::SqlForUpdate | StrategyName::RedisDecr => {
+            Expectation::Correct
+        }
     }
 }
 

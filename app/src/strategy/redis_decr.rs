@@ -1,0 +1,390 @@
+//! `redis-decr`: a Redis counter gates the buyers, Postgres writes the orders,
+//! and every unit taken in Redis ends as an order or comes back.
+//!
+//! One purchase:
+//! 1. If this instance has flagged the sale sold out, answer so at once — no
+//!    Redis, no Postgres ([`sold_out`]).
+//! 2. `reserve.lua`: de-duplicate the buyer and `DECRBY qty` in one atomic
+//!    step, recording a reservation under a random id. "Sold out" and
+//!    "already purchased" are answered here, which is what keeps the hot row
+//!    out of the request path for nearly every rejected buyer.
+//! 3. The `sql` strategy's transaction (guarded `UPDATE` + order `INSERT`):
+//!    Postgres stays the source of truth and its guard the last fence, so a
+//!    counter above the truth can never oversell.
+//! 4. Order placed → confirm (drop the reservation). Anything else —
+//!    sold out or duplicate per Postgres, a connection error, a timeout —
+//!    → `compensate.lua` returns the units exactly once.
+//!
+//! Steps 3–4 run in their own task, so a client that hangs up mid-purchase
+//! cannot strand a reservation by cancelling the request. What the purchase
+//! path cannot finish (the process dies, Redis is unreachable for the
+//! compensation) is left as an open reservation, which the reconciler
+//! ([`reconcile`]) returns after a grace period. The counter is warmed from
+//! Postgres when a sale is created and, lazily, whenever Redis has none (a new
+//! instance, a Redis restart); warming never overwrites an existing counter.
+//!
+//! Invariant: `counter + Σ qty(reservations without an order) =
+//! sales.remaining_stock`, restored by reconciliation after any fault; the
+//! audit reports the difference as `redis_drift`. This strategy never
+//! oversells (Postgres refuses), and undersells only until reconciliation
+//! returns what a crash left behind. docs/redis-decr.md tells the failure
+//! cases one by one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+
+use super::sql::Sql;
+use super::{Backend, Deps, Outcome, Reconciliation, Strategy, StrategyError};
+use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
+use crate::sale::{Quantity, Sale, SaleId, UserId};
+
+pub mod counter;
+mod reconcile;
+mod sold_out;
+
+use counter::{Buyer, ReservationId, Reserve, SaleCounter, sales_index_key};
+use sold_out::SoldOutFlags;
+
+/// Wire name, and the `strategy` label of this strategy's metrics.
+const NAME: &str = "redis-decr";
+
+/// The failpoint that fires right after a successful reservation, before
+/// Postgres is asked (`SECKILL_FAILPOINTS=redis-decr-after-reserve=ACTION`).
+pub const AFTER_RESERVE_FAILPOINT: &str = "redis-decr-after-reserve";
+
+/// Exit status of a process stopped by the `exit` action of
+/// [`AFTER_RESERVE_FAILPOINT`].
+pub const FAILPOINT_EXIT_CODE: i32 = 86;
+
+/// What [`AFTER_RESERVE_FAILPOINT`] does (test-only; docs/redis-decr.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterReserve {
+    /// Behave as if Postgres failed: the purchase is answered `503
+    /// unavailable` and its reservation compensated.
+    Error,
+    /// End the process at once, as a crash would: the reservation stays open
+    /// for the reconciler.
+    Exit,
+}
+
+impl AfterReserve {
+    /// Reads the failpoint from a `name=action,…` list. Unknown actions are
+    /// reported and ignored; other names belong to other failpoints.
+    fn from_config(failpoints: Option<&str>) -> Option<Self> {
+        let action = failpoints?
+            .split(',')
+            .filter_map(|entry| entry.split_once('='))
+            .find(|(name, _)| name.trim() == AFTER_RESERVE_FAILPOINT)?
+            .1
+            .trim();
+        let parsed = match action {
+            "error" => Some(AfterReserve::Error),
+            "exit" => Some(AfterReserve::Exit),
+            other => {
+                tracing::error!(action = other, "unknown action for {AFTER_RESERVE_FAILPOINT}");
+                None
+            }
+        };
+        if let Some(action) = parsed {
+            tracing::warn!(?action, "failpoint {AFTER_RESERVE_FAILPOINT} is armed");
+        }
+        parsed
+    }
+}
+
+/// The `redis-decr` strategy; one per process, built by
+/// [`super::Strategies::new`] from the shared pool, Redis handle and
+/// configuration.
+pub struct RedisDecr {
+    db: PgPool,
+    /// The Postgres half of a purchase: exactly the `sql` strategy.
+    sql: Arc<Sql>,
+    redis: RedisHandle,
+    flags: Arc<SoldOutFlags>,
+    /// Reservations younger than this (milliseconds) are never returned.
+    grace_ms: i64,
+    /// Background reconciliation period; zero: no background job.
+    interval: Duration,
+    failpoint: Option<AfterReserve>,
+}
+
+impl RedisDecr {
+    pub fn new(deps: &Deps) -> Self {
+        let config = &deps.config;
+        Self {
+            db: deps.db.clone(),
+            sql: Arc::new(Sql::new(deps.db.clone())),
+            redis: deps.redis.clone(),
+            flags: Arc::new(SoldOutFlags::new(Duration::from_millis(config.sold_out_flag_ttl_ms))),
+            grace_ms: i64::try_from(config.reconcile_grace_ms).unwrap_or(i64::MAX),
+            interval: Duration::from_millis(config.reconcile_interval_ms),
+            failpoint: AfterReserve::from_config(config.failpoints.as_deref()),
+        }
+    }
+
+    /// Spawns the sold-out listener and, unless the interval is zero, the
+    /// background reconciler. Both end when the strategy is dropped.
+    pub fn start_background(self: &Arc<Self>) {
+        tokio::spawn(sold_out::listen(
+            self.redis.client().clone(),
+            counter::stock_returned_channel(&self.redis),
+            Arc::downgrade(&self.flags),
+        ));
+        if !self.interval.is_zero() {
+            tokio::spawn(reconcile::run_background(Arc::downgrade(self), self.interval));
+        }
+    }
+
+    /// Sets the sale's counter from Postgres unless Redis has one, and lists
+    /// the sale for the background reconciler. `origin`: see [`origin`];
+    /// `remaining`: the sale's `remaining_stock` if just read, else it is read
+    /// here. Returns the number of Redis round trips made.
+    async fn warm(
+        &self,
+        conn: &mut ConnectionManager,
+        counter: &SaleCounter,
+        sale: SaleId,
+        origin: i64,
+        remaining: Option<i64>,
+    ) -> Result<u64, StrategyError> {
+        let remaining = match remaining {
+            Some(remaining) => remaining,
+            None => {
+                sqlx::query_scalar("SELECT remaining_stock FROM sales WHERE id = $1")
+                    .bind(sale.0)
+                    .fetch_one(&self.db)
+                    .await?
+            }
+        };
+        let (created, units) = counter.warm(conn, remaining, origin).await.map_err(redis_error)?;
+        if !created {
+            return Ok(1);
+        }
+        redis::cmd("SADD")
+            .arg(sales_index_key(&self.redis))
+            .arg(sale.0)
+            .query_async::<i64>(conn)
+            .await
+            .map_err(redis_error)?;
+        tracing::info!(sale_id = sale.0, counter = units, "Redis counter warmed from Postgres");
+        Ok(2)
+    }
+
+    /// Step 2 of a purchase, warming the counter first if Redis has none.
+    /// Returns the answer and the Redis round trips made.
+    async fn reserve(
+        &self,
+        conn: &mut ConnectionManager,
+        counter: &SaleCounter,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+    ) -> (Result<Reserve, StrategyError>, u64) {
+        let id = ReservationId::random();
+        let mut trips = 1;
+        let mut answer = counter.reserve(conn, user, quantity, id.clone()).await;
+        if let Ok(Reserve::NotWarmed) = answer {
+            match self.warm(conn, counter, sale.id, origin(sale), None).await {
+                Ok(n) => trips += n,
+                Err(err) => return (Err(err), trips),
+            }
+            trips += 1;
+            answer = counter.reserve(conn, user, quantity, id.clone()).await;
+        }
+        match answer {
+            Ok(answer) => (Ok(answer), trips),
+            Err(err) => {
+                // The outcome is unknown: the script may have run before the
+                // connection failed. The compensation is idempotent and keyed
+                // by this reservation's id, so trying it costs nothing when
+                // there is nothing to return; if it cannot reach Redis either,
+                // the reconciler returns the units after the grace period.
+                trips += 1;
+                if let Ok(units @ 1..) = counter.compensate(conn, &id, Buyer::Release).await {
+                    tracing::warn!(
+                        sale_id = sale.id.0,
+                        units,
+                        "returned a reservation of unknown outcome"
+                    );
+                }
+                (Err(redis_error(err)), trips)
+            }
+        }
+    }
+}
+
+/// What ties a sale's Redis keys to its Postgres row: `created_at` in
+/// microseconds since the Unix epoch. Stored by the warm-up; the reconciler
+/// leaves alone keys whose origin differs from its own database's sale of the
+/// same id (two databases wrongly sharing one `SECKILL_REDIS_PREFIX`).
+fn origin(sale: &Sale) -> i64 {
+    sale.created_at.timestamp_micros()
+}
+
+/// A purchase between its reservation and its order. Owns everything it
+/// needs, so that it can finish in its own task.
+struct Pending {
+    sql: Arc<Sql>,
+    conn: ConnectionManager,
+    counter: SaleCounter,
+    sale: Sale,
+    user: UserId,
+    quantity: Quantity,
+    reservation: ReservationId,
+    failpoint: Option<AfterReserve>,
+}
+
+impl Pending {
+    /// Steps 3–4 of a purchase: the Postgres transaction, then confirm or
+    /// compensate. Returns the answer and the Redis round trips made.
+    async fn settle(self) -> (Result<Outcome, StrategyError>, u64) {
+        let Pending { sql, mut conn, counter, sale, user, quantity, reservation, failpoint } = self;
+        let result = match failpoint {
+            Some(AfterReserve::Error) => Err(StrategyError::Unavailable {
+                backend: Backend::Postgres,
+                source: anyhow::anyhow!("failpoint {AFTER_RESERVE_FAILPOINT}=error"),
+            }),
+            _ => sql.purchase(&sale, user, quantity).await,
+        };
+        let buyer = match &result {
+            Ok(Outcome::Placed { .. }) => {
+                if let Err(err) = counter.confirm(&mut conn, &[&reservation]).await {
+                    // The order stands; the reconciler drops the reservation once
+                    // it sees the order.
+                    tracing::warn!(sale_id = sale.id.0, error = %err, "could not confirm a reservation");
+                }
+                return (result, 1);
+            }
+            Ok(Outcome::AlreadyPurchased) => Buyer::Keep,
+            Ok(Outcome::SoldOut) => {
+                tracing::debug!(
+                    sale_id = sale.id.0,
+                    "Redis admitted a buyer that Postgres refused: the counter is above the truth"
+                );
+                Buyer::Release
+            }
+            Ok(_) | Err(_) => Buyer::Release,
+        };
+        if let Err(err) = counter.compensate(&mut conn, &reservation, buyer).await {
+            tracing::warn!(
+                sale_id = sale.id.0,
+                reservation = reservation.as_str(),
+                error = %err,
+                "compensation failed; the reconciler returns the units after the grace period"
+            );
+        }
+        (result, 1)
+    }
+}
+
+#[async_trait]
+impl Strategy for RedisDecr {
+    async fn purchase(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+    ) -> Result<Outcome, StrategyError> {
+        if self.flags.is_set(sale.id) {
+            return Ok(Outcome::SoldOut);
+        }
+        let generation = self.flags.generation();
+        let mut conn = self.redis.conn().await?;
+        let counter = SaleCounter::new(&self.redis, sale.id);
+        let (answer, trips) = self.reserve(&mut conn, &counter, sale, user, quantity).await;
+        count_redis_round_trips(NAME, trips);
+        let reservation = match answer? {
+            Reserve::Reserved { id, .. } => id,
+            Reserve::SoldOut { left } => {
+                if left == 0 {
+                    self.flags.set(sale.id, generation);
+                }
+                return Ok(Outcome::SoldOut);
+            }
+            Reserve::AlreadyHeld => return Ok(Outcome::AlreadyPurchased),
+            Reserve::NotWarmed => {
+                // Warmed a moment ago and gone again: Redis restarted under us.
+                return Err(StrategyError::Unavailable {
+                    backend: Backend::Redis,
+                    source: anyhow::anyhow!("the sale's counter vanished right after warming"),
+                });
+            }
+        };
+        if self.failpoint == Some(AfterReserve::Exit) {
+            tracing::error!(
+                sale_id = sale.id.0,
+                reservation = reservation.as_str(),
+                "failpoint {AFTER_RESERVE_FAILPOINT}=exit: the process ends now"
+            );
+            std::process::exit(FAILPOINT_EXIT_CODE);
+        }
+        let pending = Pending {
+            sql: self.sql.clone(),
+            conn,
+            counter,
+            sale: sale.clone(),
+            user,
+            quantity,
+            reservation,
+            failpoint: self.failpoint,
+        };
+        let task = tokio::spawn(pending.settle());
+        let (result, trips) = task.await.map_err(|err| StrategyError::Internal(err.into()))?;
+        count_redis_round_trips(NAME, trips);
+        result
+    }
+
+    /// Marks the sale as watched by a reconciler (`reconcile_fixes = 0`) and
+    /// warms its counter. If Redis is down, the sale is still created: the
+    /// first purchase warms the counter.
+    async fn sale_created(&self, sale: &Sale, stock: i64) -> Result<(), StrategyError> {
+        sqlx::query(
+            "UPDATE sales SET reconcile_fixes = 0 WHERE id = $1 AND reconcile_fixes IS NULL",
+        )
+        .bind(sale.id.0)
+        .execute(&self.db)
+        .await?;
+        let counter = SaleCounter::new(&self.redis, sale.id);
+        let warmed = async {
+            let mut conn = self.redis.conn().await?;
+            self.warm(&mut conn, &counter, sale.id, origin(sale), Some(stock)).await
+        };
+        if let Err(err) = warmed.await {
+            tracing::warn!(sale_id = sale.id.0, error = %err, "could not warm the counter; the first purchase will");
+        }
+        Ok(())
+    }
+
+    /// Raises the counter by `units` and clears the sold-out flag everywhere.
+    /// Postgres has already committed the restock, so a Redis failure is not
+    /// an error of the request (retrying it would restock twice): the
+    /// reconciler raises the counter to the truth instead.
+    async fn restocked(&self, sale: &Sale, units: i64) -> Result<(), StrategyError> {
+        let counter = SaleCounter::new(&self.redis, sale.id);
+        let raised = async {
+            let mut conn = self.redis.conn().await?;
+            counter.restock(&mut conn, units).await.map_err(redis_error)
+        };
+        if let Err(err) = raised.await {
+            tracing::warn!(sale_id = sale.id.0, error = %err, "could not raise the counter; reconciliation will");
+        }
+        self.flags.clear(sale.id);
+        Ok(())
+    }
+
+    async fn redis_drift(&self, sale: &Sale) -> Result<Option<i64>, StrategyError> {
+        self.measure_drift(sale.id).await
+    }
+
+    async fn reconcile(&self, sale: &Sale) -> Result<Reconciliation, StrategyError> {
+        let report = self.reconcile_sale(sale.id).await?;
+        if report.fixes() > 0 {
+            self.flags.clear(sale.id);
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,283 @@
+//! Reconciliation: compare a sale's Redis state with Postgres and heal drift.
+//!
+//! The purchase path keeps the books exact by itself; reconciliation is for
+//! what it cannot finish — a process that died between the decrement and the
+//! order, a compensation that could not reach Redis, a counter rebuilt while
+//! an old purchase was still committing. One pass over a sale:
+//!
+//! 1. takes a Redis snapshot (`inspect.lua`: counter, sequence number, server
+//!    clock, open reservations), then one Postgres statement (the sale's
+//!    `remaining_stock`, and which of the reservations' buyers have an order);
+//! 2. sorts the open reservations: *committed* (the buyer has an order: the
+//!    reservation is confirmed, i.e. dropped, which is bookkeeping, not a
+//!    fix), *in flight* (no order, younger than the grace period: left alone),
+//!    *abandoned* (no order, older than the grace period: its units are
+//!    returned with the idempotent compensation script);
+//! 3. computes `drift = counter + units of uncommitted reservations −
+//!    remaining_stock`. It is measured consistently: anything that commits
+//!    between the two reads is a reservation of the snapshot and is seen as
+//!    committed by the Postgres read. The one thing that would fool it — a
+//!    reservation opened after the snapshot — bumps the sequence number, and
+//!    the correction (`correct.lua`) is applied only if the sequence is
+//!    unchanged. Otherwise it waits for a later pass.
+//!
+//! Each fix is logged, counted in `seckill_reconcile_fixes_total{kind}` and
+//! added to `sales.reconcile_fixes`. Passes are safe to run concurrently on
+//! every instance: returns are idempotent and corrections are
+//! compare-and-set.
+//!
+//! Not closed here: a purchase whose Postgres transaction takes longer than
+//! the grace period has its unit returned while it commits. The counter then
+//! stands above the truth — the Postgres guard still refuses the surplus, and
+//! the next pass corrects it — which is why the grace period must exceed the
+//! longest purchase.
+
+use std::collections::HashSet;
+use std::sync::Weak;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use metrics::counter;
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+
+use super::RedisDecr;
+use super::counter::{Buyer, ReservationId, SaleCounter, Snapshot, sales_index_key};
+use crate::backends::redis_error;
+use crate::sale::SaleId;
+use crate::strategy::{Reconciliation, StrategyError};
+
+/// A Redis snapshot and the Postgres figures read right after it.
+pub(super) struct Measurement {
+    pub snapshot: Snapshot,
+    /// `sales.remaining_stock`.
+    pub remaining: i64,
+    /// `sales.created_at`, microseconds since the Unix epoch.
+    pub origin: i64,
+    /// Buyers of open reservations who have an order.
+    ordered: HashSet<i64>,
+}
+
+impl Measurement {
+    /// False when the Redis keys were warmed for another database's sale of
+    /// the same id (see `super::origin`): nothing here may be changed.
+    pub fn same_sale(&self) -> bool {
+        self.snapshot.origin.is_none_or(|origin| origin == self.origin)
+    }
+
+    fn committed(&self, user: i64) -> bool {
+        self.ordered.contains(&user)
+    }
+
+    /// `counter + Σ qty(uncommitted reservations) − remaining`; `None`
+    /// without a counter.
+    pub fn drift(&self) -> Option<i64> {
+        let uncommitted: i64 = self
+            .snapshot
+            .reservations
+            .iter()
+            .filter(|r| !self.committed(r.user))
+            .map(|r| r.quantity)
+            .sum();
+        Some(self.snapshot.counter? + uncommitted - self.remaining)
+    }
+}
+
+/// `$1` sale id, `$2` buyers of open reservations. One statement, so the
+/// stock and the orders come from one snapshot.
+const POSTGRES_SIDE: &str = "\
+SELECT s.remaining_stock, s.created_at,
+       coalesce((SELECT array_agg(o.user_id) FROM orders o
+                 WHERE o.sale_id = s.id AND o.user_id = ANY($2)), '{}') AS ordered
+FROM sales s
+WHERE s.id = $1 AND s.strategy = 'redis-decr'";
+
+/// Measures sale `sale`. `Ok(None)` when Postgres has no `redis-decr` sale
+/// with that id, or when the Redis keys belong to another database's sale
+/// (an index entry or keys written by instances on another database).
+pub(super) async fn measure(
+    db: &PgPool,
+    conn: &mut ConnectionManager,
+    counter: &SaleCounter,
+    sale: SaleId,
+) -> Result<Option<Measurement>, StrategyError> {
+    let snapshot = counter.snapshot(conn).await.map_err(redis_error)?;
+    let buyers: Vec<i64> = snapshot.reservations.iter().map(|r| r.user).collect();
+    let row: Option<(i64, DateTime<Utc>, Vec<i64>)> =
+        sqlx::query_as(POSTGRES_SIDE).bind(sale.0).bind(&buyers).fetch_optional(db).await?;
+    let measurement = row.map(|(remaining, created_at, ordered)| Measurement {
+        snapshot,
+        remaining,
+        origin: created_at.timestamp_micros(),
+        ordered: ordered.into_iter().collect(),
+    });
+    match measurement {
+        Some(measurement) if !measurement.same_sale() => {
+            tracing::warn!(
+                sale_id = sale.0,
+                "Redis keys of this sale were warmed for another database's sale; left alone \
+                 (give each database its own SECKILL_REDIS_PREFIX)"
+            );
+            Ok(None)
+        }
+        other => Ok(other),
+    }
+}
+
+impl RedisDecr {
+    /// The audit's `redis_drift`, without changing anything. Measures again
+    /// (up to 5 times) while reservations keep landing between the two
+    /// reads, so that a quiet sale always gets an exact figure.
+    pub(super) async fn measure_drift(&self, sale: SaleId) -> Result<Option<i64>, StrategyError> {
+        let mut conn = self.redis.conn().await?;
+        let counter = SaleCounter::new(&self.redis, sale);
+        let mut drift = None;
+        for _ in 0..5 {
+            let Some(measurement) = measure(&self.db, &mut conn, &counter, sale).await? else {
+                return Ok(None);
+            };
+            drift = measurement.drift();
+            let seq: Option<i64> = redis::cmd("GET")
+                .arg(&counter.seq_key)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_error)?;
+            if seq.unwrap_or(0) == measurement.snapshot.seq {
+                break;
+            }
+        }
+        Ok(drift)
+    }
+
+    /// One reconciliation pass over `sale` (see the module documentation).
+    pub(super) async fn reconcile_sale(
+        &self,
+        sale: SaleId,
+    ) -> Result<Reconciliation, StrategyError> {
+        let mut report = Reconciliation::nothing_to_reconcile(sale);
+        let mut conn = self.redis.conn().await?;
+        let counter = SaleCounter::new(&self.redis, sale);
+        let Some(measurement) = measure(&self.db, &mut conn, &counter, sale).await? else {
+            return Ok(report);
+        };
+        let Some(drift) = measurement.drift() else {
+            // No counter (never warmed here, or lost with a Redis restart):
+            // warming it from Postgres is the whole repair, and not a fix.
+            self.warm(&mut conn, &counter, sale, measurement.origin, Some(measurement.remaining))
+                .await?;
+            return Ok(report);
+        };
+        report.redis_drift = Some(drift);
+
+        let snapshot = &measurement.snapshot;
+        let committed: Vec<&ReservationId> = snapshot
+            .reservations
+            .iter()
+            .filter(|r| measurement.committed(r.user))
+            .map(|r| &r.id)
+            .collect();
+        counter.confirm(&mut conn, &committed).await.map_err(redis_error)?;
+
+        for reservation in snapshot.reservations.iter().filter(|r| !measurement.committed(r.user)) {
+            let age_ms = snapshot.now_ms - reservation.created_ms;
+            if age_ms < self.grace_ms {
+                report.in_flight_reservations += 1;
+                continue;
+            }
+            let returned = counter
+                .compensate(&mut conn, &reservation.id, Buyer::Release)
+                .await
+                .map_err(redis_error)?;
+            if returned > 0 {
+                tracing::warn!(
+                    sale_id = sale.0,
+                    reservation = reservation.id.as_str(),
+                    user_id = reservation.user,
+                    units = returned,
+                    age_ms,
+                    "reconciliation returned an abandoned reservation (no order after the grace period)"
+                );
+                report.returned_units += returned;
+            }
+        }
+
+        if drift != 0 {
+            match counter.correct(&mut conn, snapshot.seq, -drift).await.map_err(redis_error)? {
+                Some(change) => {
+                    tracing::warn!(
+                        sale_id = sale.0,
+                        drift,
+                        change,
+                        remaining_stock = measurement.remaining,
+                        "reconciliation corrected the Redis counter to Postgres truth"
+                    );
+                    report.corrected_units = change.abs();
+                }
+                None => {
+                    tracing::info!(
+                        sale_id = sale.0,
+                        drift,
+                        "counter correction deferred: reservations landed while measuring"
+                    );
+                    report.correction_deferred = true;
+                }
+            }
+        }
+
+        self.record_fixes(&report).await?;
+        Ok(report)
+    }
+
+    /// Counts the fixes of a pass in `/metrics` and in `sales.reconcile_fixes`.
+    async fn record_fixes(&self, report: &Reconciliation) -> Result<(), StrategyError> {
+        if report.fixes() == 0 {
+            return Ok(());
+        }
+        let returned = u64::try_from(report.returned_units).unwrap_or(0);
+        let corrected = u64::try_from(report.corrected_units).unwrap_or(0);
+        counter!("seckill_reconcile_fixes_total", "strategy" => "redis-decr", "kind" => "returned")
+            .increment(returned);
+        counter!("seckill_reconcile_fixes_total", "strategy" => "redis-decr", "kind" => "corrected")
+            .increment(corrected);
+        sqlx::query(
+            "UPDATE sales SET reconcile_fixes = coalesce(reconcile_fixes, 0) + $2 WHERE id = $1",
+        )
+        .bind(report.sale_id.0)
+        .bind(report.fixes())
+        .execute(&self.db)
+        .await?;
+        Ok(())
+    }
+
+    /// One pass over every sale in this prefix's index.
+    async fn reconcile_all(&self) -> Result<(), StrategyError> {
+        let mut conn = self.redis.conn().await?;
+        let sales: Vec<i64> = redis::cmd("SMEMBERS")
+            .arg(sales_index_key(&self.redis))
+            .query_async(&mut conn)
+            .await
+            .map_err(redis_error)?;
+        for sale in sales {
+            if let Err(err) = self.reconcile_sale(SaleId(sale)).await {
+                tracing::warn!(sale_id = sale, error = %err, "reconciliation pass failed");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs [`RedisDecr::reconcile_all`] every `interval` until the strategy is
+/// dropped. A pass that fails (Redis or Postgres down) is logged and retried
+/// at the next tick.
+pub(super) async fn run_background(strategy: Weak<RedisDecr>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(strategy) = strategy.upgrade() else { return };
+        if let Err(err) = strategy.reconcile_all().await {
+            tracing::warn!(error = %err, "background reconciliation failed");
+        }
+    }
+}

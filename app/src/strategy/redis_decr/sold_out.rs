@@ -1,0 +1,135 @@
+//! The sold-out flag: once Redis has answered "sold out" for a sale, this
+//! instance answers `409 sold out` from memory, without a Redis round trip.
+//!
+//! Stock can come back (a compensation, a reconciliation, a restock), so the
+//! flag must not outlive it. Two mechanisms clear it:
+//! - every script that returns units publishes the sale id on the
+//!   `stock-returned` channel, and [`listen`] clears the flag on every
+//!   instance that hears it;
+//! - pub/sub is at-most-once (a message sent while an instance is
+//!   reconnecting is simply lost), so a flag also expires after `ttl`: a lost
+//!   message hides returned stock for at most that long. After a reconnect
+//!   the listener clears every flag, since it cannot know what it missed.
+//!
+//! One race is closed here: a request that read "sold out" from Redis may set
+//! its flag *after* the broadcast that undoes it was already processed. Each
+//! clear bumps a generation number; a request remembers the generation from
+//! before it asked Redis, and its flag is set only if no clear happened
+//! since (checked under the same lock that clears).
+
+use std::collections::HashMap;
+use std::sync::{RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+
+use crate::sale::SaleId;
+
+/// Per-instance sold-out flags, each with an expiry.
+pub struct SoldOutFlags {
+    ttl: Duration,
+    inner: RwLock<Flags>,
+}
+
+#[derive(Default)]
+struct Flags {
+    /// Bumped by every clear.
+    generation: u64,
+    /// Sale → when its flag expires.
+    until: HashMap<SaleId, Instant>,
+}
+
+impl SoldOutFlags {
+    /// Flags that expire `ttl` after being set; a zero `ttl` disables them.
+    pub fn new(ttl: Duration) -> Self {
+        Self { ttl, inner: RwLock::default() }
+    }
+
+    /// True while `sale` is flagged sold out on this instance.
+    pub fn is_set(&self, sale: SaleId) -> bool {
+        let flags = self.inner.read().expect("sold-out flags lock");
+        flags.until.get(&sale).is_some_and(|until| Instant::now() < *until)
+    }
+
+    /// The generation to pass to [`SoldOutFlags::set`]; read it before asking
+    /// Redis.
+    pub fn generation(&self) -> u64 {
+        self.inner.read().expect("sold-out flags lock").generation
+    }
+
+    /// Flags `sale` as sold out, unless a clear happened after `generation`
+    /// was read.
+    pub fn set(&self, sale: SaleId, generation: u64) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut flags = self.inner.write().expect("sold-out flags lock");
+        if flags.generation == generation {
+            flags.until.insert(sale, Instant::now() + self.ttl);
+        }
+    }
+
+    /// Stock came back for `sale`.
+    pub fn clear(&self, sale: SaleId) {
+        let mut flags = self.inner.write().expect("sold-out flags lock");
+        flags.generation += 1;
+        flags.until.remove(&sale);
+    }
+
+    /// Clears every flag (after missing broadcasts).
+    pub fn clear_all(&self) {
+        let mut flags = self.inner.write().expect("sold-out flags lock");
+        flags.generation += 1;
+        flags.until.clear();
+    }
+}
+
+/// Subscribes to `channel` on a dedicated connection and clears the flag of
+/// each sale announced there. Reconnects with capped exponential back-off
+/// (100 ms to 5 s) and clears all flags on every (re)subscription. Ends when
+/// the flags are dropped.
+pub async fn listen(client: redis::Client, channel: String, flags: Weak<SoldOutFlags>) {
+    const MIN_BACKOFF: Duration = Duration::from_millis(100);
+    const MAX_BACKOFF: Duration = Duration::from_secs(5);
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        match subscribe(&client, &channel).await {
+            Ok(mut messages) => {
+                let Some(strong) = flags.upgrade() else { return };
+                strong.clear_all();
+                drop(strong);
+                backoff = MIN_BACKOFF;
+                tracing::debug!(%channel, "listening for stock-returned broadcasts");
+                while let Some(message) = messages.next().await {
+                    let Some(flags) = flags.upgrade() else { return };
+                    match message.get_payload::<i64>() {
+                        Ok(sale) => flags.clear(SaleId(sale)),
+                        Err(err) => {
+                            tracing::warn!(error = %err, "malformed stock-returned message")
+                        }
+                    }
+                }
+                tracing::warn!(%channel, "stock-returned subscription lost; reconnecting");
+            }
+            Err(err) => tracing::debug!(error = %err, "cannot subscribe to stock-returned"),
+        }
+        if flags.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+async fn subscribe(
+    client: &redis::Client,
+    channel: &str,
+) -> anyhow::Result<redis::aio::PubSubStream> {
+    const TIMEOUT: Duration = Duration::from_secs(2);
+    let connect = async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        anyhow::Ok(pubsub.into_on_message())
+    };
+    tokio::time::timeout(TIMEOUT, connect).await?
+}

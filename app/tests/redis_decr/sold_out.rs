@@ -1,0 +1,83 @@
+//! The sold-out flag: answered without Redis once set, cleared on every
+//! instance when stock comes back, and bounded in time.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+
+use crate::{
+    RedisView, SHARED_REDIS, SOLD_OUT, buy, eventually, restock, spawn_app, unique_prefix,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance() {
+    let prefix = unique_prefix();
+    // Flags that outlive the test: only the broadcast can clear them.
+    let long_flags = |config: &mut seckill::config::Config| config.sold_out_flag_ttl_ms = 60_000;
+    let a = spawn_app(SHARED_REDIS, &prefix, long_flags).await;
+    let b = spawn_app(SHARED_REDIS, &prefix, long_flags).await;
+    let sale = a.sale("redis-decr", 1).await;
+    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+
+    assert_eq!(buy(&a, sale, 1).await.0, StatusCode::CREATED);
+    assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&b, sale, 3).await.1.as_deref(), Some(SOLD_OUT));
+
+    // Both instances now answer from their flag: stock that appears in Redis
+    // without a broadcast is not seen.
+    redis.set_stock(1).await;
+    assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&b, sale, 3).await.1.as_deref(), Some(SOLD_OUT));
+    redis.set_stock(0).await;
+
+    // A restock through instance A clears the flag on B as well.
+    restock(&a, sale, 2).await;
+    let cleared = eventually(Duration::from_secs(5), || async {
+        buy(&b, sale, 3).await.0 == StatusCode::CREATED
+    })
+    .await;
+    assert!(cleared, "instance B sells the restocked units");
+    assert_eq!(buy(&a, sale, 2).await.0, StatusCode::CREATED);
+
+    let audit = a.audit(sale).await;
+    assert_eq!(
+        (audit.total_stock, audit.units_sold, audit.remaining_stock, audit.ledger_drift),
+        (3, 3, 0, 0)
+    );
+    assert_eq!(audit.redis_drift, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_broadcast_cannot_strand_stock_behind_the_flag() {
+    let prefix = unique_prefix();
+    let app = spawn_app(SHARED_REDIS, &prefix, |config| config.sold_out_flag_ttl_ms = 1000).await;
+    let sale = app.sale("redis-decr", 1).await;
+    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    assert_eq!(buy(&app, sale, 1).await.0, StatusCode::CREATED);
+    assert_eq!(buy(&app, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+
+    // A restock whose broadcast is lost: Postgres and Redis gain a unit, but
+    // nobody tells the instance.
+    sqlx::query(
+        "UPDATE sales SET total_stock = total_stock + 1, remaining_stock = remaining_stock + 1
+         WHERE id = $1",
+    )
+    .bind(sale)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    redis::cmd("INCRBY")
+        .arg(&redis.counter.stock_key)
+        .arg(1)
+        .query_async::<i64>(&mut redis.conn)
+        .await
+        .unwrap();
+
+    let sold = eventually(Duration::from_secs(5), || async {
+        buy(&app, sale, 2).await.0 == StatusCode::CREATED
+    })
+    .await;
+    assert!(sold, "the flag expired and the unit sold");
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.remaining_stock, audit.redis_drift), (2, 0, Some(0)));
+}
