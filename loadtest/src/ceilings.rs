@@ -28,10 +28,50 @@ pub struct SqlCeiling {
     pub duration_s: f64,
 }
 
+/// `redis_ops`: `DECR` on one key, at the same concurrency as the goose users.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RedisCeiling {
+    pub value: f64,
+    pub clients: u64,
+    pub duration_s: f64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ceilings {
     pub http_rps: HttpCeiling,
     pub sql_tps: SqlCeiling,
+    /// `null` when no compared strategy uses Redis.
+    pub redis_ops: Option<RedisCeiling>,
+}
+
+/// `clients` concurrent tasks sending `DECR` on one scratch key over one
+/// multiplexed connection (as the service does) for `seconds`; operations
+/// per second. The key is deleted afterwards.
+pub async fn redis_ops(redis_url: &str, clients: u64, seconds: f64) -> anyhow::Result<f64> {
+    let client = redis::Client::open(redis_url)?;
+    let conn = client.get_multiplexed_async_connection().await?;
+    let key = format!("loadtest-ceiling:{:016x}", rand::random::<u64>());
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(seconds);
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..clients {
+        let (mut conn, key, done) = (conn.clone(), key.clone(), done.clone());
+        tasks.spawn(async move {
+            while Instant::now() < deadline {
+                redis::cmd("DECR").arg(&key).query_async::<i64>(&mut conn).await?;
+                done.fetch_add(1, Relaxed);
+            }
+            Ok::<_, redis::RedisError>(())
+        });
+    }
+    for result in tasks.join_all().await {
+        result?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut conn = conn;
+    redis::cmd("DEL").arg(&key).query_async::<i64>(&mut conn).await?;
+    Ok(done.load(Relaxed) as f64 / elapsed)
 }
 
 /// Sells units of `sale` (which must have far more stock than can sell in

@@ -6,15 +6,16 @@ use anyhow::{Context, bail};
 use chrono::Utc;
 use seckill::audit::Audit;
 use seckill::sale::SaleId;
-use seckill::strategy::{StrategyName, expectation};
+use seckill::strategy::{Backend, StrategyName, expectation};
 use serde_json::{Value, json};
 
 use crate::CompareArgs;
-use crate::ceilings::{self, Ceilings, HttpCeiling, SqlCeiling};
+use crate::ceilings::{self, Ceilings, HttpCeiling, RedisCeiling, SqlCeiling};
 use crate::instances::Instances;
 use crate::preflight;
-use crate::report::{self, Machine, Ratio, Report, Run, SCHEMA_VERSION, markdown};
+use crate::report::{self, Cost, Machine, Ratio, Report, Run, SCHEMA_VERSION, markdown};
 use crate::scenario::{self, per_second};
+use crate::scrape::Counters;
 
 /// Runs the comparison; `Ok(false)` when a run's verdict is `broke`.
 pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
@@ -80,6 +81,16 @@ async fn measure_ceilings(
     let sql =
         ceilings::sql_tps(&args.database_url, sale, instances.pool_connections, seconds as f64)
             .await?;
+    let uses_redis = args.strategies.iter().any(|s| s.needs().contains(&Backend::Redis));
+    let redis_ops = if uses_redis {
+        Some(RedisCeiling {
+            value: ceilings::redis_ops(&args.redis_url, args.users, seconds as f64).await?,
+            clients: args.users,
+            duration_s: seconds as f64,
+        })
+    } else {
+        None
+    };
     Ok(Ceilings {
         http_rps: HttpCeiling {
             value: http,
@@ -92,6 +103,7 @@ async fn measure_ceilings(
             connections: instances.pool_connections,
             duration_s: seconds as f64,
         },
+        redis_ops,
     })
 }
 
@@ -115,6 +127,7 @@ async fn run_one(
         .await?;
     let distinct = ((args.stock as f64) * args.demand).round().max(1.0) as u64;
     let buyers = scenario::buyers(distinct, args.resubmit);
+    let counters_before = Counters::scrape(&admin.client, &instances.urls).await?;
     let goose_report = args.out.join(format!("goose-{}-{profile}-{repeat}.html", strategy.slug()));
     let sale_phase = scenario::sale_phase(
         &instances.urls,
@@ -134,6 +147,19 @@ async fn run_one(
     )
     .await?;
     let audit = admin.audit(sale).await?;
+    let counters_after = Counters::scrape(&admin.client, &instances.urls).await?;
+    let round_trips = Counters::delta(
+        &counters_before,
+        &counters_after,
+        "seckill_redis_round_trips_total",
+        "strategy",
+        strategy.as_str(),
+    );
+    let uses_redis = strategy.needs().contains(&Backend::Redis);
+    let cost = Cost {
+        redis_round_trips_per_unit: (uses_redis && audit.units_sold > 0)
+            .then(|| round_trips / audit.units_sold as f64),
+    };
 
     let sell_through_per_s = match (sale_phase.first_send, audit.last_order_at) {
         (Some(first), Some(last)) if audit.units_sold > 0 => {
@@ -180,6 +206,9 @@ async fn run_one(
                 .filter(|v| v.is_finite()),
             sell_through_vs_sql_strategy: None,
         },
+        redis_drift: audit.redis_drift,
+        reconcile_fixes: audit.reconcile_fixes,
+        cost,
     };
     run.verdict = run.judge();
     Ok(run)

@@ -33,16 +33,14 @@ impl Instances {
                 wait_ready(url, Duration::from_secs(10)).await?;
             }
             let pool_connections = args.pool_size * urls.len() as u32;
-            return Ok(Instances {
-                urls,
-                admin_token,
-                pool_connections,
-                children: vec![],
-            });
+            return Ok(Instances { urls, admin_token, pool_connections, children: vec![] });
         }
         let bin = seckill_binary(args.seckill_bin.as_deref())?;
         std::fs::create_dir_all(&args.out)?;
         let admin_token = format!("loadtest-{:032x}", rand::random::<u128>());
+        // One Redis namespace for all instances of this invocation, and none
+        // shared with any other service or test on the same Redis.
+        let redis_prefix = format!("loadtest-{:016x}", rand::random::<u64>());
         let mut urls = Vec::new();
         let mut children = Vec::new();
         for i in 0..args.instances {
@@ -55,6 +53,7 @@ impl Instances {
                 .env("AMQP_URL", &args.amqp_url)
                 .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
                 .env("SECKILL_ADMIN_TOKEN", &admin_token)
+                .env("SECKILL_REDIS_PREFIX", &redis_prefix)
                 .env("SECKILL_DB_POOL_SIZE", args.pool_size.to_string())
                 .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
                 .stdin(Stdio::null())

@@ -9,6 +9,7 @@ mod instances;
 mod preflight;
 mod report;
 mod scenario;
+mod scrape;
 
 use std::path::PathBuf;
 

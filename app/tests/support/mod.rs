@@ -36,7 +36,8 @@ impl TestApp {
     }
 
     /// Starts a service after `tweak` has adjusted the test configuration
-    /// (environment and defaults, the test database, port 0, the test token).
+    /// (environment and defaults, the test database, port 0, the test token,
+    /// a Redis key prefix of its own).
     pub async fn spawn_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         seckill::telemetry::init_tracing_or("warn");
         let mut config = Config::from_env();
@@ -44,6 +45,10 @@ impl TestApp {
         config.addr = "127.0.0.1:0".parse().unwrap();
         config.admin_token = Some(ADMIN_TOKEN.to_owned());
         config.db_pool_size = 20;
+        // Test sales share ids with other databases' sales; a prefix of their
+        // own keeps their Redis keys apart. Tests that run several instances
+        // of one service set a shared prefix in `tweak`.
+        config.redis_key_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
         tweak(&mut config);
         let app = Application::build(config).await.expect("service builds");
         let addr = app.local_addr();

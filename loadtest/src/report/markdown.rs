@@ -39,6 +39,8 @@ pub fn runs_table(report: &Report, markdown: bool) -> String {
         "× http_rps",
         "p50 ms",
         "p99 ms",
+        "redis drift",
+        "redis rt/unit",
     ]);
     for run in &report.runs {
         table.add_row([
@@ -59,9 +61,11 @@ pub fn runs_table(report: &Report, markdown: bool) -> String {
             num(run.ratio.rejection_vs_http_rps, 2),
             format!("{:.1}", run.latency_ms.p50),
             format!("{:.1}", run.latency_ms.p99),
+            run.redis_drift.map_or_else(|| "–".to_owned(), |d| d.to_string()),
+            num(run.cost.redis_round_trips_per_unit, 1),
         ]);
     }
-    for column in 2..17 {
+    for column in 2..19 {
         if let Some(column) = table.column_mut(column) {
             column.set_cell_alignment(CellAlignment::Right);
         }
@@ -72,7 +76,7 @@ pub fn runs_table(report: &Report, markdown: bool) -> String {
 /// The ceilings line.
 pub fn ceilings_line(report: &Report) -> String {
     let c = &report.ceilings;
-    format!(
+    let mut line = format!(
         "ceilings: http_rps {:.0} ({} goose users, {} instances, {:.0} s); \
          sql_tps {:.0} ({} connections, {:.0} s)",
         c.http_rps.value,
@@ -82,7 +86,14 @@ pub fn ceilings_line(report: &Report) -> String {
         c.sql_tps.value,
         c.sql_tps.connections,
         c.sql_tps.duration_s,
-    )
+    );
+    if let Some(redis) = &c.redis_ops {
+        line += &format!(
+            "; redis_ops {:.0} ({} clients, {:.0} s)",
+            redis.value, redis.clients, redis.duration_s
+        );
+    }
+    line
 }
 
 /// report.md: machine, parameters, ceilings and the table.

@@ -58,7 +58,7 @@ pub enum Verdict {
     /// Expected correct and clean, or expected to break and visibly broken.
     Ok,
     /// Expected correct, but oversold, drifted, undersold, duplicated an
-    /// order or returned a counted 5xx.
+    /// order, returned a counted 5xx, or left Redis out of step with Postgres.
     Broke,
     /// Expected to break, but came out clean (reported, not an error).
     Unexpected,
@@ -102,6 +102,21 @@ pub struct Run {
     pub status_counts: BTreeMap<String, u64>,
     pub latency_ms: Latency,
     pub ratio: Ratio,
+    /// Redis counter + open reservations − Postgres remaining stock, measured
+    /// before any reconciliation; `null` for strategies without a counter.
+    pub redis_drift: Option<i64>,
+    /// Units the reconciler had to return or correct during the run; `null`
+    /// for strategies without a reconciler.
+    pub reconcile_fixes: Option<i64>,
+    pub cost: Cost,
+}
+
+/// What each sold unit cost; `null` where a figure does not apply.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Cost {
+    /// Round trips the instances sent to Redis during the run (their
+    /// `seckill_redis_round_trips_total`) ÷ units sold.
+    pub redis_round_trips_per_unit: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -121,6 +136,8 @@ impl Run {
             || self.undersold > 0
             || self.duplicate_orders > 0
             || self.errors_5xx > 0
+            || self.redis_drift.is_some_and(|d| d != 0)
+            || self.reconcile_fixes.is_some_and(|f| f != 0)
     }
 
     /// The verdict against `expected`. A run expected to break must show it
