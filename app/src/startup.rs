@@ -73,13 +73,14 @@ impl Application {
         let config = Arc::new(config);
         let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone())
             .context("parsing REDIS_URL")?;
-        let deps = Deps { db: db.clone(), redis, config: config.clone() };
+        let deps = Deps { db: db.clone(), redis: redis.clone(), config: config.clone() };
         let state = AppState {
             strategies: Strategies::new(&deps),
             catalog: SaleCatalog::default(),
             metrics: telemetry::metrics_handle(),
             config,
             db,
+            redis,
         };
         Ok(Self { listener, state })
     }

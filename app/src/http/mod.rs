@@ -13,6 +13,7 @@ use sqlx::PgPool;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::backends::RedisHandle;
 use crate::config::Config;
 use crate::sale::SaleCatalog;
 use crate::strategy::Strategies;
@@ -21,6 +22,7 @@ mod admin;
 pub mod error;
 mod extract;
 mod health;
+mod lock_stats;
 mod sales;
 
 pub use error::AppError;
@@ -33,6 +35,8 @@ pub struct AppState {
     pub catalog: SaleCatalog,
     pub strategies: Strategies,
     pub metrics: PrometheusHandle,
+    /// The shared Redis handle (readiness checks).
+    pub redis: RedisHandle,
 }
 
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
@@ -46,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/sales", post(admin::create_sale))
         .route("/admin/sales/{id}/restock", post(admin::restock))
         .route("/admin/sales/{id}/audit", get(admin::audit))
+        .route("/admin/sales/{id}/lock-stats", get(lock_stats::lock_stats))
         .route("/sales/{id}", get(sales::get_sale))
         .route("/sales/{id}/orders", post(sales::place_order))
         .route("/healthz", get(health::healthz))

@@ -27,6 +27,7 @@ use crate::backends::RedisHandle;
 use crate::config::Config;
 use crate::sale::{Quantity, Sale, UserId};
 
+pub mod lock;
 pub mod naive;
 pub mod sql;
 pub mod sql_for_update;
@@ -43,18 +44,38 @@ pub enum StrategyName {
     Sql,
     /// `SELECT … FOR UPDATE`, check, update, insert, in one transaction.
     SqlForUpdate,
+    /// The naive steps inside an in-process mutex per sale (`lock/local`).
+    LockLocal,
+    /// … inside a Redis `SETNX` key with no expiry (`lock/setnx`).
+    LockSetnx,
+    /// … inside a Redis `SET NX PX` key released by a blind `DEL` (`lock/ttl`).
+    LockTtl,
+    /// … inside a `SET NX PX` key with an owner token and a compare-and-delete
+    /// release (`lock/token`).
+    LockToken,
 }
 
 impl StrategyName {
     /// Every implemented strategy, in the order the comparison reports them.
-    pub const ALL: &'static [StrategyName] =
-        &[StrategyName::Naive, StrategyName::Sql, StrategyName::SqlForUpdate];
+    pub const ALL: &'static [StrategyName] = &[
+        StrategyName::Naive,
+        StrategyName::Sql,
+        StrategyName::SqlForUpdate,
+        StrategyName::LockLocal,
+        StrategyName::LockSetnx,
+        StrategyName::LockTtl,
+        StrategyName::LockToken,
+    ];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             StrategyName::Naive => "naive",
             StrategyName::Sql => "sql",
             StrategyName::SqlForUpdate => "sql/for-update",
+            StrategyName::LockLocal => "lock/local",
+            StrategyName::LockSetnx => "lock/setnx",
+            StrategyName::LockTtl => "lock/ttl",
+            StrategyName::LockToken => "lock/token",
         }
     }
 
@@ -218,6 +239,11 @@ pub struct Strategies {
     naive: Arc<naive::Naive>,
     sql: Arc<sql::Sql>,
     sql_for_update: Arc<sql_for_update::SqlForUpdate>,
+    locks: Arc<lock::Shared>,
+    lock_local: Arc<lock::Locked<lock::local::LocalLock>>,
+    lock_setnx: Arc<lock::Locked<lock::setnx::SetnxLock>>,
+    lock_ttl: Arc<lock::Locked<lock::ttl::TtlLock>>,
+    lock_token: Arc<lock::Locked<lock::token::TokenLock>>,
 }
 
 /// Connections and settings the strategies are built from.
@@ -231,11 +257,26 @@ pub struct Deps {
 impl Strategies {
     pub fn new(deps: &Deps) -> Self {
         let db = deps.db.clone();
+        let locks = lock::Shared::new(db.clone(), deps.config.lock_wait());
+        let redis = &deps.redis;
         Self {
             naive: Arc::new(naive::Naive::new(db.clone())),
             sql: Arc::new(sql::Sql::new(db.clone())),
             sql_for_update: Arc::new(sql_for_update::SqlForUpdate::new(db)),
+            lock_local: locks.locked(StrategyName::LockLocal, lock::local::LocalLock::default()),
+            lock_setnx: locks
+                .locked(StrategyName::LockSetnx, lock::setnx::SetnxLock::new(redis.clone())),
+            lock_ttl: locks.locked(StrategyName::LockTtl, lock::ttl::TtlLock::new(redis.clone())),
+            lock_token: locks
+                .locked(StrategyName::LockToken, lock::token::TokenLock::new(redis.clone())),
+            locks,
         }
+    }
+
+    /// State shared by the `lock/*` strategies (sold-out flags, the
+    /// critical-section recorder behind `max_concurrency`).
+    pub fn locks(&self) -> &lock::Shared {
+        &self.locks
     }
 
     /// The strategy that serves sales named `name`.
@@ -244,6 +285,10 @@ impl Strategies {
             StrategyName::Naive => self.naive.as_ref(),
             StrategyName::Sql => self.sql.as_ref(),
             StrategyName::SqlForUpdate => self.sql_for_update.as_ref(),
+            StrategyName::LockLocal => self.lock_local.as_ref(),
+            StrategyName::LockSetnx => self.lock_setnx.as_ref(),
+            StrategyName::LockTtl => self.lock_ttl.as_ref(),
+            StrategyName::LockToken => self.lock_token.as_ref(),
         }
     }
 }
@@ -267,10 +312,17 @@ pub enum Expectation {
 /// | `naive` | breaks (lost updates: read-check-write without protection) |
 /// | `sql` | correct |
 /// | `sql/for-update` | correct |
-pub fn expectation(strategy: StrategyName, _profile: &str, _instances: usize) -> Expectation {
+/// | `lock/local` | correct on 1 instance; breaks on more (one mutex per process) |
+/// | `lock/setnx` | correct (it breaks only when a holder dies: the sale is stuck, shown by its test) |
+/// | `lock/ttl`, `lock/token` | correct in `burst`; break in `slow` (holders stall past the lease) |
+pub fn expectation(strategy: StrategyName, profile: &str, instances: usize) -> Expectation {
     match strategy {
         StrategyName::Naive => Expectation::Breaks,
         StrategyName::Sql | StrategyName::SqlForUpdate => Expectation::Correct,
+        StrategyName::LockLocal if instances > 1 => Expectation::Breaks,
+        StrategyName::LockLocal | StrategyName::LockSetnx => Expectation::Correct,
+        StrategyName::LockTtl | StrategyName::LockToken if profile == "slow" => Expectation::Breaks,
+        StrategyName::LockTtl | StrategyName::LockToken => Expectation::Correct,
     }
 }
 
