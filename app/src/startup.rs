@@ -75,7 +75,7 @@ impl Application {
             .context("parsing REDIS_URL")?;
         let deps = Deps { db: db.clone(), redis: redis.clone(), config: config.clone() };
         let state = AppState {
-            strategies: Strategies::new(&deps),
+            strategies: Strategies::new(&deps)?,
             catalog: SaleCatalog::default(),
             metrics: telemetry::metrics_handle(),
             config,

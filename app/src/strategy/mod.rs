@@ -53,6 +53,15 @@ pub enum StrategyName {
     /// … inside a `SET NX PX` key with an owner token and a compare-and-delete
     /// release (`lock/token`).
     LockToken,
+    /// … inside the lock library's lock, renewed by its watchdog
+    /// (`lock/watchdog`).
+    LockWatchdog,
+    /// `lock/watchdog` plus a fencing token that Postgres checks across the
+    /// read-modify-write (`lock/fenced`).
+    LockFenced,
+    /// The library's Redlock over `REDLOCK_URLS`, renewed and fenced like
+    /// `lock/fenced` (`lock/redlock`).
+    LockRedlock,
 }
 
 impl StrategyName {
@@ -65,6 +74,9 @@ impl StrategyName {
         StrategyName::LockSetnx,
         StrategyName::LockTtl,
         StrategyName::LockToken,
+        StrategyName::LockWatchdog,
+        StrategyName::LockFenced,
+        StrategyName::LockRedlock,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -76,6 +88,9 @@ impl StrategyName {
             StrategyName::LockSetnx => "lock/setnx",
             StrategyName::LockTtl => "lock/ttl",
             StrategyName::LockToken => "lock/token",
+            StrategyName::LockWatchdog => "lock/watchdog",
+            StrategyName::LockFenced => "lock/fenced",
+            StrategyName::LockRedlock => "lock/redlock",
         }
     }
 
@@ -244,6 +259,9 @@ pub struct Strategies {
     lock_setnx: Arc<lock::Locked<lock::setnx::SetnxLock>>,
     lock_ttl: Arc<lock::Locked<lock::ttl::TtlLock>>,
     lock_token: Arc<lock::Locked<lock::token::TokenLock>>,
+    lock_watchdog: Arc<lock::Locked<lock::watchdog::WatchdogLock>>,
+    lock_fenced: Arc<lock::Locked<lock::watchdog::WatchdogLock>>,
+    lock_redlock: Arc<lock::Locked<lock::redlock::RedlockLock>>,
 }
 
 /// Connections and settings the strategies are built from.
@@ -255,11 +273,18 @@ pub struct Deps {
 }
 
 impl Strategies {
-    pub fn new(deps: &Deps) -> Self {
+    /// Errors: an invalid lock configuration (`REDLOCK_URLS`).
+    pub fn new(deps: &Deps) -> anyhow::Result<Self> {
         let db = deps.db.clone();
         let locks = lock::Shared::new(db.clone(), deps.config.lock_wait());
         let redis = &deps.redis;
-        Self {
+        let library = |name| lock::watchdog::WatchdogLock::new(redis, name);
+        let redlock = lock::redlock::RedlockLock::new(
+            &deps.config.redlock_urls,
+            &redis.prefix,
+            StrategyName::LockRedlock,
+        )?;
+        Ok(Self {
             naive: Arc::new(naive::Naive::new(db.clone())),
             sql: Arc::new(sql::Sql::new(db.clone())),
             sql_for_update: Arc::new(sql_for_update::SqlForUpdate::new(db)),
@@ -269,8 +294,12 @@ impl Strategies {
             lock_ttl: locks.locked(StrategyName::LockTtl, lock::ttl::TtlLock::new(redis.clone())),
             lock_token: locks
                 .locked(StrategyName::LockToken, lock::token::TokenLock::new(redis.clone())),
+            lock_watchdog: locks
+                .locked(StrategyName::LockWatchdog, library(StrategyName::LockWatchdog)?),
+            lock_fenced: locks.fenced(StrategyName::LockFenced, library(StrategyName::LockFenced)?),
+            lock_redlock: locks.fenced(StrategyName::LockRedlock, redlock),
             locks,
-        }
+        })
     }
 
     /// State shared by the `lock/*` strategies (sold-out flags, the
@@ -289,6 +318,9 @@ impl Strategies {
             StrategyName::LockSetnx => self.lock_setnx.as_ref(),
             StrategyName::LockTtl => self.lock_ttl.as_ref(),
             StrategyName::LockToken => self.lock_token.as_ref(),
+            StrategyName::LockWatchdog => self.lock_watchdog.as_ref(),
+            StrategyName::LockFenced => self.lock_fenced.as_ref(),
+            StrategyName::LockRedlock => self.lock_redlock.as_ref(),
         }
     }
 }
@@ -315,6 +347,7 @@ pub enum Expectation {
 /// | `lock/local` | correct on 1 instance; breaks on more (one mutex per process) |
 /// | `lock/setnx` | correct (it breaks only when a holder dies: the sale is stuck, shown by its test) |
 /// | `lock/ttl`, `lock/token` | correct in `burst`; break in `slow` (holders stall past the lease) |
+/// | `lock/watchdog`, `lock/fenced`, `lock/redlock` | correct (renewed through stalls; fenced against whole-process pauses) |
 pub fn expectation(strategy: StrategyName, profile: &str, instances: usize) -> Expectation {
     match strategy {
         StrategyName::Naive => Expectation::Breaks,
@@ -323,6 +356,9 @@ pub fn expectation(strategy: StrategyName, profile: &str, instances: usize) -> E
         StrategyName::LockLocal | StrategyName::LockSetnx => Expectation::Correct,
         StrategyName::LockTtl | StrategyName::LockToken if profile == "slow" => Expectation::Breaks,
         StrategyName::LockTtl | StrategyName::LockToken => Expectation::Correct,
+        StrategyName::LockWatchdog | StrategyName::LockFenced | StrategyName::LockRedlock => {
+            Expectation::Correct
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use crate::harness::{
     ChildApp, REDIS_URL, fake_sale, lease_ms, lock_stats, lock_stats_of_all, redis_conn, sale_with,
-    spawn, unique_prefix, wait_until,
+    signal, spawn, unique_prefix, wait_until,
 };
 
 const NO_WAIT: Duration = Duration::ZERO;
@@ -127,4 +127,64 @@ async fn setnx_lock_leaves_the_sale_stuck_when_its_holder_is_killed() {
     let pttl: i64 = redis.pttl(&key).await.unwrap();
     assert_eq!(pttl, -1, "the dead holder's key never expires");
     let _: () = redis.del(&key).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_lock_never_oversells_while_a_holder_is_stopped_past_its_lease() {
+    let prefix = unique_prefix();
+    let app = spawn(&prefix, 3000).await;
+    let knobs = json!({ "lock_lease_ms": 300, "work_ms": 200 });
+    let sale = sale_with(&app, "lock/fenced", 3, knobs).await;
+    let holder = ChildApp::start(&prefix, &[]).await;
+    let buying = {
+        let (client, url) = (holder.client.clone(), format!("{}/sales/{sale}/orders", holder.base));
+        tokio::spawn(async move { client.post(url).json(&json!({ "user_id": 1 })).send().await })
+    };
+    wait_until("the child is inside its critical section", Duration::from_secs(5), || async {
+        sqlx::query("SELECT 1 FROM sale_fences WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_optional(&app.db)
+            .await
+            .unwrap()
+            .is_some()
+    })
+    .await;
+    signal(holder.pid(), "STOP");
+
+    // Meanwhile the lease runs out and two buyers on the other instance take
+    // two of the three units. One unit stays, so the stale holder reaches its
+    // write whether it read the stock before it was stopped or after.
+    let statuses = app.burst(sale, 2, 2).await;
+    assert!(statuses.iter().all(|s| *s == StatusCode::CREATED), "{statuses:?}");
+    signal(holder.pid(), "CONT");
+    let stale = buying.await.unwrap().unwrap().status();
+
+    assert_eq!(stale, StatusCode::SERVICE_UNAVAILABLE, "the stale holder's write is refused");
+    let audit = app.audit(sale).await;
+    let books = (audit.units_sold, audit.remaining_stock, audit.oversold, audit.ledger_drift);
+    assert_eq!(books, (2, 1, 0, 0), "{audit:?}");
+    holder.lock_stats(sale).await;
+    let stats = lock_stats(&app, sale).await;
+    assert!(stats.max_concurrency > 1, "two holders were inside at once: {stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_known_sold_out_is_answered_without_the_lock_until_restocked() {
+    let app = spawn(&unique_prefix(), 1000).await;
+    let sale = sale_with(&app, "lock/token", 1, json!({})).await;
+    assert_eq!(app.buy(sale, 1).await.status(), StatusCode::CREATED);
+    assert_eq!(app.buy(sale, 2).await.status(), StatusCode::CONFLICT, "found sold out");
+    assert_eq!(app.buy(sale, 3).await.status(), StatusCode::CONFLICT, "known sold out");
+    assert_eq!(lock_stats(&app, sale).await.critical_sections, 2, "the third never locked");
+
+    let restock = app
+        .client
+        .post(app.url(&format!("/admin/sales/{sale}/restock")))
+        .bearer_auth(crate::support::ADMIN_TOKEN)
+        .json(&json!({ "units": 1 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(restock.status(), StatusCode::OK);
+    assert_eq!(app.buy(sale, 4).await.status(), StatusCode::CREATED, "the flag was cleared");
 }

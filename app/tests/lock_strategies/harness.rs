@@ -176,6 +176,15 @@ impl ChildApp {
             .unwrap_or(StatusCode::BAD_GATEWAY)
     }
 
+    /// `GET /admin/sales/{id}/lock-stats` of this process (flushes its
+    /// critical-section intervals).
+    pub async fn lock_stats(&self, sale: i64) -> LockStats {
+        let url = format!("{}/admin/sales/{sale}/lock-stats", self.base);
+        let response = self.client.get(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
     /// `GET /metrics` of this process.
     pub async fn metrics(&self) -> String {
         self.client
@@ -223,12 +232,32 @@ pub fn counter(metrics: &str, name: &str, strategy: &str) -> u64 {
 pub struct RedisNode {
     child: Option<Child>,
     pub port: u16,
+    replica_of: Option<u16>,
 }
 
 impl RedisNode {
     pub async fn start() -> RedisNode {
-        let mut node = RedisNode { child: None, port: free_port() };
+        let mut node = RedisNode { child: None, port: free_port(), replica_of: None };
         node.restart().await;
+        node
+    }
+
+    /// A replica of the master listening on `master_port` (possibly a
+    /// [`BlockingProxy`] in front of it); returns once the replication link is
+    /// up.
+    pub async fn start_replica_of(master_port: u16) -> RedisNode {
+        let mut node = RedisNode { child: None, port: free_port(), replica_of: Some(master_port) };
+        node.restart().await;
+        let conn = redis_conn(&node.url()).await;
+        wait_until("the replica is in sync", Duration::from_secs(10), || {
+            let mut conn = conn.clone();
+            async move {
+                let info: String =
+                    redis::cmd("INFO").arg("replication").query_async(&mut conn).await.unwrap();
+                info.contains("master_link_status:up")
+            }
+        })
+        .await;
         node
     }
 
@@ -239,9 +268,19 @@ impl RedisNode {
     /// Starts the server on its port (again, empty: no persistence).
     pub async fn restart(&mut self) {
         self.stop();
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        let mut command = Command::new("redis-server");
+        command.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"]).args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+        ]);
+        if let Some(master) = self.replica_of {
+            command.args(["--replicaof", "127.0.0.1", &master.to_string()]);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -280,5 +319,67 @@ impl Drop for RedisNode {
             let _ = Command::new("kill").arg("-CONT").arg(pid.to_string()).status();
         }
         self.stop();
+    }
+}
+
+/// A TCP proxy in front of a Redis master, for a replica's replication link:
+/// once [`block`](Self::block)ed, it stops forwarding the master's bytes (a
+/// partition on the replication path); the replica keeps what it had.
+pub struct BlockingProxy {
+    pub port: u16,
+    blocked: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BlockingProxy {
+    pub async fn start(upstream_port: u16) -> BlockingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (blocked, _) = tokio::sync::watch::channel(false);
+        let watch = blocked.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((downstream, _)) = listener.accept().await {
+                let Ok(upstream) =
+                    tokio::net::TcpStream::connect(("127.0.0.1", upstream_port)).await
+                else {
+                    continue;
+                };
+                let (mut down_read, mut down_write) = downstream.into_split();
+                let (mut up_read, mut up_write) = upstream.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut down_read, &mut up_write).await;
+                });
+                let mut blocked = watch.subscribe();
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        let Ok(n) = up_read.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        // Bytes read once blocked are held forever.
+                        if blocked.wait_for(|blocked| !*blocked).await.is_err() {
+                            return;
+                        }
+                        if down_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        BlockingProxy { port, blocked, task }
+    }
+
+    /// From now on, nothing more reaches the replica.
+    pub fn block(&self) {
+        self.blocked.send_replace(true);
+    }
+}
+
+impl Drop for BlockingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

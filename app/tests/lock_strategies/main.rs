@@ -12,3 +12,4 @@ mod support;
 mod exclusion;
 mod generations;
 mod harness;
+mod timelines;

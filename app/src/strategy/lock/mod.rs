@@ -44,10 +44,12 @@ pub mod fence;
 pub mod intervals;
 pub mod local;
 mod poll;
+pub mod redlock;
 pub mod setnx;
 pub mod sold_out;
 pub mod token;
 pub mod ttl;
+pub mod watchdog;
 
 use intervals::Intervals;
 use sold_out::SoldOutFlags;
@@ -147,7 +149,7 @@ struct Inner<L> {
 impl<L: SaleLock> Locked<L> {
     pub fn new(name: StrategyName, lock: L, fenced: bool, shared: Arc<Shared>) -> Self {
         // Registered at zero so that /metrics lists them before the first event.
-        for counter in [TIMEOUTS, FENCE_REJECTIONS, LOSSES] {
+        for counter in [TIMEOUTS, FENCE_REJECTIONS, LOSSES, RENEWALS] {
             metrics::counter!(counter, "strategy" => name.as_str()).increment(0);
         }
         crate::backends::count_redis_round_trips(name.as_str(), 0);
@@ -168,6 +170,14 @@ pub const FENCE_REJECTIONS: &str = "seckill_fence_rejections_total";
 /// `seckill_lock_losses_total{strategy}`: writes abandoned because the holder
 /// learnt (from its watchdog) that it had lost the lock (`busy`).
 pub const LOSSES: &str = "seckill_lock_losses_total";
+/// `seckill_lock_renewals_total{strategy}`: successful watchdog renewals,
+/// counted when the lock is released.
+pub const RENEWALS: &str = "seckill_lock_renewals_total";
+
+/// Adds `renewals` to [`RENEWALS`] for `strategy`.
+pub(crate) fn count_renewals(strategy: StrategyName, renewals: u64) {
+    metrics::counter!(RENEWALS, "strategy" => strategy.as_str()).increment(renewals);
+}
 
 /// Why the critical section wrote nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
