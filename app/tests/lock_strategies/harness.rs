@@ -277,6 +277,11 @@ impl RedisNode {
             "--daemonize",
             "no",
         ]);
+        // A replica's full sync goes through an RDB file: keep it out of the
+        // working directory.
+        let dir = std::env::temp_dir().join(format!("seckill-test-redis-{}", self.port));
+        std::fs::create_dir_all(&dir).unwrap();
+        command.arg("--dir").arg(&dir);
         if let Some(master) = self.replica_of {
             command.args(["--replicaof", "127.0.0.1", &master.to_string()]);
         }
@@ -319,6 +324,8 @@ impl Drop for RedisNode {
             let _ = Command::new("kill").arg("-CONT").arg(pid.to_string()).status();
         }
         self.stop();
+        let dir = std::env::temp_dir().join(format!("seckill-test-redis-{}", self.port));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 
