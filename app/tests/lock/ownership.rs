@@ -161,3 +161,25 @@ async fn two_processes_never_hold_the_lock_together_and_tokens_only_grow() {
     assert_eq!(stats[0].acquisitions + stats[1].acquisitions, 96);
     cleanup(&mut raw(SHARED_REDIS).await, &name).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_acquire_and_release_cost_two_round_trips() {
+    let name = unique_name("cost");
+    let counted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let hook = {
+        let counted = counted.clone();
+        Arc::new(move |n: u64| {
+            counted.fetch_add(n, Ordering::Relaxed);
+        })
+    };
+    let config = seckill::lock::LockConfig { on_round_trip: Some(hook), ..Default::default() };
+    let client = crate::harness::client_with(SHARED_REDIS, config);
+
+    for _ in 0..10 {
+        let guard = client.try_lock(&name, Duration::ZERO, LONG).await.unwrap();
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    assert_eq!(client.stats().round_trips, 20);
+    assert_eq!(counted.load(Ordering::Relaxed), 20, "the hook sees every round trip");
+    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+}
