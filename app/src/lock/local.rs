@@ -121,12 +121,14 @@ impl Wakeups {
         channel: &str,
         wake: Arc<Notify>,
     ) -> Registration {
+        // The route changes under the state lock, so that a concurrent
+        // unregistration of the same channel cannot remove it after us.
+        let mut state = self.shared.state.lock().await;
         self.shared
             .routes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(channel.to_owned(), wake);
-        let mut state = self.shared.state.lock().await;
         let refs = state.refs.entry(channel.to_owned()).or_insert(0);
         *refs += 1;
         if *refs == 1 || state.sink.is_none() {

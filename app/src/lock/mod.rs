@@ -26,9 +26,14 @@
 //! - A waiter never waits longer than its `wait`, and never longer than the
 //!   holder's remaining lease for one round: a lost wake-up message delays it
 //!   but never hangs it.
-//! - With the watchdog, a holder whose renewals fail or find another owner is
-//!   told through [`LockGuard::lost`] at least a quarter of the lease before
-//!   its lease runs out, and a later release reports that it lost the lock.
+//! - With the watchdog, a holder whose renewals find another owner is told
+//!   through [`LockGuard::lost`] at once, and one whose renewals fail is told
+//!   at least lease/6 before its lease runs out (as measured locally, from the
+//!   start of the last successful renewal, minus the drift allowance); a
+//!   later release reports that it lost the lock. Without the watchdog the
+//!   holder is told when the lease's validity ends.
+//! - Re-entry goes through the guard only: a second `try_lock` of the same
+//!   name by the same holder waits like any other contender.
 //! - Every acquisition gets a fencing token strictly greater than every
 //!   earlier one of the same lock, for as long as Redis keeps the counter.
 //!

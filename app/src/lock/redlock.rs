@@ -52,8 +52,9 @@ pub struct RedlockConfig {
     pub node_timeout: Duration,
     /// How long a connection attempt to one node may take (default 200 ms).
     pub connect_timeout: Duration,
-    /// Upper bound of the random delay before a retry (default 20 ms), so
-    /// that competing clients do not split the votes again in lockstep.
+    /// Upper bound of the random delay before a retry (default 20 ms; the
+    /// delay is uniform in [retry_jitter/2, retry_jitter]), so that
+    /// competing clients do not split the votes again in lockstep.
     pub retry_jitter: Duration,
     /// Told about every round trip sent, one per node contacted.
     pub on_round_trip: Option<RoundTripHook>,
@@ -255,8 +256,11 @@ impl Redlock {
                     let _ = tokio::time::timeout(pttl.min(left), entry.wake.notified()).await;
                 }
             }
+            // A random delay in [jitter/2, jitter], so that clients that
+            // split the votes do not retry in lockstep (and never at once).
             let left = deadline.saturating_duration_since(Instant::now());
-            tokio::time::sleep(jitter(inner.config.retry_jitter.min(left))).await;
+            let half = inner.config.retry_jitter / 2;
+            tokio::time::sleep((half + jitter(half)).min(left)).await;
         }
     }
 

@@ -168,6 +168,10 @@ impl LockClient {
                     }
                 }
                 Ok(AcquireReply::Held { pttl_ms }) => {
+                    let pttl = u64::try_from(pttl_ms).map(Duration::from_millis).ok();
+                    if now >= deadline {
+                        return Err(timeout(pttl));
+                    }
                     if !entry.subscriptions.initialized() {
                         // First contention: subscribe, then try again at once,
                         // since the release may have happened in between.
@@ -183,10 +187,6 @@ impl LockClient {
                             })
                             .await;
                         continue;
-                    }
-                    let pttl = u64::try_from(pttl_ms).map(Duration::from_millis).ok();
-                    if now >= deadline {
-                        return Err(timeout(pttl));
                     }
                     let round = pttl.unwrap_or(NO_LEASE_ROUND).min(deadline - now);
                     if tokio::time::timeout(round, entry.wake.notified()).await.is_err() {

@@ -8,8 +8,9 @@
 //! is gone:
 //! - at once when a renewal finds another owner or no lock (locks.md T2);
 //! - when renewals keep failing, as soon as less than one renewal period
-//!   (lease/3) of the lease is left, so the holder hears it at least about a
-//!   quarter of the lease before the lease runs out (T12);
+//!   (lease/3) of the lease is left, and in any case no later than lease/6
+//!   before the lease's end as measured locally (no renewal attempt may run
+//!   into that margin), so a partitioned holder hears it in time (T12);
 //! - for a lock without renewal, when its lease's validity ends.
 //!
 //! The task is stopped (`stop`) on every exit path: the last guard's release
@@ -144,12 +145,23 @@ async fn watch<F, Fut>(
         }
     };
     let period = lease / 3;
+    // The holder must hear of a loss at least this long before the lease's
+    // end, so no renewal attempt may run into this margin.
+    let margin = lease / 6;
     let mut next = Instant::now() + period;
     loop {
         tokio::time::sleep_until(next.into()).await;
         let started = Instant::now();
-        let outcome =
-            tokio::time::timeout(attempt_timeout, renew()).await.unwrap_or(Renewal::Failed);
+        let budget = state
+            .valid_until()
+            .checked_sub(margin)
+            .map_or(Duration::ZERO, |last| last.saturating_duration_since(started))
+            .min(attempt_timeout);
+        if budget.is_zero() {
+            state.mark_lost(LossReason::Unreachable);
+            return;
+        }
+        let outcome = tokio::time::timeout(budget, renew()).await.unwrap_or(Renewal::Failed);
         match outcome {
             Renewal::Renewed => match validity(lease, started.elapsed()) {
                 Some(valid) => {
