@@ -24,6 +24,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::sale::SaleId;
+use crate::strategy::StrategyError;
 
 /// How often the background task writes pending intervals.
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -68,8 +69,10 @@ impl Intervals {
     }
 
     /// Notes that a critical section of `sale` ran from `started_at` to
-    /// `ended_at`. Never blocks on I/O.
+    /// `ended_at` (raised to `started_at` if the wall clock stepped back).
+    /// Never blocks on I/O.
     pub fn record(&self, sale: SaleId, started_at: DateTime<Utc>, ended_at: DateTime<Utc>) {
+        let ended_at = ended_at.max(started_at);
         let mut pending = self.pending.lock().expect("pending intervals");
         if pending.len() >= MAX_PENDING {
             tracing::warn!(
@@ -81,8 +84,9 @@ impl Intervals {
         pending.push(Interval { sale, started_at, ended_at });
     }
 
-    /// Writes every pending interval. On failure they stay pending.
-    pub async fn flush(&self) -> Result<(), sqlx::Error> {
+    /// Writes every pending interval. When Postgres is unreachable they stay
+    /// pending; any other error drops the batch (retrying it could not help).
+    pub async fn flush(&self) -> Result<(), StrategyError> {
         let _one_at_a_time = self.flushing.lock().await;
         let batch = std::mem::take(&mut *self.pending.lock().expect("pending intervals"));
         if batch.is_empty() {
@@ -103,13 +107,20 @@ impl Intervals {
         .bind(&ended)
         .execute(&self.db)
         .await;
-        if let Err(err) = written {
-            let mut pending = self.pending.lock().expect("pending intervals");
-            let newer = std::mem::replace(&mut *pending, batch);
-            pending.extend(newer);
-            return Err(err);
+        match written {
+            Ok(_) => Ok(()),
+            Err(err) => {
+                let err = StrategyError::from(err);
+                if matches!(err, StrategyError::Unavailable { .. }) {
+                    let mut pending = self.pending.lock().expect("pending intervals");
+                    let newer = std::mem::replace(&mut *pending, batch);
+                    pending.extend(newer);
+                } else {
+                    tracing::warn!(dropped = batch.len(), error = %err, "lock intervals refused");
+                }
+                Err(err)
+            }
         }
-        Ok(())
     }
 }
 

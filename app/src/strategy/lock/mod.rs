@@ -109,6 +109,9 @@ pub struct Shared {
 impl Shared {
     /// `wait`: how long a purchase waits for a lock (`SECKILL_LOCK_WAIT_MS`).
     pub fn new(db: PgPool, wait: Duration) -> Arc<Self> {
+        // The strategies register their counters at zero when built, which
+        // only sticks once the process's recorder exists.
+        crate::telemetry::metrics_handle();
         Arc::new(Self {
             intervals: Intervals::new(db.clone()),
             db,
