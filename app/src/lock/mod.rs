@@ -217,7 +217,7 @@ impl LockOptions {
 
 /// `d` in whole milliseconds, rounded up (saturating; callers bound `d`).
 pub(crate) fn duration_ms_ceil(d: Duration) -> u64 {
-    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
@@ -491,7 +491,7 @@ mod tests {
         let lease = Duration::from_millis(10);
         assert_eq!(validity(lease, Duration::from_secs(5)), None);
         assert_eq!(validity(lease, Duration::from_millis(8)), None);
-        assert_eq!(validity(Duration::MAX, Duration::ZERO).is_some(), true);
+        assert!(validity(Duration::MAX, Duration::ZERO).is_some());
         assert_eq!(
             validity(Duration::from_secs(1), Duration::ZERO),
             Some(Duration::from_millis(988))

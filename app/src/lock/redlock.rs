@@ -88,6 +88,21 @@ pub struct Redlock {
     inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<_> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|n| n.client.get_connection_info().addr().to_string())
+            .collect();
+        f.debug_struct("Redlock")
+            .field("nodes", &nodes)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     nodes: Vec<Node>,
     config: RedlockConfig,

@@ -43,6 +43,15 @@ pub struct LockClient {
     inner: Arc<ClientInner>,
 }
 
+impl std::fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockClient")
+            .field("redis", &self.inner.client.get_connection_info().addr())
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
 struct ClientInner {
     client: redis::Client,
     conn: OnceCell<ConnectionManager>,

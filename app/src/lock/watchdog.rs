@@ -163,17 +163,17 @@ async fn watch<F, Fut>(
         }
         let outcome = tokio::time::timeout(budget, renew()).await.unwrap_or(Renewal::Failed);
         match outcome {
-            Renewal::Renewed => match validity(lease, started.elapsed()) {
-                Some(valid) => {
+            Renewal::Renewed => {
+                // A renewal so late that no validity is left cannot be
+                // counted on: it is handled as a failure below.
+                if let Some(valid) = validity(lease, started.elapsed()) {
                     state.set_valid_until(started + valid);
                     state.renewals.fetch_add(1, Ordering::Relaxed);
                     state.telemetry.renewed();
                     next = started + period;
                     continue;
                 }
-                // Renewed, but so late that the lease cannot be counted on.
-                None => {}
-            },
+            }
             Renewal::Lost(reason) => {
                 state.mark_lost(reason);
                 return;

@@ -154,7 +154,7 @@ async fn two_processes_never_hold_the_lock_together_and_tokens_only_grow() {
         task.await.unwrap();
     }
     assert_eq!(max_inside.load(Ordering::SeqCst), 1, "two holders at once");
-    let tokens = tokens.lock().unwrap();
+    let tokens = tokens.lock().unwrap().clone();
     assert_eq!(tokens.len(), 96);
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens in holding order: {tokens:?}");
     let stats = [clients[0].stats(), clients[1].stats()];
