@@ -11,9 +11,9 @@ use serde_json::{Value, json};
 
 use crate::CompareArgs;
 use crate::ceilings::{self, Ceilings, HttpCeiling, RedisCeiling, SqlCeiling};
-use crate::instances::Instances;
+use crate::instances::{Instances, RedlockNodes};
 use crate::preflight;
-use crate::report::{self, Cost, Machine, Ratio, Report, Run, SCHEMA_VERSION, markdown};
+use crate::report::{self, Cost, LockStats, Machine, Ratio, Report, Run, SCHEMA_VERSION, markdown};
 use crate::scenario::{self, per_second};
 use crate::scrape::Counters;
 
@@ -22,7 +22,13 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     preflight::check(&args).await?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let instances = Instances::start(&args).await?;
+    let redlock = if args.strategies.contains(&StrategyName::LockRedlock) && args.target.is_empty()
+    {
+        Some(RedlockNodes::start(&args.out).await?)
+    } else {
+        None
+    };
+    let instances = Instances::start(&args, redlock.as_ref()).await?;
     let result = compare(&args, &instances).await;
     instances.stop().await;
     let report = result?;
@@ -155,6 +161,20 @@ async fn run_one(
         "strategy",
         strategy.as_str(),
     );
+    let lock_stats = if strategy.as_str().starts_with("lock/") {
+        let delta = |name| {
+            Counters::delta(&counters_before, &counters_after, name, "strategy", strategy.as_str())
+                as u64
+        };
+        Some(LockStats {
+            max_concurrency: admin.max_concurrency(&instances.urls, sale).await?,
+            renewals: delta("seckill_lock_renewals_total"),
+            lock_timeouts: delta("seckill_lock_timeouts_total"),
+            fence_rejections: delta("seckill_fence_rejections_total"),
+        })
+    } else {
+        None
+    };
     let uses_redis = strategy.needs().contains(&Backend::Redis);
     let cost = Cost {
         redis_round_trips_per_unit: (uses_redis && audit.units_sold > 0)
@@ -208,6 +228,7 @@ async fn run_one(
         },
         redis_drift: audit.redis_drift,
         reconcile_fixes: audit.reconcile_fixes,
+        lock_stats,
         cost,
     };
     run.verdict = run.judge();
@@ -244,6 +265,27 @@ impl Admin {
             bail!("creating a sale answered {status}: {answer}");
         }
         Ok(SaleId(answer["id"].as_i64().context("sale id")?))
+    }
+
+    /// `max_concurrency` inside the critical section across all instances:
+    /// each instance's `lock-stats` call first flushes its own recorded
+    /// intervals, so the last answer covers every instance.
+    async fn max_concurrency(&self, urls: &[String], sale: SaleId) -> anyhow::Result<i64> {
+        let mut last = Value::Null;
+        for url in urls {
+            let response = self
+                .client
+                .get(format!("{url}/admin/sales/{}/lock-stats", sale.0))
+                .bearer_auth(&self.token)
+                .send()
+                .await?;
+            let status = response.status();
+            last = response.json().await?;
+            if !status.is_success() {
+                bail!("lock-stats answered {status}: {last}");
+            }
+        }
+        last["max_concurrency"].as_i64().context("lock-stats without max_concurrency")
     }
 
     async fn audit(&self, sale: SaleId) -> anyhow::Result<Audit> {

@@ -22,8 +22,62 @@ pub struct Instances {
     children: Vec<Child>,
 }
 
+/// Redis nodes this invocation started for `lock/redlock` (killed on drop).
+pub struct RedlockNodes {
+    pub urls: Vec<String>,
+    _children: Vec<Child>,
+}
+
+impl RedlockNodes {
+    /// `REDLOCK_URLS` when set; otherwise, when `redis-server` is installed,
+    /// three nodes started on free ports with nothing kept on disk; otherwise
+    /// an error that says what to set.
+    pub async fn start(out: &Path) -> anyhow::Result<RedlockNodes> {
+        if let Ok(urls) = std::env::var("REDLOCK_URLS") {
+            let urls = urls.split(',').map(|u| u.trim().to_owned()).collect();
+            return Ok(RedlockNodes { urls, _children: vec![] });
+        }
+        let mut urls = Vec::new();
+        let mut children = Vec::new();
+        for i in 0..3 {
+            let port = free_port()?;
+            let log = std::fs::File::create(out.join(format!("redlock-node-{i}.log")))?;
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+                .args(["--appendonly", "no", "--daemonize", "no"])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()
+                .context(
+                    "lock/redlock needs independent Redis nodes: set REDLOCK_URLS, \
+                     or install redis-server so that the load test starts three",
+                )?;
+            children.push(child);
+            urls.push(format!("redis://127.0.0.1:{port}"));
+        }
+        for url in &urls {
+            let port: u16 = url.rsplit(':').next().unwrap_or_default().parse()?;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+                if Instant::now() >= deadline {
+                    bail!("the Redlock node {url} did not start");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(RedlockNodes { urls, _children: children })
+    }
+}
+
 impl Instances {
-    pub async fn start(args: &CompareArgs) -> anyhow::Result<Instances> {
+    /// Starts `--instances` processes (or adopts `--target`s); `redlock` is
+    /// passed as their `REDLOCK_URLS`.
+    pub async fn start(
+        args: &CompareArgs,
+        redlock: Option<&RedlockNodes>,
+    ) -> anyhow::Result<Instances> {
         if !args.target.is_empty() {
             let urls: Vec<String> =
                 args.target.iter().map(|u| u.trim_end_matches('/').to_owned()).collect();
@@ -54,6 +108,7 @@ impl Instances {
                 .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
                 .env("SECKILL_ADMIN_TOKEN", &admin_token)
                 .env("SECKILL_REDIS_PREFIX", &redis_prefix)
+                .envs(redlock.map(|nodes| ("REDLOCK_URLS", nodes.urls.join(","))))
                 .env("SECKILL_DB_POOL_SIZE", args.pool_size.to_string())
                 .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
                 .stdin(Stdio::null())

@@ -146,7 +146,7 @@ impl Attack {
     }
 
     /// One buyer's purchase, retrying a `busy` answer up to `retries` times
-    /// with exponential backoff (20 ms · 2^attempt, ±50 % jitter).
+    /// after `max(Retry-After, 20 ms · 2^attempt)`, ±50 % jitter.
     async fn purchase(&self, user: &mut GooseUser, buyer: i64) -> TransactionResult {
         let path = format!("sales/{}/orders", self.sale_id);
         for attempt in 0..=self.retries {
@@ -162,8 +162,17 @@ impl Attack {
                 .build();
             let mut goose = user.request(request).await?;
             let status = goose.request.status_code;
+            let mut retry_after_s = 0.0;
             let body = match goose.response {
-                Ok(response) => response.bytes().await.unwrap_or_default(),
+                Ok(response) => {
+                    retry_after_s = response
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .unwrap_or(0.0);
+                    response.bytes().await.unwrap_or_default()
+                }
                 Err(_) => Default::default(),
             };
             self.answers.fetch_add(1, Relaxed);
@@ -197,8 +206,10 @@ impl Attack {
             if kind != Kind::Busy || attempt == self.retries {
                 break;
             }
-            let backoff_ms = 20.0 * 2f64.powi(attempt as i32) * rand::rng().random_range(0.5..1.5);
-            tokio::time::sleep(Duration::from_secs_f64(backoff_ms / 1000.0)).await;
+            // A polite client: wait at least what `Retry-After` asks.
+            let backoff_s = (0.02 * 2f64.powi(attempt as i32)).max(retry_after_s);
+            let jittered = backoff_s * rand::rng().random_range(0.5..1.5);
+            tokio::time::sleep(Duration::from_secs_f64(jittered)).await;
         }
         Ok(())
     }

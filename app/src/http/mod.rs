@@ -11,7 +11,7 @@ use axum_prometheus::PrometheusMetricLayer;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 use crate::backends::RedisHandle;
 use crate::config::Config;
@@ -61,7 +61,12 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(PrometheusMetricLayer::new())
-        .layer(TraceLayer::new_for_http())
+        // Failures are logged where they are understood (AppError); a 503
+        // `busy` is designed back-pressure, not an error worth a log line.
+        .layer(
+            TraceLayer::new_for_http()
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
+        )
         .layer(CatchPanicLayer::new())
         .with_state(state)
 }

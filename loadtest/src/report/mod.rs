@@ -108,7 +108,23 @@ pub struct Run {
     /// Units the reconciler had to return or correct during the run; `null`
     /// for strategies without a reconciler.
     pub reconcile_fixes: Option<i64>,
+    /// Lock figures; `null` for strategies that take no lock.
+    pub lock_stats: Option<LockStats>,
     pub cost: Cost,
+}
+
+/// What a lock strategy's lock did during a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LockStats {
+    /// Most purchases inside the critical section at once, across every
+    /// instance (from the intervals the instances record; 1 for a correct lock).
+    pub max_concurrency: i64,
+    /// Watchdog lease renewals (`seckill_lock_renewals_total` delta).
+    pub renewals: u64,
+    /// Lock waits that ran out and were answered `busy`.
+    pub lock_timeouts: u64,
+    /// Writes refused because a higher fencing token had claimed the sale.
+    pub fence_rejections: u64,
 }
 
 /// What each sold unit cost; `null` where a figure does not apply.
