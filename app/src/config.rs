@@ -73,6 +73,21 @@ pub struct Config {
     /// docs/redis-decr.md for the failpoints and their actions.
     #[arg(long, env = "SECKILL_FAILPOINTS", hide = true)]
     pub failpoints: Option<String>,
+
+    /// Independent Redis nodes of the `lock/redlock` strategy, comma-separated
+    /// (quorum = N/2 + 1).
+    #[arg(
+        long,
+        env = "REDLOCK_URLS",
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6380,redis://127.0.0.1:6381,redis://127.0.0.1:6382"
+    )]
+    pub redlock_urls: Vec<String>,
+
+    /// How long a `lock/*` purchase waits for its sale's lock before it is
+    /// answered 503 `busy`, in milliseconds.
+    #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = 1000)]
+    pub lock_wait_ms: u64,
 }
 
 impl Config {
@@ -97,6 +112,10 @@ impl Config {
 
     pub fn db_acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.db_acquire_timeout_ms)
+    }
+
+    pub fn lock_wait(&self) -> Duration {
+        Duration::from_millis(self.lock_wait_ms)
     }
 }
 

@@ -74,7 +74,7 @@ impl Application {
         let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone())
             .context("parsing REDIS_URL")?;
         let deps = Deps { db: db.clone(), redis: redis.clone(), config: config.clone() };
-        let strategies = Strategies::new(&deps);
+        let strategies = Strategies::new(&deps)?;
         strategies.start_background();
         let state = AppState {
             strategies,

@@ -7,6 +7,7 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 use super::{AppState, READY_TIMEOUT};
+use crate::backends::RedisHandle;
 use crate::http::error::AppError;
 use crate::strategy::{Backend, StrategyError};
 
@@ -16,13 +17,14 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// `GET /readyz`: `200` when every backing server answers within 2 s, else
-/// `503` problem `unavailable` naming the first one that did not.
+/// `GET /readyz`: `200` when every backing server (Postgres, then Redis)
+/// answers within 2 s, else `503` problem `unavailable` naming the first one
+/// that did not.
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
     let ping = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.db);
     match tokio::time::timeout(READY_TIMEOUT, ping).await {
         Ok(Ok(_)) => {
-            redis_ready(&state).await?;
+            redis_ready(&state.redis).await?;
             Ok(Json(json!({ "status": "ready", "postgres": "ok", "redis": "ok" })))
         }
         Ok(Err(err)) => {
@@ -37,20 +39,24 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppErr
     }
 }
 
-/// Redis answers `PING` within [`READY_TIMEOUT`]; else `Unavailable`.
-async fn redis_ready(state: &AppState) -> Result<(), StrategyError> {
-    let unavailable =
-        |source: anyhow::Error| StrategyError::Unavailable { backend: Backend::Redis, source };
+/// Redis answers `PING` within [`READY_TIMEOUT`]; else `503` problem
+/// `unavailable` with backend `redis`.
+async fn redis_ready(redis: &RedisHandle) -> Result<(), AppError> {
     let ping = async {
-        let mut conn = state.redis.conn().await?;
-        redis::cmd("PING")
-            .query_async::<String>(&mut conn)
-            .await
-            .map_err(|err| unavailable(err.into()))
+        let mut conn = redis.conn().await?;
+        // Any error, not only I/O, means "not ready" here.
+        redis::cmd("PING").query_async::<String>(&mut conn).await.map_err(|err| {
+            StrategyError::Unavailable { backend: Backend::Redis, source: err.into() }
+        })
     };
     match tokio::time::timeout(READY_TIMEOUT, ping).await {
-        Ok(result) => result.map(drop),
-        Err(_) => Err(unavailable(anyhow::anyhow!("no answer within {READY_TIMEOUT:?}"))),
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => Err(err.into()),
+        Err(_) => Err(StrategyError::Unavailable {
+            backend: Backend::Redis,
+            source: anyhow::anyhow!("no answer within {READY_TIMEOUT:?}"),
+        }
+        .into()),
     }
 }
 

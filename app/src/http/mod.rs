@@ -22,6 +22,7 @@ mod admin;
 pub mod error;
 mod extract;
 mod health;
+mod lock_stats;
 mod sales;
 
 pub use error::AppError;
@@ -50,6 +51,7 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/sales/{id}/restock", post(admin::restock))
         .route("/admin/sales/{id}/audit", get(admin::audit))
         .route("/admin/sales/{id}/reconcile", post(admin::reconcile))
+        .route("/admin/sales/{id}/lock-stats", get(lock_stats::lock_stats))
         .route("/sales/{id}", get(sales::get_sale))
         .route("/sales/{id}/orders", post(sales::place_order))
         .route("/healthz", get(health::healthz))

@@ -27,6 +27,7 @@ use crate::backends::RedisHandle;
 use crate::config::Config;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
+pub mod lock;
 pub mod naive;
 pub mod redis_decr;
 pub mod sql;
@@ -48,6 +49,24 @@ pub enum StrategyName {
     /// `sql` transaction; every failure after the decrement is compensated,
     /// and a reconciler returns what a crash left behind.
     RedisDecr,
+    /// The naive steps inside an in-process mutex per sale (`lock/local`).
+    LockLocal,
+    /// … inside a Redis `SETNX` key with no expiry (`lock/setnx`).
+    LockSetnx,
+    /// … inside a Redis `SET NX PX` key released by a blind `DEL` (`lock/ttl`).
+    LockTtl,
+    /// … inside a `SET NX PX` key with an owner token and a compare-and-delete
+    /// release (`lock/token`).
+    LockToken,
+    /// … inside the lock library's lock, renewed by its watchdog
+    /// (`lock/watchdog`).
+    LockWatchdog,
+    /// `lock/watchdog` plus a fencing token that Postgres checks across the
+    /// read-modify-write (`lock/fenced`).
+    LockFenced,
+    /// The library's Redlock over `REDLOCK_URLS`, renewed and fenced like
+    /// `lock/fenced` (`lock/redlock`).
+    LockRedlock,
 }
 
 impl StrategyName {
@@ -57,13 +76,27 @@ impl StrategyName {
         StrategyName::Sql,
         StrategyName::SqlForUpdate,
         StrategyName::RedisDecr,
+        StrategyName::LockLocal,
+        StrategyName::LockSetnx,
+        StrategyName::LockTtl,
+        StrategyName::LockToken,
+        StrategyName::LockWatchdog,
+        StrategyName::LockFenced,
+        StrategyName::LockRedlock,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             StrategyName::Naive => "naive",
             StrategyName::Sql => "sql",
             StrategyName::SqlForUpdate => "sql/for-update",
+            StrategyName::LockLocal => "lock/local",
+            StrategyName::LockSetnx => "lock/setnx",
+            StrategyName::LockTtl => "lock/ttl",
+            StrategyName::LockToken => "lock/token",
+            StrategyName::LockWatchdog => "lock/watchdog",
+            StrategyName::LockFenced => "lock/fenced",
+            StrategyName::LockRedlock => "lock/redlock",
             StrategyName::RedisDecr => "redis-decr",
         }
     }
@@ -74,7 +107,15 @@ impl StrategyName {
             StrategyName::Naive | StrategyName::Sql | StrategyName::SqlForUpdate => {
                 &[Backend::Postgres]
             }
-            StrategyName::RedisDecr => &[Backend::Postgres, Backend::Redis],
+            StrategyName::RedisDecr
+            | StrategyName::LockSetnx
+            | StrategyName::LockTtl
+            | StrategyName::LockToken
+            | StrategyName::LockWatchdog
+            | StrategyName::LockFenced
+            | StrategyName::LockRedlock => &[Backend::Postgres, Backend::Redis],
+            // The in-process mutex needs no Redis; its sold-out flag lives in memory.
+            StrategyName::LockLocal => &[Backend::Postgres],
         }
     }
 
@@ -294,6 +335,14 @@ pub struct Strategies {
     sql: Arc<sql::Sql>,
     sql_for_update: Arc<sql_for_update::SqlForUpdate>,
     redis_decr: Arc<redis_decr::RedisDecr>,
+    locks: Arc<lock::Shared>,
+    lock_local: Arc<lock::Locked<lock::local::LocalLock>>,
+    lock_setnx: Arc<lock::Locked<lock::setnx::SetnxLock>>,
+    lock_ttl: Arc<lock::Locked<lock::ttl::TtlLock>>,
+    lock_token: Arc<lock::Locked<lock::token::TokenLock>>,
+    lock_watchdog: Arc<lock::Locked<lock::watchdog::WatchdogLock>>,
+    lock_fenced: Arc<lock::Locked<lock::watchdog::WatchdogLock>>,
+    lock_redlock: Arc<lock::Locked<lock::redlock::RedlockLock>>,
 }
 
 /// Connections and settings the strategies are built from.
@@ -305,14 +354,40 @@ pub struct Deps {
 }
 
 impl Strategies {
-    pub fn new(deps: &Deps) -> Self {
+    /// Errors: an invalid lock configuration (`REDLOCK_URLS`).
+    pub fn new(deps: &Deps) -> anyhow::Result<Self> {
         let db = deps.db.clone();
-        Self {
+        let locks = lock::Shared::new(db.clone(), deps.config.lock_wait());
+        let redis = &deps.redis;
+        let library = |name| lock::watchdog::WatchdogLock::new(redis, name);
+        let redlock = lock::redlock::RedlockLock::new(
+            &deps.config.redlock_urls,
+            &redis.prefix,
+            StrategyName::LockRedlock,
+        )?;
+        Ok(Self {
             naive: Arc::new(naive::Naive::new(db.clone())),
             sql: Arc::new(sql::Sql::new(db.clone())),
             sql_for_update: Arc::new(sql_for_update::SqlForUpdate::new(db)),
             redis_decr: Arc::new(redis_decr::RedisDecr::new(deps)),
-        }
+            lock_local: locks.locked(StrategyName::LockLocal, lock::local::LocalLock::default()),
+            lock_setnx: locks
+                .locked(StrategyName::LockSetnx, lock::setnx::SetnxLock::new(redis.clone())),
+            lock_ttl: locks.locked(StrategyName::LockTtl, lock::ttl::TtlLock::new(redis.clone())),
+            lock_token: locks
+                .locked(StrategyName::LockToken, lock::token::TokenLock::new(redis.clone())),
+            lock_watchdog: locks
+                .locked(StrategyName::LockWatchdog, library(StrategyName::LockWatchdog)?),
+            lock_fenced: locks.fenced(StrategyName::LockFenced, library(StrategyName::LockFenced)?),
+            lock_redlock: locks.fenced(StrategyName::LockRedlock, redlock),
+            locks,
+        })
+    }
+
+    /// State shared by the `lock/*` strategies (sold-out flags, the
+    /// critical-section recorder behind `max_concurrency`).
+    pub fn locks(&self) -> &lock::Shared {
+        &self.locks
     }
 
     /// Starts the background work of the strategies that have some (the
@@ -329,6 +404,13 @@ impl Strategies {
             StrategyName::Sql => self.sql.as_ref(),
             StrategyName::SqlForUpdate => self.sql_for_update.as_ref(),
             StrategyName::RedisDecr => self.redis_decr.as_ref(),
+            StrategyName::LockLocal => self.lock_local.as_ref(),
+            StrategyName::LockSetnx => self.lock_setnx.as_ref(),
+            StrategyName::LockTtl => self.lock_ttl.as_ref(),
+            StrategyName::LockToken => self.lock_token.as_ref(),
+            StrategyName::LockWatchdog => self.lock_watchdog.as_ref(),
+            StrategyName::LockFenced => self.lock_fenced.as_ref(),
+            StrategyName::LockRedlock => self.lock_redlock.as_ref(),
         }
     }
 }
@@ -353,10 +435,21 @@ pub enum Expectation {
 /// | `sql` | correct |
 /// | `sql/for-update` | correct |
 /// | `redis-decr` | correct (the Postgres guard backs the Redis gate) |
-pub fn expectation(strategy: StrategyName, _profile: &str, _instances: usize) -> Expectation {
+/// | `lock/local` | correct on 1 instance; breaks on more (one mutex per process) |
+/// | `lock/setnx` | correct (it breaks only when a holder dies: the sale is stuck, shown by its test) |
+/// | `lock/ttl`, `lock/token` | correct in `burst`; break in `slow` (holders stall past the lease) |
+/// | `lock/watchdog`, `lock/fenced`, `lock/redlock` | correct (renewed through stalls; fenced against whole-process pauses) |
+pub fn expectation(strategy: StrategyName, profile: &str, instances: usize) -> Expectation {
     match strategy {
         StrategyName::Naive => Expectation::Breaks,
         StrategyName::Sql | StrategyName::SqlForUpdate | StrategyName::RedisDecr => {
+            Expectation::Correct
+        }
+        StrategyName::LockLocal if instances > 1 => Expectation::Breaks,
+        StrategyName::LockLocal | StrategyName::LockSetnx => Expectation::Correct,
+        StrategyName::LockTtl | StrategyName::LockToken if profile == "slow" => Expectation::Breaks,
+        StrategyName::LockTtl | StrategyName::LockToken => Expectation::Correct,
+        StrategyName::LockWatchdog | StrategyName::LockFenced | StrategyName::LockRedlock => {
             Expectation::Correct
         }
     }

@@ -1,0 +1,512 @@
+//! A Redis lock library: a reentrant lease lock with fencing tokens, bounded
+//! waits woken by pub/sub, a watchdog that tells the holder when it lost the
+//! lock, and Redlock over several independent Redis nodes.
+//!
+//! It knows nothing about flash sales: the caller names a lock with a
+//! [`LockName`] (e.g. `seckill:{sale:7}:lock`) and the library derives every
+//! other key from it, keeping the hash tag so that all keys of one lock sit
+//! in one Redis Cluster slot.
+//!
+//! # Data model (one node, [`LockClient`])
+//! As Redisson's reentrant `RLock`: the lock key is a hash
+//! `{owner token → hold count}` with a lease (`PEXPIRE`). One Lua script
+//! (`acquire.lua`) creates or re-enters it and increments the lock's fencing
+//! counter (`<name>:fence`, as Redisson's `RFencedLock`) in the same step;
+//! `release.lua` and `extend.lua` compare the owner token before they touch
+//! anything. The owner token is 160 random bits per acquisition and belongs
+//! to the [`LockGuard`], not to a thread or a task; re-entry goes through the
+//! guard ([`LockGuard::reenter`]).
+//!
+//! # What it guarantees
+//! - At most one owner token holds the lock on a given Redis node at a time,
+//!   as long as that node does not lose the key (restart without
+//!   persistence, failover to a replica that had not received it).
+//! - No holder ever releases or extends a lock it no longer owns: release and
+//!   extend report [`ReleaseOutcome::NotOwner`] / [`ReleaseOutcome::Expired`].
+//! - A waiter never waits longer than its `wait`, and never longer than the
+//!   holder's remaining lease for one round: a lost wake-up message delays it
+//!   but never hangs it.
+//! - With the watchdog, a holder whose renewals find another owner is told
+//!   through [`LockGuard::lost`] at once, and one whose renewals fail is told
+//!   at least lease/6 before its lease runs out (as measured locally, from the
+//!   start of the last successful renewal, minus the drift allowance); a
+//!   later release reports that it lost the lock. Without the watchdog the
+//!   holder is told when the lease's validity ends.
+//! - Re-entry goes through the guard only: a second `try_lock` of the same
+//!   name by the same holder waits like any other contender.
+//! - Every acquisition gets a fencing token strictly greater than every
+//!   earlier one of the same lock, for as long as Redis keeps the counter.
+//!
+//! # What it does not guarantee
+//! A lease lock alone cannot stop a paused holder from writing: a holder that
+//! stalls past its lease (a GC-like pause, a slow downstream call, a whole
+//! process stopped with its watchdog) wakes up still believing it holds the
+//! lock, while the next owner already works (Kleppmann 2016, locks.md T1/T2).
+//! Only the protected resource can refuse that late write, by checking the
+//! fencing token ([`LockGuard::fencing_token`]) against the highest one it has
+//! seen. The fencing counter lives in Redis: a Redis that keeps nothing on
+//! disk forgets it on restart, so a caller that needs tokens monotonic across
+//! restarts must take them from a durable source (or re-seed the counter).
+//!
+//! [`Redlock`] is an efficiency lock, not a correctness guarantee: it assumes
+//! bounded pauses, bounded network delay and clocks that do not jump, and a
+//! node restarted empty can hand the lock to a second client (locks.md §4.1,
+//! T4/T5). It has no fencing facility of its own.
+//!
+//! # Costs
+//! Every command the library sends counts as one round trip in
+//! [`LockStats::round_trips`] (and is reported to [`LockConfig::on_round_trip`]):
+//! an uncontended acquire + release is 2, plus one per watchdog renewal.
+
+mod local;
+mod redlock;
+mod scripts;
+mod single;
+mod watchdog;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+pub use redlock::{Redlock, RedlockConfig, RedlockGuard, RedlockRelease};
+pub use single::{LockClient, LockGuard};
+
+/// The shortest lease accepted: below it the lease is gone before a reply
+/// crosses a loaded network, and the drift allowance (`0.01·lease + 2 ms`)
+/// eats most of it.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
+/// The shortest lease accepted with the watchdog: it renews every lease/3, and
+/// a renewal period under 10 ms would be dominated by round trips.
+pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);
+
+/// The longest lease accepted (one day). A lease is a bound on a crashed
+/// holder's damage, not a storage duration.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest wait accepted (one hour): every wait is bounded.
+pub const MAX_WAIT: Duration = Duration::from_secs(60 * 60);
+
+/// The name of one lock, e.g. `seckill:{sale:7}:lock`.
+///
+/// It must contain a Redis Cluster hash tag: the first `{` followed later by
+/// a `}` with at least one character between them. Every key the library
+/// derives from it (fencing counter, wake-up channel) keeps that tag, so a
+/// script touching them never fails with `CROSSSLOT` on Redis Cluster.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LockName {
+    key: String,
+    fence: String,
+    channel: String,
+    tag: (usize, usize),
+}
+
+impl LockName {
+    /// Validates `name` and derives the lock's keys.
+    ///
+    /// Errors: [`LockError::InvalidName`] when the name is empty, longer than
+    /// 1024 bytes, or has no hash tag.
+    pub fn new(name: impl Into<String>) -> Result<Self, LockError> {
+        let key = name.into();
+        let invalid = |reason: &'static str| LockError::InvalidName { name: key.clone(), reason };
+        if key.is_empty() {
+            return Err(invalid("empty"));
+        }
+        if key.len() > 1024 {
+            return Err(invalid("longer than 1024 bytes"));
+        }
+        let tag = hash_tag(&key).ok_or_else(|| {
+            invalid("no hash tag: it must contain `{tag}` so that its keys share a cluster slot")
+        })?;
+        Ok(Self { fence: format!("{key}:fence"), channel: format!("{key}:released"), key, tag })
+    }
+
+    /// The lock hash `{owner token → hold count}`: the name itself.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fencing counter, `<name>:fence`.
+    pub fn fence_key(&self) -> &str {
+        &self.fence
+    }
+
+    /// The pub/sub channel on which a release announces a free lock,
+    /// `<name>:released`.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// The hash tag, without its braces (`sale:7` for `seckill:{sale:7}:lock`).
+    pub fn hash_tag(&self) -> &str {
+        &self.key[self.tag.0..self.tag.1]
+    }
+}
+
+impl fmt::Display for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.key)
+    }
+}
+
+impl fmt::Debug for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockName({:?})", self.key)
+    }
+}
+
+/// The byte range of the hash tag's content, by the Redis Cluster rule: the
+/// first `{`, then the first `}` after it, with something in between.
+fn hash_tag(key: &str) -> Option<(usize, usize)> {
+    let open = key.find('{')?;
+    let close = open + 1 + key[open + 1..].find('}')?;
+    (close > open + 1).then_some((open + 1, close))
+}
+
+/// How to take a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LockOptions {
+    /// How long to wait for the lock in total. Zero means a single attempt.
+    /// At most [`MAX_WAIT`].
+    pub wait: Duration,
+    /// The lease: how long the lock outlives a holder that stops renewing it.
+    /// Whole milliseconds (rounded up); between [`MIN_LEASE`] (or
+    /// [`MIN_WATCHDOG_LEASE`] with the watchdog) and [`MAX_LEASE`].
+    pub lease: Duration,
+    /// Renew the lease every lease/3 while the guard lives (the watchdog).
+    pub watchdog: bool,
+}
+
+impl LockOptions {
+    /// A lease lock without renewal.
+    pub fn new(wait: Duration, lease: Duration) -> Self {
+        Self { wait, lease, watchdog: false }
+    }
+
+    /// The same, renewed by the watchdog while held.
+    pub fn with_watchdog(self) -> Self {
+        Self { watchdog: true, ..self }
+    }
+
+    /// Checks the bounds above; returns the lease in milliseconds.
+    pub(crate) fn validate(&self) -> Result<u64, LockError> {
+        let min = if self.watchdog { MIN_WATCHDOG_LEASE } else { MIN_LEASE };
+        if self.lease < min {
+            return Err(LockError::InvalidConfig(format!(
+                "lease {:?} is shorter than the minimum {min:?}{}",
+                self.lease,
+                if self.watchdog { " for a watchdog lock" } else { "" }
+            )));
+        }
+        if self.lease > MAX_LEASE {
+            return Err(LockError::InvalidConfig(format!(
+                "lease {:?} is longer than the maximum {MAX_LEASE:?}",
+                self.lease
+            )));
+        }
+        if self.wait > MAX_WAIT {
+            return Err(LockError::InvalidConfig(format!(
+                "wait {:?} is longer than the maximum {MAX_WAIT:?}",
+                self.wait
+            )));
+        }
+        Ok(duration_ms_ceil(self.lease))
+    }
+}
+
+/// `d` in whole milliseconds, rounded up (saturating; callers bound `d`).
+pub(crate) fn duration_ms_ceil(d: Duration) -> u64 {
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+/// The clock-drift allowance of the Redlock convention: `0.01·lease + 2 ms`
+/// (node-redlock, rslock, redlock-rs; the redis.io description speaks of "a
+/// few milliseconds").
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// How long a lock taken in a round that started `elapsed` ago stays valid:
+/// `lease − elapsed − drift(lease)`, or `None` when that is not positive.
+pub(crate) fn validity(lease: Duration, elapsed: Duration) -> Option<Duration> {
+    lease.checked_sub(elapsed)?.checked_sub(drift(lease)).filter(|v| !v.is_zero())
+}
+
+/// The fencing token of one acquisition: strictly greater than the token of
+/// every earlier acquisition of the same lock (while Redis keeps the counter).
+/// Re-entries through the guard share their acquisition's token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(pub u64);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Why a holder lost (or never had) its lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossReason {
+    /// Another owner holds the lock now.
+    NotOwner,
+    /// Nobody holds it: the lease ran out (or the key was lost).
+    Expired,
+    /// Renewals could not reach Redis (or a quorum of nodes) in time; the
+    /// lease is about to run out, if it has not already.
+    Unreachable,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::NotOwner => "another owner holds the lock",
+            LossReason::Expired => "the lease ran out",
+            LossReason::Unreachable => "renewals could not reach Redis before the lease ran out",
+        })
+    }
+}
+
+/// The outcome of [`LockGuard::release`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The lock is free; waiters were notified.
+    Released,
+    /// The same owner still holds it `holds` more times (other guards of the
+    /// same acquisition, from [`LockGuard::reenter`]).
+    StillHeld { holds: u64 },
+    /// Another owner holds the lock; nothing was changed.
+    NotOwner,
+    /// Nobody holds the lock: our lease had run out; nothing was changed.
+    Expired,
+}
+
+/// The outcome of [`LockGuard::extend`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExtendOutcome {
+    /// The lease is now the requested one.
+    Extended,
+    /// Another owner holds the lock; nothing was changed.
+    NotOwner,
+    /// Nobody holds the lock; it was not re-created.
+    Expired,
+}
+
+/// Errors of the lock library.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// A lease, wait or configuration value out of bounds.
+    #[error("invalid lock configuration: {0}")]
+    InvalidConfig(String),
+    /// A lock name without a hash tag, empty or too long.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    /// Another owner still held the lock when the wait ran out. `retry_after`
+    /// is the remaining lease last seen, when known.
+    #[error("lock {name} still held by another owner after waiting {waited:?}")]
+    Timeout { name: String, waited: Duration, retry_after: Option<Duration> },
+    /// The acquire succeeded on Redis but its reply came so late that the
+    /// lease had no validity left (locks.md T3); the lock was released again.
+    #[error("lock {name} was granted too late: {elapsed:?} after the request, lease {lease:?}")]
+    AcquiredTooLate { name: String, elapsed: Duration, lease: Duration },
+    /// The operation needs a lock the guard no longer holds.
+    #[error("lock {name} lost: {reason}")]
+    Lost { name: String, reason: LossReason },
+    /// Redlock: fewer than a quorum of nodes answered at all.
+    #[error("lock {name}: only {reachable} of {nodes} Redis nodes reachable, {quorum} needed")]
+    NoQuorum { name: String, reachable: usize, nodes: usize, quorum: usize },
+    /// Redis could not be reached or answered with an error. The outcome of
+    /// the command is unknown; an acquire whose outcome is unknown is
+    /// released again before this is returned.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A command got no reply within the configured timeout (outcome unknown).
+    #[error("redis did not answer within {0:?}")]
+    CommandTimeout(Duration),
+}
+
+impl LockError {
+    /// True when the cause is Redis being unreachable or too slow (map it to
+    /// "unavailable"), as opposed to contention or bad input.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            LockError::Redis(_) | LockError::CommandTimeout(_) | LockError::NoQuorum { .. }
+        )
+    }
+}
+
+/// A callback told about every round trip the library sends to Redis
+/// (argument: how many), e.g. to feed a metrics counter.
+pub type RoundTripHook = Arc<dyn Fn(u64) + Send + Sync>;
+
+/// Settings of a [`LockClient`].
+#[derive(Clone)]
+pub struct LockConfig {
+    /// The longest a single command may take before its outcome is treated as
+    /// unknown (default 1 s). Acquire attempts are further bounded by the
+    /// lease's validity, renewals by a renewal period.
+    pub command_timeout: Duration,
+    /// The longest a connection attempt may take (default 1 s).
+    pub connect_timeout: Duration,
+    /// Told about every round trip sent (default: none).
+    pub on_round_trip: Option<RoundTripHook>,
+}
+
+impl Default for LockConfig {
+    fn default() -> Self {
+        Self {
+            command_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            on_round_trip: None,
+        }
+    }
+}
+
+impl fmt::Debug for LockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockConfig")
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("on_round_trip", &self.on_round_trip.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+impl LockConfig {
+    pub(crate) fn validate(&self) -> Result<(), LockError> {
+        for (what, d) in
+            [("command_timeout", self.command_timeout), ("connect_timeout", self.connect_timeout)]
+        {
+            if d.is_zero() || d > Duration::from_secs(60) {
+                return Err(LockError::InvalidConfig(format!(
+                    "{what} {d:?} must be positive and at most 60 s"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counters of one [`LockClient`] or [`Redlock`] since it was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockStats {
+    /// Commands sent to Redis (scripts, pub/sub (un)subscriptions), each one
+    /// round trip; Redlock counts one per node contacted.
+    pub round_trips: u64,
+    /// Successful acquisitions (re-entries not included).
+    pub acquisitions: u64,
+    /// `try_lock` calls that ended in [`LockError::Timeout`].
+    pub timeouts: u64,
+    /// Successful watchdog renewals.
+    pub renewals: u64,
+    /// Guards told that they lost their lock (watchdog or lease end).
+    pub losses: u64,
+}
+
+/// Shared counters behind [`LockStats`].
+#[derive(Default)]
+pub(crate) struct Telemetry {
+    round_trips: AtomicU64,
+    acquisitions: AtomicU64,
+    timeouts: AtomicU64,
+    renewals: AtomicU64,
+    losses: AtomicU64,
+    hook: Option<RoundTripHook>,
+}
+
+impl Telemetry {
+    pub(crate) fn new(hook: Option<RoundTripHook>) -> Arc<Self> {
+        Arc::new(Self { hook, ..Self::default() })
+    }
+
+    pub(crate) fn round_trips(&self, n: u64) {
+        self.round_trips.fetch_add(n, Ordering::Relaxed);
+        if let Some(hook) = &self.hook {
+            hook(n);
+        }
+    }
+
+    pub(crate) fn acquired(&self) {
+        self.acquisitions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn timed_out(&self) {
+        self.timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn renewed(&self) {
+        self.renewals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn lost(&self) {
+        self.losses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> LockStats {
+        LockStats {
+            round_trips: self.round_trips.load(Ordering::Relaxed),
+            acquisitions: self.acquisitions.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            renewals: self.renewals.load(Ordering::Relaxed),
+            losses: self.losses.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A fresh owner token: 160 random bits from the thread's CSPRNG, hex-encoded
+/// (the Redlock description suggests 20 random bytes).
+pub(crate) fn new_owner_token() -> String {
+    use rand::Rng;
+    let bytes: [u8; 20] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A uniformly random duration in `[0, max]`, to desynchronise retries.
+pub(crate) fn jitter(max: Duration) -> Duration {
+    use rand::Rng;
+    let ms = duration_ms_ceil(max);
+    Duration::from_micros(rand::rng().random_range(0..=ms.saturating_mul(1000)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_tag_follows_the_cluster_rule() {
+        assert_eq!(LockName::new("p:{sale:7}:lock").unwrap().hash_tag(), "sale:7");
+        assert_eq!(LockName::new("{a}{b}").unwrap().hash_tag(), "a");
+        assert!(LockName::new("p:{}:lock{x}").is_err(), "an empty first tag is no tag");
+        assert!(LockName::new("no-tag").is_err());
+        assert!(LockName::new("").is_err());
+        let name = LockName::new("p:{sale:7}:lock").unwrap();
+        assert_eq!(name.fence_key(), "p:{sale:7}:lock:fence");
+        assert_eq!(name.channel(), "p:{sale:7}:lock:released");
+    }
+
+    #[test]
+    fn validity_never_underflows() {
+        let lease = Duration::from_millis(10);
+        assert_eq!(validity(lease, Duration::from_secs(5)), None);
+        assert_eq!(validity(lease, Duration::from_millis(8)), None);
+        assert!(validity(Duration::MAX, Duration::ZERO).is_some());
+        assert_eq!(
+            validity(Duration::from_secs(1), Duration::ZERO),
+            Some(Duration::from_millis(988))
+        );
+    }
+
+    #[test]
+    fn lease_and_wait_bounds_are_typed_errors() {
+        let ms = Duration::from_millis;
+        assert!(LockOptions::new(ms(0), ms(0)).validate().is_err());
+        assert!(LockOptions::new(ms(0), ms(9)).validate().is_err());
+        assert_eq!(LockOptions::new(ms(0), ms(10)).validate().unwrap(), 10);
+        assert!(LockOptions::new(ms(0), ms(20)).with_watchdog().validate().is_err());
+        assert!(LockOptions::new(Duration::MAX, ms(20)).validate().is_err());
+        assert!(LockOptions::new(ms(0), Duration::MAX).validate().is_err());
+        assert_eq!(LockOptions::new(ms(0), Duration::from_micros(10_001)).validate().unwrap(), 11);
+    }
+}

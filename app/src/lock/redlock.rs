@@ -1,0 +1,584 @@
+//! Redlock: one lock over N independent Redis nodes (no replication between
+//! them), as described on redis.io ("Distributed locks with Redis").
+//!
+//! A round sends `acquire.lua` (same data model as [`LockClient`], without
+//! fencing) to every node concurrently, each cut off after a short
+//! per-node timeout. It succeeds when at least N/2+1 nodes granted the lock
+//! and its validity `lease − elapsed − (0.01·lease + 2 ms)` is positive,
+//! `elapsed` being measured on a monotonic clock from the start of that
+//! successful round (node-redlock #169). Otherwise the lock is released on
+//! every node that granted it or did not answer, and the round is retried
+//! after a wake-up or a jittered delay while the wait lasts. A node that is
+//! down or errs is a "no" vote, never an error of the whole lock
+//! (redlock-rs's anti-pattern, locks.md T13). The watchdog renews on all
+//! nodes and needs a quorum within validity each time.
+//!
+//! **An efficiency lock, not a correctness guarantee.** Redlock assumes
+//! bounded network delays, bounded process pauses and clock rates that do
+//! not drift much; a node that restarts without persistence forgets its
+//! keys and can hand a second client a majority (locks.md T5), and an early
+//! expiry on one node does the same (T4). It has no fencing token of its own
+//! (its random value is not monotonic): a caller that must stay correct
+//! takes fencing tokens from an independent, durable source and has the
+//! protected resource check them (Kleppmann 2016; redis.io's disclaimer).
+//!
+//! [`LockClient`]: super::LockClient
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+
+use super::local::{LocalQueues, Wakeups};
+use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply};
+use super::watchdog::{self, LeaseState, Renewal};
+use super::{
+    ExtendOutcome, LockError, LockName, LockOptions, LockStats, LossReason, RoundTripHook,
+    Telemetry, duration_ms_ceil, jitter, new_owner_token, validity,
+};
+
+/// The most nodes accepted (Redlock deployments use 3 or 5).
+const MAX_NODES: usize = 15;
+
+/// Settings of a [`Redlock`].
+#[derive(Clone)]
+pub struct RedlockConfig {
+    /// How long one node may take to answer one command before it counts as
+    /// a "no" vote (default 50 ms; the description suggests 5–50 ms for a
+    /// 10 s lease). It should be far below the lease.
+    pub node_timeout: Duration,
+    /// How long a connection attempt to one node may take (default 200 ms).
+    pub connect_timeout: Duration,
+    /// Upper bound of the random delay before a retry (default 20 ms; the
+    /// delay is uniform in [retry_jitter/2, retry_jitter]), so that
+    /// competing clients do not split the votes again in lockstep.
+    pub retry_jitter: Duration,
+    /// Told about every round trip sent, one per node contacted.
+    pub on_round_trip: Option<RoundTripHook>,
+}
+
+impl Default for RedlockConfig {
+    fn default() -> Self {
+        Self {
+            node_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_millis(200),
+            retry_jitter: Duration::from_millis(20),
+            on_round_trip: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RedlockConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockConfig")
+            .field("node_timeout", &self.node_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("retry_jitter", &self.retry_jitter)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A Redlock client over N independent nodes. Create one per process and
+/// share it (cheap to clone).
+#[derive(Clone)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<_> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|n| n.client.get_connection_info().addr().to_string())
+            .collect();
+        f.debug_struct("Redlock")
+            .field("nodes", &nodes)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    config: RedlockConfig,
+    telemetry: Arc<Telemetry>,
+    queues: LocalQueues,
+}
+
+struct Node {
+    client: redis::Client,
+    conn: OnceCell<ConnectionManager>,
+    wakeups: Arc<Wakeups>,
+}
+
+/// One node's answer in a round.
+enum Vote {
+    Yes,
+    /// Held by another owner, with its remaining lease in ms.
+    No {
+        pttl_ms: i64,
+    },
+    /// No answer or an error: our key may or may not be there.
+    Unknown,
+}
+
+impl Redlock {
+    /// A Redlock over `nodes` (connected lazily).
+    ///
+    /// Errors: [`LockError::InvalidConfig`] for no node, more than 15, or a
+    /// zero or over-60 s timeout.
+    pub fn new(nodes: Vec<redis::Client>, config: RedlockConfig) -> Result<Self, LockError> {
+        if nodes.is_empty() || nodes.len() > MAX_NODES {
+            return Err(LockError::InvalidConfig(format!(
+                "Redlock needs between 1 and {MAX_NODES} nodes, got {}",
+                nodes.len()
+            )));
+        }
+        for (what, d) in
+            [("node_timeout", config.node_timeout), ("connect_timeout", config.connect_timeout)]
+        {
+            if d.is_zero() || d > Duration::from_secs(60) {
+                return Err(LockError::InvalidConfig(format!(
+                    "{what} {d:?} must be positive and at most 60 s"
+                )));
+            }
+        }
+        if config.retry_jitter > Duration::from_secs(60) {
+            return Err(LockError::InvalidConfig("retry_jitter must be at most 60 s".into()));
+        }
+        let telemetry = Telemetry::new(config.on_round_trip.clone());
+        let nodes = nodes
+            .into_iter()
+            .map(|client| Node {
+                wakeups: Wakeups::new(client.clone(), config.connect_timeout, telemetry.clone()),
+                client,
+                conn: OnceCell::new(),
+            })
+            .collect();
+        Ok(Self {
+            inner: Arc::new(Inner { nodes, config, telemetry, queues: LocalQueues::default() }),
+        })
+    }
+
+    /// The number of nodes, N.
+    pub fn nodes(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    /// Votes needed: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.inner.nodes.len() / 2 + 1
+    }
+
+    /// Counters since creation (one round trip per node contacted).
+    pub fn stats(&self) -> LockStats {
+        self.inner.telemetry.snapshot()
+    }
+
+    /// Takes `name` on a quorum of nodes, waiting at most `options.wait`.
+    ///
+    /// The lease must leave a positive validity after the drift allowance and
+    /// the per-node timeout: `lease > node_timeout + 0.01·lease + 2 ms`.
+    ///
+    /// Errors:
+    /// - [`LockError::InvalidConfig`]: lease or wait out of bounds;
+    /// - [`LockError::Timeout`]: other owners kept a quorum from us;
+    /// - [`LockError::NoQuorum`]: fewer than a quorum of nodes answered;
+    /// - [`LockError::AcquiredTooLate`]: the last quorum came with no validity.
+    pub async fn try_lock(
+        &self,
+        name: &LockName,
+        options: LockOptions,
+    ) -> Result<RedlockGuard, LockError> {
+        let lease_ms = options.validate()?;
+        let lease = Duration::from_millis(lease_ms);
+        let node_timeout = self.inner.config.node_timeout;
+        if validity(lease, node_timeout).is_none() {
+            return Err(LockError::InvalidConfig(format!(
+                "lease {lease:?} leaves no validity after the node timeout {node_timeout:?} and the drift allowance"
+            )));
+        }
+        let started = Instant::now();
+        let deadline = started + options.wait;
+        let inner = &self.inner;
+        let entry = inner.queues.entry(name.key());
+        let timeout = |retry_after| {
+            inner.telemetry.timed_out();
+            LockError::Timeout { name: name.to_string(), waited: started.elapsed(), retry_after }
+        };
+        let _contender =
+            match tokio::time::timeout_at(deadline.into(), entry.contender.acquire()).await {
+                Ok(Ok(permit)) => permit,
+                _ => return Err(timeout(None)),
+            };
+        let owner = new_owner_token();
+        loop {
+            let round_started = Instant::now();
+            let votes = self.acquire_round(name, &owner, lease_ms).await;
+            let elapsed = round_started.elapsed();
+            let yes = votes.iter().filter(|v| matches!(v, Vote::Yes)).count();
+            let answered = votes.iter().filter(|v| !matches!(v, Vote::Unknown)).count();
+            let valid = validity(lease, elapsed);
+            if yes >= self.quorum()
+                && let Some(valid) = valid
+            {
+                inner.telemetry.acquired();
+                return Ok(self.guard(name, owner, lease, round_started + valid, options.watchdog));
+            }
+            // Failed round: free the nodes that may hold our key.
+            let maybe_ours: Vec<usize> = votes
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| !matches!(v, Vote::No { .. }))
+                .map(|(i, _)| i)
+                .collect();
+            self.release_on(&maybe_ours, name, &owner).await;
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(if answered < self.quorum() {
+                    LockError::NoQuorum {
+                        name: name.to_string(),
+                        reachable: answered,
+                        nodes: self.nodes(),
+                        quorum: self.quorum(),
+                    }
+                } else if yes >= self.quorum() {
+                    LockError::AcquiredTooLate { name: name.to_string(), elapsed, lease }
+                } else {
+                    timeout(shortest_pttl(&votes))
+                });
+            }
+            let left = deadline - now;
+            if let Some(pttl) = shortest_pttl(&votes) {
+                // Held elsewhere: wait for a release message from any node,
+                // bounded by the shortest remaining lease seen.
+                if !entry.subscriptions.initialized() {
+                    entry
+                        .subscriptions
+                        .get_or_init(|| async {
+                            let registrations = inner.nodes.iter().map(|node| {
+                                node.wakeups.register(name.channel(), entry.wake.clone())
+                            });
+                            join_all(registrations).await
+                        })
+                        .await;
+                } else {
+                    let _ = tokio::time::timeout(pttl.min(left), entry.wake.notified()).await;
+                }
+            }
+            // A random delay in [jitter/2, jitter], so that clients that
+            // split the votes do not retry in lockstep (and never at once).
+            let left = deadline.saturating_duration_since(Instant::now());
+            let half = inner.config.retry_jitter / 2;
+            tokio::time::sleep((half + jitter(half)).min(left)).await;
+        }
+    }
+
+    /// One acquire round on every node concurrently.
+    async fn acquire_round(&self, name: &LockName, owner: &str, lease_ms: u64) -> Vec<Vote> {
+        let all: Vec<usize> = (0..self.nodes()).collect();
+        let replies = self
+            .on_nodes(&all, |mut conn| async move {
+                scripts::acquire(&mut conn, name, owner, lease_ms, AcquireMode::Acquire, false)
+                    .await
+            })
+            .await;
+        replies
+            .into_iter()
+            .map(|reply| match reply {
+                Some(AcquireReply::Acquired { .. }) => Vote::Yes,
+                Some(AcquireReply::Held { pttl_ms }) => Vote::No { pttl_ms },
+                Some(AcquireReply::NotOwner | AcquireReply::Expired) | None => Vote::Unknown,
+            })
+            .collect()
+    }
+
+    fn guard(
+        &self,
+        name: &LockName,
+        owner: String,
+        lease: Duration,
+        valid_until: Instant,
+        renew: bool,
+    ) -> RedlockGuard {
+        let state = LeaseState::new(valid_until, self.inner.telemetry.clone());
+        let period = lease / 3;
+        let renewal = renew.then(|| {
+            let redlock = self.clone();
+            let name = name.clone();
+            let owner = owner.clone();
+            let lease_ms = duration_ms_ceil(lease);
+            move || {
+                let redlock = redlock.clone();
+                let name = name.clone();
+                let owner = owner.clone();
+                async move { redlock.renew(&name, &owner, lease_ms).await }
+            }
+        });
+        watchdog::spawn(state.clone(), lease, period / 2, renewal);
+        RedlockGuard {
+            redlock: self.clone(),
+            name: name.clone(),
+            owner,
+            lease,
+            state,
+            released: false,
+        }
+    }
+
+    async fn renew(&self, name: &LockName, owner: &str, lease_ms: u64) -> Renewal {
+        let outcomes = self.extend_on_all(name, owner, lease_ms).await;
+        let extended = outcomes.iter().filter(|o| matches!(o, Some(ExtendReply::Extended))).count();
+        let unknown = outcomes.iter().filter(|o| o.is_none()).count();
+        if extended >= self.quorum() {
+            Renewal::Renewed
+        } else if extended + unknown >= self.quorum() {
+            Renewal::Failed
+        } else if outcomes.iter().any(|o| matches!(o, Some(ExtendReply::NotOwner))) {
+            Renewal::Lost(LossReason::NotOwner)
+        } else {
+            Renewal::Lost(LossReason::Expired)
+        }
+    }
+
+    /// `extend.lua` on every node; `None` for a node that did not answer.
+    async fn extend_on_all(
+        &self,
+        name: &LockName,
+        owner: &str,
+        lease_ms: u64,
+    ) -> Vec<Option<ExtendReply>> {
+        let all: Vec<usize> = (0..self.nodes()).collect();
+        self.on_nodes(&all, |mut conn| async move {
+            scripts::extend(&mut conn, name, owner, lease_ms).await
+        })
+        .await
+    }
+
+    /// `release.lua` (every hold) on the given nodes; `None` for no answer.
+    async fn release_on(
+        &self,
+        nodes: &[usize],
+        name: &LockName,
+        owner: &str,
+    ) -> Vec<Option<ReleaseReply>> {
+        self.on_nodes(nodes, |mut conn| async move {
+            scripts::release(&mut conn, name, owner, 1, true).await
+        })
+        .await
+    }
+
+    /// Runs `command` on the given nodes concurrently, each bounded by the
+    /// node timeout; `None` for a node that erred or did not answer.
+    async fn on_nodes<T, F, Fut>(&self, nodes: &[usize], command: F) -> Vec<Option<T>>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let config = &self.inner.config;
+        let calls = nodes.iter().map(|&i| {
+            let node = &self.inner.nodes[i];
+            let command = &command;
+            async move {
+                self.inner.telemetry.round_trips(1);
+                let attempt = async { command(node.conn(config).await?).await };
+                match tokio::time::timeout(config.node_timeout, attempt).await {
+                    Ok(Ok(value)) => Some(value),
+                    Ok(Err(err)) => {
+                        tracing::debug!(%err, node = i, "Redlock node failed");
+                        None
+                    }
+                    Err(_) => None,
+                }
+            }
+        });
+        join_all(calls).await
+    }
+}
+
+/// The shortest remaining lease among the nodes held by another owner.
+fn shortest_pttl(votes: &[Vote]) -> Option<Duration> {
+    votes
+        .iter()
+        .filter_map(|v| match v {
+            Vote::No { pttl_ms } => Some(
+                u64::try_from(*pttl_ms)
+                    .map(Duration::from_millis)
+                    .unwrap_or(Duration::from_millis(250)),
+            ),
+            _ => None,
+        })
+        .min()
+}
+
+/// A lock held on a quorum of Redlock nodes. Dropping it without
+/// [`release`](Self::release) releases it in the background.
+pub struct RedlockGuard {
+    redlock: Redlock,
+    name: LockName,
+    owner: String,
+    lease: Duration,
+    state: Arc<LeaseState>,
+    released: bool,
+}
+
+/// What [`RedlockGuard::release`] found, node by node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RedlockRelease {
+    /// Nodes where our key was deleted.
+    pub released: usize,
+    /// Nodes where another owner holds the lock.
+    pub not_owner: usize,
+    /// Nodes where nobody held it any more.
+    pub expired: usize,
+    /// Nodes that did not answer.
+    pub unreachable: usize,
+}
+
+impl RedlockRelease {
+    /// True when a quorum of nodes still had our key until this release,
+    /// i.e. we held the lock to the end.
+    pub fn held_to_the_end(&self, quorum: usize) -> bool {
+        self.released >= quorum
+    }
+}
+
+impl RedlockGuard {
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The owner token (hex, 160 bits) stored on each node.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The lease requested.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Cancelled once the lock is known or presumed lost (see
+    /// [`LockGuard::lost`](super::LockGuard::lost)).
+    pub fn lost(&self) -> &CancellationToken {
+        self.state.lost()
+    }
+
+    /// Why the lock was lost, once [`lost`](Self::lost) fired.
+    pub fn loss(&self) -> Option<LossReason> {
+        self.state.loss()
+    }
+
+    /// Successful watchdog renewals (each on a quorum) so far.
+    pub fn renewals(&self) -> u64 {
+        self.state.renewals()
+    }
+
+    /// The end of the validity computed locally (monotonic clock).
+    pub fn valid_until(&self) -> Instant {
+        self.state.valid_until()
+    }
+
+    /// Sets the lease to `lease` on every node that still has our key;
+    /// [`ExtendOutcome::Extended`] only when a quorum did so within validity.
+    ///
+    /// Errors: [`LockError::InvalidConfig`]; [`LockError::NoQuorum`] when too
+    /// few nodes answered to tell.
+    pub async fn extend(&self, lease: Duration) -> Result<ExtendOutcome, LockError> {
+        let lease_ms = LockOptions::new(Duration::ZERO, lease).validate()?;
+        let started = Instant::now();
+        let outcomes = self.redlock.extend_on_all(&self.name, &self.owner, lease_ms).await;
+        let quorum = self.redlock.quorum();
+        let extended = outcomes.iter().filter(|o| matches!(o, Some(ExtendReply::Extended))).count();
+        let answered = outcomes.iter().filter(|o| o.is_some()).count();
+        if extended >= quorum
+            && let Some(valid) = validity(Duration::from_millis(lease_ms), started.elapsed())
+        {
+            self.state.set_valid_until(started + valid);
+            return Ok(ExtendOutcome::Extended);
+        }
+        if answered < quorum {
+            return Err(LockError::NoQuorum {
+                name: self.name.to_string(),
+                reachable: answered,
+                nodes: self.redlock.nodes(),
+                quorum,
+            });
+        }
+        let outcome = if outcomes.iter().any(|o| matches!(o, Some(ExtendReply::NotOwner))) {
+            ExtendOutcome::NotOwner
+        } else {
+            ExtendOutcome::Expired
+        };
+        self.state.mark_lost(match outcome {
+            ExtendOutcome::NotOwner => LossReason::NotOwner,
+            _ => LossReason::Expired,
+        });
+        Ok(outcome)
+    }
+
+    /// Stops the watchdog and deletes our key on every node.
+    pub async fn release(mut self) -> RedlockRelease {
+        self.released = true;
+        self.state.stop();
+        let all: Vec<usize> = (0..self.redlock.nodes()).collect();
+        let outcomes = self.redlock.release_on(&all, &self.name, &self.owner).await;
+        let mut summary = RedlockRelease::default();
+        for outcome in outcomes {
+            match outcome {
+                Some(ReleaseReply::Released | ReleaseReply::StillHeld(_)) => summary.released += 1,
+                Some(ReleaseReply::NotOwner) => summary.not_owner += 1,
+                Some(ReleaseReply::Expired) => summary.expired += 1,
+                None => summary.unreachable += 1,
+            }
+        }
+        summary
+    }
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        self.state.stop();
+        if self.released {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let redlock = self.redlock.clone();
+        let name = self.name.clone();
+        let owner = std::mem::take(&mut self.owner);
+        runtime.spawn(async move {
+            let all: Vec<usize> = (0..redlock.nodes()).collect();
+            redlock.release_on(&all, &name, &owner).await;
+        });
+    }
+}
+
+impl std::fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("name", &self.name)
+            .field("lost", &self.state.loss())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    async fn conn(&self, config: &RedlockConfig) -> redis::RedisResult<ConnectionManager> {
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.node_timeout))
+            .set_number_of_retries(1);
+        self.conn
+            .get_or_try_init(|| async {
+                ConnectionManager::new_lazy_with_config(self.client.clone(), manager_config)
+            })
+            .await
+            .cloned()
+    }
+}

@@ -1,0 +1,190 @@
+//! The lease of a held lock as the holder sees it, and the watchdog that
+//! renews it.
+//!
+//! One task per acquisition (shared by its re-entrant guards). With renewal
+//! it extends the lease every lease/3 while the owner token still matches;
+//! without, it only waits for the lease's end. Either way it is the one
+//! place that tells the holder, through [`LeaseState::lost`], that the lock
+//! is gone:
+//! - at once when a renewal finds another owner or no lock (locks.md T2);
+//! - when renewals keep failing, as soon as less than one renewal period
+//!   (lease/3) of the lease is left, and in any case no later than lease/6
+//!   before the lease's end as measured locally (no renewal attempt may run
+//!   into that margin), so a partitioned holder hears it in time (T12);
+//! - for a lock without renewal, when its lease's validity ends.
+//!
+//! The task is stopped (`stop`) on every exit path: the last guard's release
+//! (before the release is sent, T10), the last guard dropped, a failed
+//! acquisition (no task is started before success). A renewal that still
+//! races a release cannot revive the key: `extend.lua` checks the owner.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::{LossReason, Telemetry, validity};
+
+/// What one renewal round found.
+pub(crate) enum Renewal {
+    /// The lease was extended (on a quorum, for Redlock).
+    Renewed,
+    /// The owner token is gone: the lock is lost for good.
+    Lost(LossReason),
+    /// No answer, an error, or no quorum: try again while time is left.
+    Failed,
+}
+
+/// The holder's view of its lease, shared by the guards of one acquisition
+/// and their watchdog.
+pub(crate) struct LeaseState {
+    lost: CancellationToken,
+    reason: OnceLock<LossReason>,
+    renewals: AtomicU64,
+    /// The end of the lease's validity as measured locally (start of the
+    /// last successful round + lease − elapsed − drift).
+    valid_until: Mutex<Instant>,
+    /// Stops the watchdog task.
+    stop: CancellationToken,
+    telemetry: Arc<Telemetry>,
+}
+
+impl LeaseState {
+    pub(crate) fn new(valid_until: Instant, telemetry: Arc<Telemetry>) -> Arc<Self> {
+        Arc::new(Self {
+            lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+            renewals: AtomicU64::new(0),
+            valid_until: Mutex::new(valid_until),
+            stop: CancellationToken::new(),
+            telemetry,
+        })
+    }
+
+    /// Cancelled once the lock is known or presumed lost.
+    pub(crate) fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    pub(crate) fn loss(&self) -> Option<LossReason> {
+        self.reason.get().copied()
+    }
+
+    pub(crate) fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn set_valid_until(&self, at: Instant) {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = at;
+    }
+
+    /// Records the loss (the first reason wins) and tells the holder, unless
+    /// the holder already let go of the lock.
+    pub(crate) fn mark_lost(&self, reason: LossReason) {
+        if self.stop.is_cancelled() {
+            return;
+        }
+        if self.reason.set(reason).is_ok() {
+            self.telemetry.lost();
+            self.lost.cancel();
+        }
+    }
+
+    /// Stops the watchdog; idempotent.
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+/// Starts the task that renews (`renew` is `Some`) or only watches the lease.
+///
+/// `renew` runs one renewal round; each round is cut off after
+/// `attempt_timeout` (a timeout counts as [`Renewal::Failed`]).
+pub(crate) fn spawn<F, Fut>(
+    state: Arc<LeaseState>,
+    lease: Duration,
+    attempt_timeout: Duration,
+    renew: Option<F>,
+) where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: Future<Output = Renewal> + Send,
+{
+    let stop = state.stop.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = watch(&state, lease, attempt_timeout, renew) => {}
+        }
+    });
+}
+
+async fn watch<F, Fut>(
+    state: &LeaseState,
+    lease: Duration,
+    attempt_timeout: Duration,
+    renew: Option<F>,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Renewal>,
+{
+    let Some(mut renew) = renew else {
+        // A manual extend may push the end further while we sleep.
+        loop {
+            let until = state.valid_until();
+            tokio::time::sleep_until(until.into()).await;
+            if state.valid_until() <= until {
+                state.mark_lost(LossReason::Expired);
+                return;
+            }
+        }
+    };
+    let period = lease / 3;
+    // The holder must hear of a loss at least this long before the lease's
+    // end, so no renewal attempt may run into this margin.
+    let margin = lease / 6;
+    let mut next = Instant::now() + period;
+    loop {
+        tokio::time::sleep_until(next.into()).await;
+        let started = Instant::now();
+        let budget = state
+            .valid_until()
+            .checked_sub(margin)
+            .map_or(Duration::ZERO, |last| last.saturating_duration_since(started))
+            .min(attempt_timeout);
+        if budget.is_zero() {
+            state.mark_lost(LossReason::Unreachable);
+            return;
+        }
+        let outcome = tokio::time::timeout(budget, renew()).await.unwrap_or(Renewal::Failed);
+        match outcome {
+            Renewal::Renewed => {
+                // A renewal so late that no validity is left cannot be
+                // counted on: it is handled as a failure below.
+                if let Some(valid) = validity(lease, started.elapsed()) {
+                    state.set_valid_until(started + valid);
+                    state.renewals.fetch_add(1, Ordering::Relaxed);
+                    state.telemetry.renewed();
+                    next = started + period;
+                    continue;
+                }
+            }
+            Renewal::Lost(reason) => {
+                state.mark_lost(reason);
+                return;
+            }
+            Renewal::Failed => {}
+        }
+        let now = Instant::now();
+        if state.valid_until().saturating_duration_since(now) <= period {
+            state.mark_lost(LossReason::Unreachable);
+            return;
+        }
+        next = now + period / 4;
+    }
+}

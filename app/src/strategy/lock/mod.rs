@@ -1,0 +1,316 @@
+//! `lock/<variant>`: the naive read-check-write ([`naive::read_check_write`])
+//! run inside a lock, one variant per historical generation of the Redis lock
+//! and then past them (`docs/locks.md` tells each one's failure timeline).
+//!
+//! | variant | lock | what still breaks |
+//! |---|---|---|
+//! | `lock/local` | in-process mutex per sale | a second instance |
+//! | `lock/setnx` | `SETNX`, no expiry, `DEL` | a holder that dies: the sale is stuck |
+//! | `lock/ttl` | `SET NX PX`, blind `DEL` | a holder past its lease: two holders, wrong deletes |
+//! | `lock/token` | `SET NX PX` + owner token, Lua compare-and-delete | a holder past its lease: two holders |
+//! | `lock/watchdog` | `crate::lock`, renewed, loss signalled | a whole-process pause (SIGSTOP, GC) past the lease |
+//! | `lock/fenced` | `lock/watchdog` + fencing token checked by Postgres | nothing known: stale writes are refused |
+//! | `lock/redlock` | `crate::lock` over N nodes + the same fencing | nothing known (fencing, not Redlock, keeps it safe) |
+//!
+//! Every variant shares the same driver ([`Locked`]): answer `SoldOut` at once
+//! when this process knows the sale is sold out; wait at most
+//! `SECKILL_LOCK_WAIT_MS` for the lock (then `busy`, counted in
+//! `seckill_lock_timeouts_total`); for fenced variants, claim the sale with a
+//! fencing token ([`fence`]); run the critical section; release; record the
+//! critical section's interval ([`intervals`]) for `max_concurrency`. A write
+//! refused by the fence or by a lost lock is answered `busy` (the client
+//! retries) and counted.
+//!
+//! The hold — acquire, critical section, release — runs in its own task, so a
+//! client that hangs up mid-purchase cannot abandon a held lock.
+//!
+//! A lock is the last resort for a flash sale: a conditional `UPDATE` (`sql`),
+//! an atomic Redis command or a queue avoid the critical section altogether.
+//! These variants exist to measure what the lock costs and where it breaks.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use sqlx::{PgConnection, PgPool};
+
+use super::naive::{self, Attempt, WriteGuard};
+use super::{Outcome, Strategy, StrategyError, StrategyName};
+use crate::sale::{Quantity, Sale, UserId};
+
+pub mod fence;
+pub mod intervals;
+pub mod local;
+mod poll;
+pub mod redlock;
+pub mod setnx;
+pub mod sold_out;
+pub mod token;
+pub mod ttl;
+pub mod watchdog;
+
+use intervals::Intervals;
+use sold_out::SoldOutFlags;
+
+/// `Retry-After` of a `busy` answer from a lock strategy.
+pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The lock of one variant, as [`Locked`] drives it.
+#[async_trait]
+pub trait SaleLock: Send + Sync + 'static {
+    /// Proof of holding the lock of one sale.
+    type Held: Send + Sync + 'static;
+
+    /// Takes the lock of `sale` (lease `sale.knobs.lock_lease_ms` where the
+    /// variant has one), waiting at most `wait`. `Ok(None)` when the wait ran
+    /// out. Errors: the lock's server is unavailable.
+    async fn acquire(
+        &self,
+        sale: &Sale,
+        wait: Duration,
+    ) -> Result<Option<Self::Held>, StrategyError>;
+
+    /// Whether the holder still holds the lock as far as it can tell. A
+    /// watchdog that failed to renew, or found another owner, says no; the
+    /// other variants cannot tell and say yes.
+    fn still_held(&self, _held: &Self::Held) -> bool {
+        true
+    }
+
+    /// Gives the lock back.
+    async fn release(&self, sale: &Sale, held: Self::Held) -> Result<Release, StrategyError>;
+}
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// A lock was released (for `lock/ttl`'s blind `DEL`: *a* key was deleted,
+    /// perhaps the next holder's).
+    Released,
+    /// The lock was no longer ours: the lease ran out first.
+    NotHeld,
+}
+
+/// The lease of `sale`'s lock, milliseconds (`sales.lock_lease_ms`, > 0).
+pub(crate) fn lease(sale: &Sale) -> u64 {
+    u64::try_from(sale.knobs.lock_lease_ms).unwrap_or(1).max(1)
+}
+
+/// State shared by every lock strategy of one process.
+pub struct Shared {
+    db: PgPool,
+    wait: Duration,
+    sold_out: SoldOutFlags,
+    intervals: Arc<Intervals>,
+}
+
+impl Shared {
+    /// `wait`: how long a purchase waits for a lock (`SECKILL_LOCK_WAIT_MS`).
+    pub fn new(db: PgPool, wait: Duration) -> Arc<Self> {
+        // The strategies register their counters at zero when built, which
+        // only sticks once the process's recorder exists.
+        crate::telemetry::metrics_handle();
+        Arc::new(Self {
+            intervals: Intervals::new(db.clone()),
+            db,
+            wait,
+            sold_out: SoldOutFlags::default(),
+        })
+    }
+
+    /// The strategy `name`: the naive steps inside `lock`, unfenced.
+    pub fn locked<L: SaleLock>(self: &Arc<Self>, name: StrategyName, lock: L) -> Arc<Locked<L>> {
+        Arc::new(Locked::new(name, lock, false, self.clone()))
+    }
+
+    /// The strategy `name`: the naive steps inside `lock`, behind the fence.
+    pub fn fenced<L: SaleLock>(self: &Arc<Self>, name: StrategyName, lock: L) -> Arc<Locked<L>> {
+        Arc::new(Locked::new(name, lock, true, self.clone()))
+    }
+
+    /// The critical-section recorder of this process.
+    pub fn intervals(&self) -> &Intervals {
+        &self.intervals
+    }
+}
+
+/// A lock strategy: the naive steps inside `L`, optionally fenced.
+pub struct Locked<L> {
+    inner: Arc<Inner<L>>,
+}
+
+struct Inner<L> {
+    name: StrategyName,
+    lock: L,
+    /// Claim the sale with a fencing token and let Postgres refuse stale writes.
+    fenced: bool,
+    shared: Arc<Shared>,
+}
+
+impl<L: SaleLock> Locked<L> {
+    pub fn new(name: StrategyName, lock: L, fenced: bool, shared: Arc<Shared>) -> Self {
+        // Registered at zero so that /metrics lists them before the first event.
+        for counter in [TIMEOUTS, FENCE_REJECTIONS, LOSSES, RENEWALS] {
+            metrics::counter!(counter, "strategy" => name.as_str()).increment(0);
+        }
+        crate::backends::count_redis_round_trips(name.as_str(), 0);
+        Self { inner: Arc::new(Inner { name, lock, fenced, shared }) }
+    }
+
+    /// The variant's lock, for tests that drive it directly.
+    pub fn lock(&self) -> &L {
+        &self.inner.lock
+    }
+}
+
+/// `seckill_lock_timeouts_total{strategy}`: lock waits that ran out (`busy`).
+pub const TIMEOUTS: &str = "seckill_lock_timeouts_total";
+/// `seckill_fence_rejections_total{strategy}`: claims and writes refused by the
+/// fence (`busy`).
+pub const FENCE_REJECTIONS: &str = "seckill_fence_rejections_total";
+/// `seckill_lock_losses_total{strategy}`: writes abandoned because the holder
+/// learnt (from its watchdog) that it had lost the lock (`busy`).
+pub const LOSSES: &str = "seckill_lock_losses_total";
+/// `seckill_lock_renewals_total{strategy}`: successful watchdog renewals,
+/// counted when the lock is released.
+pub const RENEWALS: &str = "seckill_lock_renewals_total";
+
+/// Adds `renewals` to [`RENEWALS`] for `strategy`.
+pub(crate) fn count_renewals(strategy: StrategyName, renewals: u64) {
+    metrics::counter!(RENEWALS, "strategy" => strategy.as_str()).increment(renewals);
+}
+
+/// Why the critical section wrote nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The fence: a higher token claimed the sale.
+    Fenced,
+    /// The watchdog reported the lock lost.
+    Lost,
+}
+
+#[async_trait]
+impl<L: SaleLock> Strategy for Locked<L> {
+    async fn purchase(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+    ) -> Result<Outcome, StrategyError> {
+        let Some(epoch) = self.inner.shared.sold_out.open(sale.id) else {
+            return Ok(Outcome::SoldOut);
+        };
+        let inner = self.inner.clone();
+        let sale = sale.clone();
+        let outcome = tokio::spawn(async move {
+            let outcome = inner.hold(&sale, user, quantity).await?;
+            if outcome == Outcome::SoldOut && quantity == Quantity::ONE {
+                inner.shared.sold_out.mark(sale.id, epoch);
+            }
+            Ok(outcome)
+        });
+        outcome.await.map_err(|err| StrategyError::Internal(err.into()))?
+    }
+
+    async fn restocked(&self, sale: &Sale, _units: i64) -> Result<(), StrategyError> {
+        self.inner.shared.sold_out.clear(sale.id);
+        Ok(())
+    }
+}
+
+impl<L: SaleLock> Inner<L> {
+    /// Acquire, critical section, release, record.
+    async fn hold(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+    ) -> Result<Outcome, StrategyError> {
+        let strategy = self.name.as_str();
+        let Some(held) = self.lock.acquire(sale, self.shared.wait).await? else {
+            metrics::counter!(TIMEOUTS, "strategy" => strategy).increment(1);
+            return Err(StrategyError::Busy {
+                reason: "timed out waiting for the sale's lock",
+                retry_after: BUSY_RETRY_AFTER,
+            });
+        };
+        let started_at = Utc::now();
+        let attempt = self.critical_section(sale, user, quantity, &held).await;
+        let ended_at = Utc::now();
+        let released = self.lock.release(sale, held).await;
+        self.shared.intervals.record(sale.id, started_at, ended_at);
+        match released {
+            Ok(Release::Released) => {}
+            Ok(Release::NotHeld) => {
+                tracing::debug!(strategy, sale_id = sale.id.0, "released a lock that had expired")
+            }
+            // The lease (if any) frees it; the purchase's outcome stands.
+            Err(err) => tracing::warn!(strategy, error = %err, "releasing a lock failed"),
+        }
+        match attempt? {
+            Ok(outcome) => Ok(outcome),
+            Err(refusal) => {
+                let (counter, reason) = match refusal {
+                    Refusal::Fenced => {
+                        (FENCE_REJECTIONS, "a newer lock holder fenced this one off")
+                    }
+                    Refusal::Lost => (LOSSES, "the sale's lock was lost before the write"),
+                };
+                metrics::counter!(counter, "strategy" => strategy).increment(1);
+                Err(StrategyError::Busy { reason, retry_after: BUSY_RETRY_AFTER })
+            }
+        }
+    }
+
+    /// The naive steps, behind the fence when the variant is fenced.
+    async fn critical_section(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+        held: &L::Held,
+    ) -> Result<Result<Outcome, Refusal>, StrategyError> {
+        let claim = if self.fenced {
+            match fence::claim(&self.shared.db, sale.id).await? {
+                Some(token) => Some(token),
+                None => return Ok(Err(Refusal::Fenced)),
+            }
+        } else {
+            None
+        };
+        let guard = HolderGuard { lock: &self.lock, held, sale, claim, refusal: OnceLock::new() };
+        match naive::read_check_write(&self.shared.db, sale, user, quantity, &guard).await? {
+            Attempt::Done(outcome) => Ok(Ok(outcome)),
+            Attempt::Refused => Ok(Err(guard.refusal.get().copied().unwrap_or(Refusal::Lost))),
+        }
+    }
+}
+
+/// The last check before the write: the holder still believes it holds the
+/// lock, and (fenced variants) its claim still stands.
+struct HolderGuard<'a, L: SaleLock> {
+    lock: &'a L,
+    held: &'a L::Held,
+    sale: &'a Sale,
+    claim: Option<fence::FenceToken>,
+    refusal: OnceLock<Refusal>,
+}
+
+#[async_trait]
+impl<L: SaleLock> WriteGuard for HolderGuard<'_, L> {
+    async fn admits(&self, tx: &mut PgConnection) -> Result<bool, StrategyError> {
+        if !self.lock.still_held(self.held) {
+            let _ = self.refusal.set(Refusal::Lost);
+            return Ok(false);
+        }
+        if let Some(token) = self.claim {
+            if !fence::still_stands(tx, self.sale.id, token).await? {
+                let _ = self.refusal.set(Refusal::Fenced);
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}

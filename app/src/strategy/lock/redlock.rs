@@ -1,0 +1,95 @@
+//! `lock/redlock`: the library's Redlock over N independent Redis nodes
+//! (`REDLOCK_URLS`), renewed by its watchdog, and fenced by Postgres exactly
+//! like `lock/fenced`.
+//!
+//! Redlock survives the loss of a minority of nodes, which a single Redis
+//! cannot. It is an efficiency lock, not a correctness guarantee: an early
+//! expiry on one node (a clock jump, an eviction) or a node that restarts
+//! empty can give a second client a majority while the first still works
+//! (`docs/locks.md`, T4 and T5), and Redlock has no fencing token of its own.
+//! The strategy therefore takes its tokens from the Postgres sequence of
+//! `super::fence`, independent of the nodes, and lets Postgres refuse stale
+//! writes.
+//!
+//! Leases too short to leave validity after the per-node timeout (50 ms) and
+//! the drift allowance are raised to [`MIN_REDLOCK_LEASE`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+
+use super::watchdog::{lock_error, sale_lock_name};
+use super::{Release, SaleLock, lease};
+use crate::backends::count_redis_round_trips;
+use crate::lock::{LockError, LockOptions, Redlock, RedlockConfig, RedlockGuard};
+use crate::sale::Sale;
+use crate::strategy::{StrategyError, StrategyName};
+
+/// The shortest lease used: twice the default per-node timeout (50 ms) plus
+/// the drift allowance, so an acquisition always has validity left.
+pub const MIN_REDLOCK_LEASE: Duration = Duration::from_millis(120);
+
+pub struct RedlockLock {
+    redlock: Redlock,
+    prefix: String,
+    strategy: StrategyName,
+}
+
+impl RedlockLock {
+    /// A Redlock over `urls` (each `redis://host:port`), key namespace
+    /// `prefix`, counting round trips (one per node contacted) for `strategy`.
+    ///
+    /// Errors: a malformed URL, no node, or more than the library accepts.
+    pub fn new(urls: &[String], prefix: &str, strategy: StrategyName) -> anyhow::Result<Self> {
+        let nodes = urls
+            .iter()
+            .map(|url| {
+                redis::Client::open(url.trim()).with_context(|| format!("REDLOCK_URLS: {url}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let config = RedlockConfig {
+            on_round_trip: Some(Arc::new(move |n| count_redis_round_trips(strategy.as_str(), n))),
+            ..RedlockConfig::default()
+        };
+        let redlock = Redlock::new(nodes, config).context("REDLOCK_URLS")?;
+        Ok(Self { redlock, prefix: prefix.to_owned(), strategy })
+    }
+
+    /// The underlying Redlock (tests drive it directly).
+    pub fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+}
+
+#[async_trait]
+impl SaleLock for RedlockLock {
+    type Held = RedlockGuard;
+
+    async fn acquire(
+        &self,
+        sale: &Sale,
+        wait: Duration,
+    ) -> Result<Option<Self::Held>, StrategyError> {
+        let name = sale_lock_name(&self.prefix, sale)?;
+        let lease = Duration::from_millis(lease(sale)).max(MIN_REDLOCK_LEASE);
+        let options = LockOptions::new(wait, lease).with_watchdog();
+        match self.redlock.try_lock(&name, options).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(err) => Err(lock_error(err)),
+        }
+    }
+
+    fn still_held(&self, held: &Self::Held) -> bool {
+        !held.lost().is_cancelled()
+    }
+
+    async fn release(&self, _sale: &Sale, held: Self::Held) -> Result<Release, StrategyError> {
+        super::count_renewals(self.strategy, held.renewals());
+        let quorum = self.redlock.quorum();
+        let summary = held.release().await;
+        Ok(if summary.held_to_the_end(quorum) { Release::Released } else { Release::NotHeld })
+    }
+}

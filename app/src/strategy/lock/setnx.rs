@@ -1,0 +1,73 @@
+//! `lock/setnx`: a plain string key, `SETNX` with no expiry, `DEL` to
+//! release — generation 3.
+//!
+//! Fixes what `lock/local` breaks: the lock lives in Redis, so every instance
+//! sees it. Breaks when a holder dies inside the critical section (a crash, a
+//! kill, a deploy): nothing ever deletes its key, so the sale is stuck — every
+//! later buyer times out and the remaining stock is never sold (undersell).
+//! Adding `EXPIRE` in a second command does not help: a crash between the two
+//! leaves the same immortal key (seckill.md §3.3 #22); that is what
+//! generation 4 (`SET NX PX`, one command) fixes.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::AsyncCommands;
+
+use super::poll::poll;
+use super::{Release, SaleLock};
+use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
+use crate::sale::Sale;
+use crate::strategy::{StrategyError, StrategyName};
+
+pub struct SetnxLock {
+    redis: RedisHandle,
+}
+
+/// Proof of holding a `lock/setnx` key.
+pub struct SetnxHeld {
+    key: String,
+}
+
+impl SetnxLock {
+    pub fn new(redis: RedisHandle) -> Self {
+        Self { redis }
+    }
+
+    /// The Redis key of `sale`'s lock.
+    pub fn key(&self, sale: &Sale) -> String {
+        self.redis.sale_key(sale.id.0, "lock:setnx")
+    }
+}
+
+const NAME: &str = StrategyName::LockSetnx.as_str();
+
+#[async_trait]
+impl SaleLock for SetnxLock {
+    type Held = SetnxHeld;
+
+    async fn acquire(
+        &self,
+        sale: &Sale,
+        wait: Duration,
+    ) -> Result<Option<Self::Held>, StrategyError> {
+        let key = self.key(sale);
+        let conn = self.redis.conn().await?;
+        poll(wait, || {
+            let (key, mut conn) = (key.clone(), conn.clone());
+            async move {
+                count_redis_round_trips(NAME, 1);
+                let won: bool = conn.set_nx(&key, 1).await.map_err(redis_error)?;
+                Ok(won.then_some(SetnxHeld { key }))
+            }
+        })
+        .await
+    }
+
+    async fn release(&self, _sale: &Sale, held: Self::Held) -> Result<Release, StrategyError> {
+        let mut conn = self.redis.conn().await?;
+        count_redis_round_trips(NAME, 1);
+        let deleted: i64 = conn.del(&held.key).await.map_err(redis_error)?;
+        Ok(if deleted == 1 { Release::Released } else { Release::NotHeld })
+    }
+}

@@ -1,0 +1,112 @@
+//! `lock/watchdog`: the project's lock library (`crate::lock`), renewed while
+//! held — generation 6; with fencing, `lock/fenced` — generation 7.
+//!
+//! The library's lock is a reentrant hash lock with an owner token, woken by
+//! pub/sub, whose watchdog renews the lease every lease/3 and tells the holder
+//! (the guard's `lost` signal) when a renewal fails or finds another owner.
+//! The critical section checks that signal right before its write
+//! ([`SaleLock::still_held`]).
+//!
+//! Fixes what `lock/token` breaks: a holder that stalls inside the critical
+//! section keeps its lock, because its process keeps renewing. Still breaks
+//! when the whole process pauses (stop-the-world, SIGSTOP, a frozen VM): the
+//! watchdog pauses too, the lease runs out, and on resume the write may run
+//! before the renewal that would report the loss — a check before a write is
+//! always a step behind. `lock/fenced` adds the fence that Postgres checks
+//! (`super::fence`), which closes that gap.
+//!
+//! Leases below the library's minimum for a renewed lock
+//! (`crate::lock::MIN_WATCHDOG_LEASE`) are raised to it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{Release, SaleLock, lease};
+use crate::backends::{RedisHandle, count_redis_round_trips};
+use crate::lock::{
+    LockClient, LockConfig, LockError, LockGuard, LockName, LockOptions, MIN_WATCHDOG_LEASE,
+    ReleaseOutcome,
+};
+use crate::sale::Sale;
+use crate::strategy::{Backend, StrategyError, StrategyName};
+
+/// The library lock of one strategy (one [`LockClient`] per strategy, so that
+/// its round trips are counted under the strategy's name).
+pub struct WatchdogLock {
+    client: LockClient,
+    prefix: String,
+    strategy: StrategyName,
+}
+
+impl WatchdogLock {
+    /// A lock on the Redis of `redis`, counting round trips for `strategy`.
+    pub fn new(redis: &RedisHandle, strategy: StrategyName) -> anyhow::Result<Self> {
+        let config = LockConfig {
+            on_round_trip: Some(Arc::new(move |n| count_redis_round_trips(strategy.as_str(), n))),
+            ..LockConfig::default()
+        };
+        let client = LockClient::with_config(redis.client().clone(), config)?;
+        Ok(Self { client, prefix: redis.prefix.clone(), strategy })
+    }
+
+    /// The lock's name: `PREFIX:{sale:ID}:lock` (its fencing counter and
+    /// wake-up channel share the hash tag).
+    pub fn lock_name(&self, sale: &Sale) -> Result<LockName, StrategyError> {
+        sale_lock_name(&self.prefix, sale)
+    }
+}
+
+/// `PREFIX:{sale:ID}:lock`.
+pub(super) fn sale_lock_name(prefix: &str, sale: &Sale) -> Result<LockName, StrategyError> {
+    LockName::new(format!("{prefix}:{{sale:{}}}:lock", sale.id.0))
+        .map_err(|err| StrategyError::Internal(err.into()))
+}
+
+/// Maps a library error: unreachable Redis is `Unavailable`, a grant that came
+/// back too late is `busy` (retry), anything else `Internal`.
+pub(super) fn lock_error(err: LockError) -> StrategyError {
+    match err {
+        err if err.is_unavailable() => {
+            StrategyError::Unavailable { backend: Backend::Redis, source: err.into() }
+        }
+        LockError::AcquiredTooLate { .. } => StrategyError::Busy {
+            reason: "the sale's lock was granted too late to be trusted",
+            retry_after: super::BUSY_RETRY_AFTER,
+        },
+        err => StrategyError::Internal(err.into()),
+    }
+}
+
+#[async_trait]
+impl SaleLock for WatchdogLock {
+    type Held = LockGuard;
+
+    async fn acquire(
+        &self,
+        sale: &Sale,
+        wait: Duration,
+    ) -> Result<Option<Self::Held>, StrategyError> {
+        let name = self.lock_name(sale)?;
+        let lease = Duration::from_millis(lease(sale)).max(MIN_WATCHDOG_LEASE);
+        let options = LockOptions::new(wait, lease).with_watchdog();
+        match self.client.try_lock_with(&name, options).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(err) => Err(lock_error(err)),
+        }
+    }
+
+    fn still_held(&self, held: &Self::Held) -> bool {
+        !held.lost().is_cancelled()
+    }
+
+    async fn release(&self, _sale: &Sale, held: Self::Held) -> Result<Release, StrategyError> {
+        super::count_renewals(self.strategy, held.renewals());
+        match held.release().await.map_err(lock_error)? {
+            ReleaseOutcome::Released | ReleaseOutcome::StillHeld { .. } => Ok(Release::Released),
+            ReleaseOutcome::NotOwner | ReleaseOutcome::Expired => Ok(Release::NotHeld),
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Test servers and helpers: unique lock names, raw connections for
+//! inspecting keys, `redis-server` children, and a TCP proxy that delays
+//! replies.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use seckill::lock::{LockClient, LockConfig, LockName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::AbortHandle;
+
+/// The shared Redis of the development machine and CI.
+pub const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
+
+/// A lock name no other test or run uses: `locktest:{<test>:<uuid>}:lock`.
+pub fn unique_name(test: &str) -> LockName {
+    LockName::new(format!("locktest:{{{test}:{}}}:lock", uuid::Uuid::new_v4().simple()))
+        .expect("a hash-tagged name")
+}
+
+/// A lock client on the shared Redis (each call: a new "process").
+pub fn shared_client() -> LockClient {
+    LockClient::new(redis::Client::open(SHARED_REDIS).expect("a valid URL"))
+}
+
+/// A lock client on `url` with `config`.
+pub fn client_with(url: &str, config: LockConfig) -> LockClient {
+    LockClient::with_config(redis::Client::open(url).expect("a valid URL"), config)
+        .expect("a valid config")
+}
+
+/// A plain connection to inspect keys behind the library's back.
+pub async fn raw(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("a valid URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis reachable")
+}
+
+/// The hold count of `owner` in the lock hash (`None`: no such field).
+pub async fn holds(conn: &mut MultiplexedConnection, name: &LockName, owner: &str) -> Option<u64> {
+    redis::cmd("HGET").arg(name.key()).arg(owner).query_async(conn).await.expect("HGET")
+}
+
+/// `PTTL` of the lock hash (−2: no key).
+pub async fn pttl(conn: &mut MultiplexedConnection, name: &LockName) -> i64 {
+    redis::cmd("PTTL").arg(name.key()).query_async(conn).await.expect("PTTL")
+}
+
+/// Deletes the lock's keys (the fencing counter never expires).
+pub async fn cleanup(conn: &mut MultiplexedConnection, name: &LockName) {
+    let _: i64 = redis::cmd("DEL")
+        .arg(name.key())
+        .arg(name.fence_key())
+        .query_async(conn)
+        .await
+        .unwrap_or(0);
+}
+
+/// A `redis-server` child process on a free port that keeps nothing on disk.
+/// Killed (and its directory removed) on drop.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With extra `redis-server` arguments (e.g. cluster mode).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("locktest-redis-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let mut server = Self {
+                port,
+                child: None,
+                dir: dir.clone(),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(err) => last_err = err,
+            }
+        }
+        panic!("could not start redis-server: {last_err}");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a valid URL")
+    }
+
+    /// Kills the server (SIGKILL: a crash, or a partition from our side).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty (nothing was persisted).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn().expect("redis-server restarts on its port");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if ping(self.port) {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return Err(format!("exited with {status}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        Err("no PONG within 5 s".into())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+fn ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut buf = [0u8; 16];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read(&mut buf).map(|n| buf[..n].starts_with(b"+PONG")).unwrap_or(false)
+}
+
+/// A TCP proxy in front of a Redis server that can hold back the next reply
+/// chunk for a while (later chunks queue behind it, as on a slow link).
+pub struct DelayProxy {
+    pub addr: SocketAddr,
+    armed_ms: Arc<AtomicU64>,
+    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+}
+
+impl DelayProxy {
+    pub async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let armed_ms = Arc::new(AtomicU64::new(0));
+        let tasks: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
+        let (armed, spawned) = (armed_ms.clone(), tasks.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = TcpStream::connect(upstream).await else { continue };
+                let _ = inbound.set_nodelay(true);
+                let _ = outbound.set_nodelay(true);
+                let (mut in_read, mut in_write) = inbound.into_split();
+                let (mut out_read, mut out_write) = outbound.into_split();
+                let requests = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut in_read, &mut out_write).await;
+                });
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+                let armed = armed.clone();
+                let replies_in = tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = out_read.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        let delay = Duration::from_millis(armed.swap(0, Ordering::SeqCst));
+                        if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let replies_out = tokio::spawn(async move {
+                    while let Some((at, bytes)) = rx.recv().await {
+                        tokio::time::sleep_until(at.into()).await;
+                        if in_write.write_all(&bytes).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                spawned.lock().unwrap().extend([
+                    requests.abort_handle(),
+                    replies_in.abort_handle(),
+                    replies_out.abort_handle(),
+                ]);
+            }
+        });
+        tasks.lock().unwrap().push(accept.abort_handle());
+        Self { addr, armed_ms, tasks }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Holds back the next reply chunk (from any connection) by `delay`.
+    pub fn delay_next_reply(&self, delay: Duration) {
+        self.armed_ms.store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+}
+
+impl Drop for DelayProxy {
+    fn drop(&mut self) {
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Waits until `cond` holds, checking every 5 ms, for at most `within`.
+pub async fn eventually<F, Fut>(within: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -1,0 +1,151 @@
+//! Redlock over three `redis-server` children: a minority down is a "no"
+//! vote (T13), a majority down is a clean error, the watchdog renews on a
+//! quorum, contenders exclude each other, and — the known limitation — a
+//! node restarted empty lets a second client take a majority (T5).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use seckill::lock::{LockError, LockName, LockOptions, LossReason, Redlock, RedlockConfig};
+
+use crate::harness::{RedisServer, raw, unique_name};
+
+fn nodes(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn redlock(servers: &[RedisServer]) -> Redlock {
+    Redlock::new(servers.iter().map(RedisServer::client).collect(), RedlockConfig::default())
+        .expect("a valid Redlock")
+}
+
+async fn key_exists(server: &RedisServer, name: &LockName) -> bool {
+    let mut conn = raw(&server.url()).await;
+    redis::cmd("EXISTS").arg(name.key()).query_async::<i64>(&mut conn).await.unwrap() == 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t13_redlock_acquires_with_one_of_three_nodes_down() {
+    let mut servers = nodes(3);
+    servers[0].kill();
+    let (name, lock) = (unique_name("t13"), redlock(&servers));
+
+    let guard = lock
+        .try_lock(&name, LockOptions::new(Duration::from_secs(1), Duration::from_secs(2)))
+        .await
+        .expect("two of three votes are a quorum");
+    assert!(key_exists(&servers[1], &name).await && key_exists(&servers[2], &name).await);
+    let released = guard.release().await;
+    assert_eq!((released.released, released.unreachable), (2, 1));
+    assert!(!key_exists(&servers[1], &name).await && !key_exists(&servers[2], &name).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_without_a_quorum_fails_cleanly_and_leaves_no_key() {
+    let mut servers = nodes(3);
+    servers[0].kill();
+    servers[1].kill();
+    let (name, lock) = (unique_name("no-quorum"), redlock(&servers));
+
+    let failed = lock
+        .try_lock(&name, LockOptions::new(Duration::from_millis(300), Duration::from_secs(2)))
+        .await;
+    match failed {
+        Err(LockError::NoQuorum { reachable: 1, nodes: 3, quorum: 2, .. }) => {}
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    assert!(!key_exists(&servers[2], &name).await, "the minority grant was released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_contenders_never_hold_the_lock_together() {
+    let servers = nodes(3);
+    let name = unique_name("redlock-exclusion");
+    let locks = [redlock(&servers), redlock(&servers)];
+    let inside = Arc::new(AtomicU32::new(0));
+    let max_inside = Arc::new(AtomicU32::new(0));
+
+    let mut tasks = Vec::new();
+    for lock in &locks {
+        for _ in 0..4 {
+            let (lock, name) = (lock.clone(), name.clone());
+            let (inside, max_inside) = (inside.clone(), max_inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let options = LockOptions::new(Duration::from_secs(20), Duration::from_secs(2));
+                    let guard = lock.try_lock(&name, options).await.expect("acquired");
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_inside.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    let released = guard.release().await;
+                    assert!(released.held_to_the_end(lock.quorum()), "{released:?}");
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(max_inside.load(Ordering::SeqCst), 1);
+    assert_eq!(locks[0].stats().acquisitions + locks[1].stats().acquisitions, 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_watchdog_renews_on_a_quorum_and_tells_the_holder_when_it_is_lost() {
+    let mut servers = nodes(3);
+    let (name, lock) = (unique_name("redlock-watchdog"), redlock(&servers));
+    let lease = Duration::from_millis(300);
+
+    let guard = lock
+        .try_lock(&name, LockOptions::new(Duration::ZERO, lease).with_watchdog())
+        .await
+        .unwrap();
+    tokio::time::sleep(lease).await;
+    servers[0].kill(); // a minority: renewals still reach a quorum
+    tokio::select! {
+        _ = tokio::time::sleep(lease * 2) => {}
+        _ = guard.lost().cancelled() => panic!("lost with a quorum up: {:?}", guard.loss()),
+    }
+    assert!(guard.renewals() >= 2, "{} renewals", guard.renewals());
+    assert!(key_exists(&servers[1], &name).await && key_exists(&servers[2], &name).await);
+
+    servers[1].kill(); // now the quorum is gone
+    let cut = Instant::now();
+    tokio::time::timeout(lease, guard.lost().cancelled()).await.expect("told within a lease");
+    assert!(Instant::now() < guard.valid_until(), "told before the validity ended");
+    assert!(guard.valid_until() <= cut + lease);
+    assert_eq!(guard.loss(), Some(LossReason::Unreachable));
+}
+
+/// The known limitation, demonstrated: Redlock's safety needs a crashed node
+/// to stay out for longer than the longest lease (or to persist with fsync
+/// always). Here one node restarts at once, empty, and two clients each
+/// believe they hold the lock. Only fencing at the resource can catch this.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t5_a_node_restarted_empty_lets_a_second_client_take_a_majority() {
+    let mut servers = nodes(3);
+    let name = unique_name("t5");
+    let (a, b) = (redlock(&servers), redlock(&servers));
+    let options = LockOptions::new(Duration::ZERO, Duration::from_secs(10));
+
+    servers[2].kill(); // A gets nodes 0 and 1: a quorum
+    let first = a.try_lock(&name, options).await.expect("A holds 2 of 3");
+    servers[2].restart(); // back, empty
+    servers[0].restart(); // one of A's nodes crashes and restarts empty at once
+
+    let second = b.try_lock(&name, options).await.expect("B takes nodes 0 and 2");
+    let now = Instant::now();
+    assert!(
+        !first.lost().is_cancelled() && first.valid_until() > now,
+        "A still believes it holds the lock"
+    );
+    assert!(second.valid_until() > now);
+    assert!(key_exists(&servers[1], &name).await, "A's key on node 1");
+    assert!(
+        key_exists(&servers[0], &name).await && key_exists(&servers[2], &name).await,
+        "B's keys"
+    );
+    drop((first, second));
+}

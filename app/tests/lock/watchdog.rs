@@ -1,0 +1,112 @@
+//! The watchdog: renewals keep a long critical section's lock, and a holder
+//! is told when it loses the lock — to another owner (T2's renewal half) or
+//! to a partition from Redis (T12) — before its lease runs out.
+
+use std::time::{Duration, Instant};
+
+use seckill::lock::{LockConfig, LockOptions, LossReason, ReleaseOutcome};
+
+use crate::harness::{
+    RedisServer, SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_client, unique_name,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_ownership_through_work_three_times_the_lease() {
+    let name = unique_name("watchdog");
+    let client = shared_client();
+    let mut conn = raw(SHARED_REDIS).await;
+    let lease = Duration::from_millis(300);
+    let options = LockOptions::new(Duration::ZERO, lease).with_watchdog();
+
+    let guard = client.try_lock_with(&name, options).await.unwrap();
+    // The critical section: 3 × the lease, watching for loss.
+    tokio::select! {
+        _ = tokio::time::sleep(lease * 3) => {}
+        _ = guard.lost().cancelled() => panic!("lost the lock: {:?}", guard.loss()),
+    }
+    assert!(guard.renewals() >= 2, "{} renewals", guard.renewals());
+    assert_eq!(holds(&mut conn, &name, guard.owner()).await, Some(1), "still the owner");
+    assert!(pttl(&mut conn, &name).await > 0);
+    assert!(client.stats().renewals >= 2);
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    cleanup(&mut conn, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_lock_was_taken_over_is_told_at_its_next_renewal() {
+    let name = unique_name("takeover");
+    let (a, b) = (shared_client(), shared_client());
+    let mut conn = raw(SHARED_REDIS).await;
+    let lease = Duration::from_millis(300);
+
+    let stale = a
+        .try_lock_with(&name, LockOptions::new(Duration::ZERO, lease).with_watchdog())
+        .await
+        .unwrap();
+    // As if A's process had been paused past its lease (T2): the key is gone
+    // and B takes the lock.
+    let _: i64 = redis::cmd("DEL").arg(name.key()).query_async(&mut conn).await.unwrap();
+    let next = b.try_lock(&name, Duration::ZERO, Duration::from_secs(5)).await.unwrap();
+
+    tokio::time::timeout(lease, stale.lost().cancelled())
+        .await
+        .expect("told within one renewal period");
+    assert_eq!(stale.loss(), Some(LossReason::NotOwner));
+    assert_eq!(stale.release().await.unwrap(), ReleaseOutcome::NotOwner);
+    assert_eq!(holds(&mut conn, &name, next.owner()).await, Some(1));
+    next.release().await.unwrap();
+    cleanup(&mut conn, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lock_without_watchdog_tells_its_holder_when_the_lease_ends() {
+    let name = unique_name("lease-end");
+    let client = shared_client();
+    let lease = Duration::from_millis(150);
+    let started = Instant::now();
+    let guard = client.try_lock(&name, Duration::ZERO, lease).await.unwrap();
+
+    tokio::time::timeout(lease * 2, guard.lost().cancelled()).await.expect("told");
+    let told = started.elapsed();
+    assert_eq!(guard.loss(), Some(LossReason::Expired));
+    // The timer fires at the local end of validity (lease − drift − round
+    // trip); allow the test's own scheduling a little slack.
+    assert!(told <= lease + Duration::from_millis(25), "told at {told:?}, after the lease ended");
+    assert!(told >= lease / 2, "told at {told:?}, long before the lease ended");
+    assert_eq!(guard.renewals(), 0);
+    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t12_a_holder_partitioned_from_redis_is_told_before_its_lease_runs_out() {
+    let mut server = RedisServer::start();
+    let name = unique_name("t12");
+    let config =
+        LockConfig { command_timeout: Duration::from_millis(100), ..LockConfig::default() };
+    let client = client_with(&server.url(), config);
+    let lease = Duration::from_millis(600);
+
+    let guard = client
+        .try_lock_with(&name, LockOptions::new(Duration::ZERO, lease).with_watchdog())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(guard.renewals() >= 1, "renewing while connected");
+    // The partition: from the holder's side Redis is gone.
+    server.kill();
+    let cut = Instant::now();
+
+    tokio::time::timeout(lease, guard.lost().cancelled()).await.expect("told within a lease");
+    let told = Instant::now();
+    let lease_end = guard.valid_until();
+    assert_eq!(guard.loss(), Some(LossReason::Unreachable));
+    assert!(
+        told < lease_end,
+        "told {:?} after the cut, {:?} after the lease's end",
+        told - cut,
+        told.saturating_duration_since(lease_end)
+    );
+    // The lease as Redis counts it ends at least as late as our local view.
+    assert!(lease_end <= cut + lease, "local validity is conservative");
+    assert!(guard.release().await.is_err(), "Redis is unreachable");
+}

@@ -1,0 +1,392 @@
+//! Helpers of the lock-strategy tests: unique Redis prefixes, sales with lock
+//! knobs, lock stats, and child processes (the `seckill` binary, extra
+//! `redis-server` nodes) that die with the test.
+
+#![allow(dead_code)] // helpers for the timeline tests too
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use chrono::Utc;
+use reqwest::StatusCode;
+use seckill::sale::{Knobs, Sale, SaleId};
+use seckill::strategy::StrategyName;
+use seckill::strategy::lock::intervals::LockStats;
+use serde_json::{Value, json};
+
+use crate::support::{ADMIN_TOKEN, TestApp, test_database_url};
+
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// A Redis key prefix no other test (or run) uses.
+pub fn unique_prefix() -> String {
+    format!("test-lockstrat-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A service on the shared Redis under `prefix`, waiting at most `wait_ms`
+/// for a lock.
+pub async fn spawn(prefix: &str, wait_ms: u64) -> TestApp {
+    let prefix = prefix.to_owned();
+    TestApp::spawn_with(move |config| {
+        config.redis_url = REDIS_URL.to_owned();
+        config.redis_key_prefix = prefix;
+        config.lock_wait_ms = wait_ms;
+    })
+    .await
+}
+
+/// Creates a sale of `stock` units under `strategy` with the given knobs
+/// (lease, work, pause in milliseconds; pause ratio); returns its id.
+pub async fn sale_with(app: &TestApp, strategy: &str, stock: i64, knobs: Value) -> i64 {
+    let mut body =
+        json!({ "name": format!("{strategy} test"), "stock": stock, "strategy": strategy });
+    for (key, value) in knobs.as_object().expect("knobs are an object") {
+        body[key] = value.clone();
+    }
+    app.create_sale(body).await["id"].as_i64().unwrap()
+}
+
+/// `GET /admin/sales/{id}/lock-stats` on `app`.
+pub async fn lock_stats(app: &TestApp, sale: i64) -> LockStats {
+    let response = app
+        .client
+        .get(app.url(&format!("/admin/sales/{sale}/lock-stats")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+/// The lock stats after every app has flushed its intervals.
+pub async fn lock_stats_of_all(apps: &[&TestApp], sale: i64) -> LockStats {
+    let mut stats = None;
+    for app in apps {
+        stats = Some(lock_stats(app, sale).await);
+    }
+    stats.expect("at least one app")
+}
+
+/// A sale record for driving a lock directly (no row in Postgres needed).
+pub fn fake_sale(id: i64, strategy: StrategyName, knobs: Knobs) -> Sale {
+    Sale {
+        id: SaleId(id),
+        name: "direct".to_owned(),
+        per_user_limit: 1,
+        strategy,
+        starts_at: None,
+        ends_at: None,
+        knobs,
+        created_at: Utc::now(),
+    }
+}
+
+/// Knobs with a lease and nothing else.
+pub fn lease_ms(ms: i32) -> Knobs {
+    Knobs { lock_lease_ms: ms, ..Knobs::default() }
+}
+
+/// A multiplexed connection to `url`.
+pub async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Polls `check` every 10 ms until it is true; panics after `timeout`.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A free TCP port on the loopback interface (free when asked; a race with
+/// another process taking it in between is possible but harmless in tests:
+/// the child fails to start and the test says so).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Sends `signal` (e.g. `STOP`, `CONT`) to process `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
+    assert!(status.is_ok_and(|s| s.success()), "kill -{signal} {pid}");
+}
+
+/// A `seckill serve` child process on the test database; killed on drop.
+pub struct ChildApp {
+    child: Child,
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl ChildApp {
+    /// Starts the binary with the test configuration plus `env`, and waits
+    /// until it answers `/healthz`.
+    pub async fn start(prefix: &str, env: &[(&str, String)]) -> ChildApp {
+        let port = free_port();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
+        command
+            .arg("serve")
+            .env("DATABASE_URL", test_database_url())
+            .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
+            .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("REDIS_URL", REDIS_URL)
+            .env("SECKILL_REDIS_PREFIX", prefix)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let child = command.spawn().expect("the seckill binary starts");
+        let app = ChildApp {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            client: reqwest::Client::new(),
+        };
+        let url = format!("{}/healthz", app.base);
+        let client = app.client.clone();
+        wait_until("the child app answers", Duration::from_secs(15), || {
+            let (client, url) = (client.clone(), url.clone());
+            async move { client.get(url).send().await.is_ok_and(|r| r.status().is_success()) }
+        })
+        .await;
+        app
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `POST /sales/{id}/orders` with `{user_id}`; the status.
+    pub async fn buy(&self, sale: i64, user: i64) -> StatusCode {
+        self.client
+            .post(format!("{}/sales/{sale}/orders", self.base))
+            .json(&json!({ "user_id": user }))
+            .send()
+            .await
+            .map(|r| r.status())
+            .unwrap_or(StatusCode::BAD_GATEWAY)
+    }
+
+    /// `GET /admin/sales/{id}/lock-stats` of this process (flushes its
+    /// critical-section intervals).
+    pub async fn lock_stats(&self, sale: i64) -> LockStats {
+        let url = format!("{}/admin/sales/{sale}/lock-stats", self.base);
+        let response = self.client.get(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json().await.unwrap()
+    }
+
+    /// `GET /metrics` of this process.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// SIGKILL: the process dies at once, holding whatever it held.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ChildApp {
+    fn drop(&mut self) {
+        // A stopped process must be continued to die of SIGKILL promptly.
+        let _ = Command::new("kill")
+            .arg("-CONT")
+            .arg(self.child.id().to_string())
+            .stderr(Stdio::null())
+            .status();
+        self.kill();
+    }
+}
+
+/// The value of counter `name` with label `strategy` in a Prometheus text
+/// page; 0 when absent.
+pub fn counter(metrics: &str, name: &str, strategy: &str) -> u64 {
+    let series = format!("{name}{{strategy=\"{strategy}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map(|value| value.trim().parse::<f64>().unwrap() as u64)
+        .unwrap_or(0)
+}
+
+/// A `redis-server` child on a free port, keeping nothing on disk; killed on
+/// drop.
+pub struct RedisNode {
+    child: Option<Child>,
+    pub port: u16,
+    replica_of: Option<u16>,
+}
+
+impl RedisNode {
+    pub async fn start() -> RedisNode {
+        let mut node = RedisNode { child: None, port: free_port(), replica_of: None };
+        node.restart().await;
+        node
+    }
+
+    /// A replica of the master listening on `master_port` (possibly a
+    /// [`BlockingProxy`] in front of it); returns once the replication link is
+    /// up.
+    pub async fn start_replica_of(master_port: u16) -> RedisNode {
+        let mut node = RedisNode { child: None, port: free_port(), replica_of: Some(master_port) };
+        node.restart().await;
+        let conn = redis_conn(&node.url()).await;
+        wait_until("the replica is in sync", Duration::from_secs(10), || {
+            let mut conn = conn.clone();
+            async move {
+                let info: String =
+                    redis::cmd("INFO").arg("replication").query_async(&mut conn).await.unwrap();
+                info.contains("master_link_status:up")
+            }
+        })
+        .await;
+        node
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts the server on its port (again, empty: no persistence).
+    pub async fn restart(&mut self) {
+        self.stop();
+        let mut command = Command::new("redis-server");
+        command.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"]).args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+        ]);
+        // A replica's full sync goes through an RDB file: keep it out of the
+        // working directory.
+        let dir = std::env::temp_dir().join(format!("seckill-test-redis-{}", self.port));
+        std::fs::create_dir_all(&dir).unwrap();
+        command.arg("--dir").arg(&dir);
+        if let Some(master) = self.replica_of {
+            command.args(["--replicaof", "127.0.0.1", &master.to_string()]);
+        }
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let url = self.url();
+        wait_until("redis-server answers PING", Duration::from_secs(5), || {
+            let url = url.clone();
+            async move {
+                let Ok(client) = redis::Client::open(url) else { return false };
+                let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+                    return false;
+                };
+                redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
+            }
+        })
+        .await;
+    }
+
+    /// Kills the server (a crash: whatever it held is gone).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+}
+
+impl Drop for RedisNode {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill").arg("-CONT").arg(pid.to_string()).status();
+        }
+        self.stop();
+        let dir = std::env::temp_dir().join(format!("seckill-test-redis-{}", self.port));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// A TCP proxy in front of a Redis master, for a replica's replication link:
+/// once [`block`](Self::block)ed, it stops forwarding the master's bytes (a
+/// partition on the replication path); the replica keeps what it had.
+pub struct BlockingProxy {
+    pub port: u16,
+    blocked: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BlockingProxy {
+    pub async fn start(upstream_port: u16) -> BlockingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (blocked, _) = tokio::sync::watch::channel(false);
+        let watch = blocked.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((downstream, _)) = listener.accept().await {
+                let Ok(upstream) =
+                    tokio::net::TcpStream::connect(("127.0.0.1", upstream_port)).await
+                else {
+                    continue;
+                };
+                let (mut down_read, mut down_write) = downstream.into_split();
+                let (mut up_read, mut up_write) = upstream.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut down_read, &mut up_write).await;
+                });
+                let mut blocked = watch.subscribe();
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        let Ok(n) = up_read.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        // Bytes read once blocked are held forever.
+                        if blocked.wait_for(|blocked| !*blocked).await.is_err() {
+                            return;
+                        }
+                        if down_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        BlockingProxy { port, blocked, task }
+    }
+
+    /// From now on, nothing more reaches the replica.
+    pub fn block(&self) {
+        self.blocked.send_replace(true);
+    }
+}
+
+impl Drop for BlockingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
