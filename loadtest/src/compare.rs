@@ -1,5 +1,6 @@
 //! `loadtest compare`: the whole comparison, from preflight to report.
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -9,59 +10,122 @@ use seckill::sale::SaleId;
 use seckill::strategy::{Backend, StrategyName, expectation};
 use serde_json::{Value, json};
 
-use crate::CompareArgs;
 use crate::ceilings::{self, Ceilings, HttpCeiling, RedisCeiling, SqlCeiling};
+use crate::cost::{PgXacts, RssSampler};
 use crate::instances::{Instances, RedlockNodes};
 use crate::preflight;
-use crate::report::{self, Cost, LockStats, Machine, Ratio, Report, Run, SCHEMA_VERSION, markdown};
+use crate::profile::Profile;
+use crate::progress::Progress;
+use crate::report::{
+    self, Cost, LockStats, Machine, Ratio, Report, Run, SCHEMA_VERSION, html, markdown, summary,
+};
 use crate::scenario::{self, per_second};
 use crate::scrape::Counters;
+use crate::{CompareArgs, RenderArgs};
 
 /// Runs the comparison; `Ok(false)` when a run's verdict is `broke`.
 pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     preflight::check(&args).await?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
+    let total = args.repeat * (args.profile.len() * args.strategies.len()) as u64;
+    let mut progress = Progress::new(total, args.quiet);
     let redlock = if args.strategies.contains(&StrategyName::LockRedlock) && args.target.is_empty()
     {
+        progress.stage("starting the Redlock nodes");
         Some(RedlockNodes::start(&args.out).await?)
     } else {
         None
     };
+    progress.stage("starting the instances");
     let instances = Instances::start(&args, redlock.as_ref()).await?;
-    let result = compare(&args, &instances).await;
+    let result = compare(&args, &instances, &mut progress).await;
     instances.stop().await;
+    progress.finish();
     let report = result?;
 
-    let json_path = args.out.join("report.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)?;
-    let md_path = args.out.join("report.md");
-    std::fs::write(&md_path, markdown::render(&report))?;
-    println!("{}", markdown::ceilings_line(&report));
-    println!("{}", markdown::runs_table(&report, false));
-    println!("wrote {} and {}", json_path.display(), md_path.display());
+    write_reports(&report, &args.out)?;
+    if !args.quiet {
+        println!("{}", markdown::ceilings_line(&report));
+        println!("{}", markdown::runs_table(&report, false));
+        if args.repeat > 1 {
+            println!("{}", markdown::summary_table(&report, false));
+        }
+        print!("{}", markdown::verdict_lines(&report));
+        println!("wrote report.json, report.md and report.html in {}", args.out.display());
+    }
     Ok(report.runs.iter().all(|run| run.verdict != report::Verdict::Broke))
 }
 
-async fn compare(args: &CompareArgs, instances: &Instances) -> anyhow::Result<Report> {
+/// `loadtest render`: report.md, report.html and charts/ again from a
+/// report.json (the summary is recomputed from its runs).
+pub fn render(args: &RenderArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.report)
+        .with_context(|| format!("reading {}", args.report.display()))?;
+    let mut report: Report = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a report.json", args.report.display()))?;
+    report.summary = summary::summarize(&report.runs);
+    let out = match &args.out {
+        Some(out) => out.clone(),
+        None => args.report.parent().map(Path::to_path_buf).unwrap_or_default(),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    write_views(&report, &out)
+}
+
+fn write_reports(report: &Report, out: &Path) -> anyhow::Result<()> {
+    std::fs::write(out.join("report.json"), serde_json::to_string_pretty(report)?)?;
+    write_views(report, out)
+}
+
+/// report.md, report.html, and each chart as `charts/<id>.svg` (for
+/// documents that embed them as images).
+fn write_views(report: &Report, out: &Path) -> anyhow::Result<()> {
+    std::fs::write(out.join("report.md"), markdown::render(report))?;
+    std::fs::write(out.join("report.html"), html::render(report))?;
+    let charts = out.join("charts");
+    std::fs::create_dir_all(&charts)?;
+    for (id, _, _, svg) in html::charts(report) {
+        std::fs::write(charts.join(format!("{id}.svg")), svg)?;
+    }
+    Ok(())
+}
+
+async fn compare(
+    args: &CompareArgs,
+    instances: &Instances,
+    progress: &mut Progress,
+) -> anyhow::Result<Report> {
     let admin = Admin::new(&instances.urls[0], &instances.admin_token);
+    progress.stage("measuring the ceilings");
     let ceilings = measure_ceilings(args, instances, &admin).await?;
-    tracing::info!(?ceilings, "ceilings measured");
+    tracing::debug!(?ceilings, "ceilings measured");
+    let xacts = PgXacts::connect(&args.database_url, &instances.urls, args.pool_size).await?;
 
     let mut runs = Vec::new();
     for repeat in 1..=args.repeat {
-        for profile in &args.profile {
+        for &profile in &args.profile {
             for &strategy in &args.strategies {
-                tracing::info!(%strategy, profile, repeat, "run starts");
-                let run = run_one(args, instances, &admin, &ceilings, strategy, profile, repeat)
-                    .await
-                    .with_context(|| format!("{strategy} / {profile} / repeat {repeat}"))?;
-                tracing::info!(%strategy, verdict = ?run.verdict, sold = run.units_sold, "run done");
+                progress.run(format!("{strategy} · {profile} · repeat {repeat}/{}", args.repeat));
+                let run = run_one(
+                    args, instances, &admin, &ceilings, &xacts, progress, strategy, profile, repeat,
+                )
+                .await
+                .with_context(|| format!("{strategy} / {profile} / repeat {repeat}"))?;
+                progress.run_done(&format!(
+                    "{}: sold {} of {}, oversold {}, drift {}",
+                    markdown::verdict(&run),
+                    run.units_sold,
+                    run.total_stock,
+                    run.oversold,
+                    run.ledger_drift
+                ));
                 runs.push(run);
             }
         }
     }
     report::relate_to_sql(&mut runs);
+    let summary = summary::summarize(&runs);
     Ok(Report {
         schema_version: SCHEMA_VERSION,
         generated_at: Utc::now(),
@@ -69,6 +133,7 @@ async fn compare(args: &CompareArgs, instances: &Instances) -> anyhow::Result<Re
         config: serde_json::to_value(args)?,
         ceilings,
         runs,
+        summary,
     })
 }
 
@@ -113,47 +178,111 @@ async fn measure_ceilings(
     })
 }
 
+/// The audits of a run's sales, added up. Per-sale figures are summed
+/// (oversell in one sale is never offset by undersell in another: each
+/// audit's `oversold` is already clamped at 0), the order times are the
+/// earliest and latest over the sales, and a Redis figure is `null` only
+/// when it is `null` for every sale.
+fn add_up(audits: &[Audit]) -> Audit {
+    let sum_opt = |pick: fn(&Audit) -> Option<i64>| {
+        audits.iter().filter_map(pick).fold(None, |acc: Option<i64>, v| Some(acc.unwrap_or(0) + v))
+    };
+    Audit {
+        sale_id: audits[0].sale_id,
+        strategy: audits[0].strategy.clone(),
+        total_stock: audits.iter().map(|a| a.total_stock).sum(),
+        remaining_stock: audits.iter().map(|a| a.remaining_stock).sum(),
+        orders: audits.iter().map(|a| a.orders).sum(),
+        units_sold: audits.iter().map(|a| a.units_sold).sum(),
+        oversold: audits.iter().map(|a| a.oversold).sum(),
+        ledger_drift: audits.iter().map(|a| a.ledger_drift).sum(),
+        duplicate_orders: audits.iter().map(|a| a.duplicate_orders).sum(),
+        first_order_at: audits.iter().filter_map(|a| a.first_order_at).min(),
+        last_order_at: audits.iter().filter_map(|a| a.last_order_at).max(),
+        redis_drift: sum_opt(|a| a.redis_drift),
+        reconcile_fixes: sum_opt(|a| a.reconcile_fixes),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run_one(
     args: &CompareArgs,
     instances: &Instances,
     admin: &Admin,
     ceilings: &Ceilings,
+    xacts: &PgXacts,
+    progress: &mut Progress,
     strategy: StrategyName,
-    profile: &str,
+    profile: Profile,
     repeat: u64,
 ) -> anyhow::Result<Run> {
-    let stock = args.stock as i64;
-    let sale = admin
-        .create_sale(json!({
-            "name": format!("{strategy} / {profile} / {repeat}"),
+    let plan = profile.plan(args);
+    let knobs = serde_json::to_value(plan.knobs)?;
+    let mut sales = Vec::new();
+    for (i, stock) in plan.stock_per_sale().into_iter().enumerate() {
+        let mut body = json!({
+            "name": format!("{strategy} / {profile} / {repeat} / sale {}", i + 1),
             "stock": stock,
             "strategy": strategy.as_str(),
-        }))
-        .await?;
-    let distinct = ((args.stock as f64) * args.demand).round().max(1.0) as u64;
-    let buyers = scenario::buyers(distinct, args.resubmit);
+        });
+        if let (Some(body), Value::Object(knobs)) = (body.as_object_mut(), &knobs) {
+            body.extend(knobs.clone());
+        }
+        sales.push(admin.create_sale(body).await?);
+    }
+    let sale_ids: Vec<i64> = sales.iter().map(|s| s.0).collect();
+    let distinct = ((plan.stock as f64) * args.demand).round().max(1.0) as u64;
+    let buyers = scenario::buyers(distinct, &sale_ids, plan.submissions, plan.resubmit);
+    // Buyer i buys from sale (i − 1) mod n, so each sale's demand is
+    // distinct / n, the remainder going to the first sales.
+    let n = sale_ids.len() as u64;
+    let demand_of = |j: usize| distinct / n + u64::from((j as u64) < distinct % n);
+
+    let rss = RssSampler::start(instances.pids());
+    progress.phase("settling statistics");
+    let xacts_before = xacts.settle().await?;
     let counters_before = Counters::scrape(&admin.client, &instances.urls).await?;
+    progress.phase(&format!("sale phase ({} buyers)", buyers.len()));
     let goose_report = args.out.join(format!("goose-{}-{profile}-{repeat}.html", strategy.slug()));
     let sale_phase = scenario::sale_phase(
         &instances.urls,
-        sale.0,
+        &sale_ids,
         args.users,
         args.retries,
         buyers,
         goose_report,
     )
     .await?;
+    progress.phase("settling statistics");
+    let xacts_after = xacts.settle().await?;
+    let counters_after = Counters::scrape(&admin.client, &instances.urls).await?;
+    // Units sold in the sale phase, the divisor of its costs (a baseline may
+    // go on selling in the rejection phase).
+    let mut sold_in_sale_phase = 0;
+    for &sale in &sales {
+        sold_in_sale_phase += admin.audit(sale).await?.units_sold;
+    }
+    progress.phase("rejection phase");
     let rejection_phase = scenario::rejection_phase(
         &instances.urls,
-        sale.0,
+        &sale_ids,
         args.users,
         distinct as i64 + 1,
         args.rejection_phase,
     )
     .await?;
-    let audit = admin.audit(sale).await?;
-    let counters_after = Counters::scrape(&admin.client, &instances.urls).await?;
+    let peak_rss_mb = rss.stop().await;
+    progress.phase("audit");
+    let mut audits = Vec::new();
+    let mut undersold = 0;
+    for (j, &sale) in sales.iter().enumerate() {
+        let audit = admin.audit(sale).await?;
+        undersold += (audit.total_stock.min(demand_of(j) as i64) - audit.units_sold).max(0);
+        audits.push(audit);
+    }
+    let audit = add_up(&audits);
+
+    let per_unit = |total: f64| (sold_in_sale_phase > 0).then(|| total / sold_in_sale_phase as f64);
     let round_trips = Counters::delta(
         &counters_before,
         &counters_after,
@@ -166,8 +295,13 @@ async fn run_one(
             Counters::delta(&counters_before, &counters_after, name, "strategy", strategy.as_str())
                 as u64
         };
+        let mut max_concurrency = 0;
+        for &sale in &sales {
+            max_concurrency =
+                max_concurrency.max(admin.max_concurrency(&instances.urls, sale).await?);
+        }
         Some(LockStats {
-            max_concurrency: admin.max_concurrency(&instances.urls, sale).await?,
+            max_concurrency,
             renewals: delta("seckill_lock_renewals_total"),
             lock_timeouts: delta("seckill_lock_timeouts_total"),
             fence_rejections: delta("seckill_fence_rejections_total"),
@@ -175,10 +309,21 @@ async fn run_one(
     } else {
         None
     };
-    let uses_redis = strategy.needs().contains(&Backend::Redis);
+    let amqp_messages = counters_after.total("seckill_amqp_messages_total")
+        - counters_before.total("seckill_amqp_messages_total");
     let cost = Cost {
-        redis_round_trips_per_unit: (uses_redis && audit.units_sold > 0)
-            .then(|| round_trips / audit.units_sold as f64),
+        redis_round_trips_per_unit: strategy
+            .needs()
+            .contains(&Backend::Redis)
+            .then(|| per_unit(round_trips))
+            .flatten(),
+        pg_xacts_per_unit: per_unit(PgXacts::between(xacts_before, xacts_after) as f64),
+        amqp_messages_per_unit: strategy
+            .needs()
+            .contains(&Backend::Rabbitmq)
+            .then(|| per_unit(amqp_messages))
+            .flatten(),
+        peak_rss_mb,
     };
 
     let sell_through_per_s = match (sale_phase.first_send, audit.last_order_at) {
@@ -190,14 +335,14 @@ async fn run_one(
     };
     let rejection_rps = Some(per_second(rejection_phase.requests, rejection_phase.duration_s));
     let demanded_units = distinct;
-    let undersold = (audit.total_stock.min(demanded_units as i64) - audit.units_sold).max(0);
     let mut run = Run {
         strategy: strategy.as_str().to_owned(),
-        profile: profile.to_owned(),
+        profile: profile.name().to_owned(),
         repeat,
-        expected: expectation(strategy, profile, instances.urls.len()),
+        expected: expectation(strategy, profile.name(), instances.urls.len()),
         verdict: report::Verdict::Ok,
         instances: instances.urls.len(),
+        sales: plan.sales,
         total_stock: audit.total_stock,
         buyers: distinct,
         demanded_units,

@@ -132,6 +132,11 @@ impl Instances {
         Ok(Instances { urls, admin_token, pool_connections, children })
     }
 
+    /// Process ids of the started instances (empty with `--target`).
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().filter_map(Child::id).collect()
+    }
+
     /// Stops the started instances with SIGTERM, waiting briefly for each.
     pub async fn stop(mut self) {
         for child in &mut self.children {

@@ -5,8 +5,11 @@
 
 mod ceilings;
 mod compare;
+mod cost;
 mod instances;
 mod preflight;
+mod profile;
+mod progress;
 mod report;
 mod scenario;
 mod scrape;
@@ -15,6 +18,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use seckill::strategy::StrategyName;
+
+use crate::profile::Profile;
 
 #[derive(Parser)]
 #[command(version, about = "Compare flash-sale strategies under load (goose)")]
@@ -25,8 +30,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run every strategy × profile × repeat and write report.json / report.md.
+    /// Run every strategy × profile × repeat and write report.json, report.md
+    /// and report.html.
     Compare(CompareArgs),
+    /// Write report.md and report.html again from a report.json.
+    Render(RenderArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RenderArgs {
+    /// The report.json to render.
+    pub report: PathBuf,
+    /// Directory for report.md, report.html and charts/ (default: the
+    /// directory of the report).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }
 
 /// Flags of `loadtest compare`; every one is recorded in report.json's `config`.
@@ -36,13 +54,22 @@ pub struct CompareArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_strategy)]
     pub strategies: Vec<StrategyName>,
 
-    /// Load profiles, comma-separated. `burst`: every buyer at once, no injected delays.
-    #[arg(long, value_delimiter = ',', default_value = "burst", value_parser = ["burst"])]
-    pub profile: Vec<String>,
+    /// Load profiles, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "burst")]
+    pub profile: Vec<Profile>,
 
-    /// Units of stock in each sale.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    pub stock: u64,
+    /// Units of stock of a run, over all its sales (default: the profile's own
+    /// stock — burst 10000, retry-storm 2000, multi-sale 10000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub stock: Option<u64>,
+
+    /// `retry-storm`: times each buyer sends its purchase, back to back.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=100))]
+    pub storm: u32,
+
+    /// `multi-sale`: sales at once, each with stock/N units.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=64))]
+    pub sales: u32,
 
     /// Distinct buyers as a multiple of stock (each wants one unit).
     #[arg(long, default_value_t = 3.0)]
@@ -104,9 +131,15 @@ pub struct CompareArgs {
     #[arg(long)]
     pub seckill_bin: Option<PathBuf>,
 
-    /// Directory for report.json, report.md, goose reports and instance logs.
+    /// Directory for report.json, report.md, report.html, charts/, goose
+    /// reports and instance logs.
     #[arg(long, default_value = "target/loadtest")]
     pub out: PathBuf,
+
+    /// No progress and no tables on the terminal (for scripts); errors and
+    /// the exit status still tell the outcome.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 fn parse_strategy(s: &str) -> Result<StrategyName, String> {
@@ -124,6 +157,7 @@ async fn main() -> std::process::ExitCode {
             }
             compare::run(args).await
         }
+        Command::Render(args) => compare::render(&args).map(|()| true),
     };
     match result {
         Ok(true) => std::process::ExitCode::SUCCESS,

@@ -1,4 +1,4 @@
-//! The goose scenarios: the sale phase (every buyer once, some twice), the
+//! The goose scenarios: the sale phase (every buyer as its profile says), the
 //! rejection phase (fresh buyers against the sold-out sale), and the trivial
 //! endpoint for the `http_rps` ceiling.
 //!
@@ -100,13 +100,24 @@ fn classify(status: u16, body: &[u8]) -> Kind {
     }
 }
 
-/// Shared state of one goose attack on one sale.
+/// One buyer of the sale phase: `user` buys one unit of `sale`, sending the
+/// purchase `sends` times back to back (each send waits for the answer to
+/// the previous one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Buyer {
+    pub sale: i64,
+    pub user: i64,
+    pub sends: u32,
+}
+
+/// Shared state of one goose attack on the sales of one run.
 struct Attack {
-    sale_id: i64,
+    /// The run's sales; the rejection phase spreads fresh buyers over them.
+    sales: Vec<i64>,
     urls: Vec<String>,
     retries: u32,
     /// Buyers of the sale phase, in sending order (resubmissions included).
-    buyers: Vec<i64>,
+    buyers: Vec<Buyer>,
     next_buyer: AtomicUsize,
     /// Rejection phase: the next fresh buyer id.
     next_fresh: AtomicI64,
@@ -119,14 +130,14 @@ struct Attack {
 
 impl Attack {
     fn new(
-        sale_id: i64,
+        sales: &[i64],
         urls: &[String],
         retries: u32,
-        buyers: Vec<i64>,
+        buyers: Vec<Buyer>,
         first_fresh: i64,
     ) -> Self {
         Attack {
-            sale_id,
+            sales: sales.to_vec(),
             urls: urls.to_vec(),
             retries,
             buyers,
@@ -145,10 +156,11 @@ impl Attack {
         user.set_base_url(&format!("{url}/"))
     }
 
-    /// One buyer's purchase, retrying a `busy` answer up to `retries` times
-    /// after `max(Retry-After, 20 ms · 2^attempt)`, ±50 % jitter.
-    async fn purchase(&self, user: &mut GooseUser, buyer: i64) -> TransactionResult {
-        let path = format!("sales/{}/orders", self.sale_id);
+    /// One buyer's purchase from `sale`, retrying a `busy` answer up to
+    /// `retries` times after `max(Retry-After, 20 ms · 2^attempt)`, ±50 %
+    /// jitter.
+    async fn purchase(&self, user: &mut GooseUser, sale: i64, buyer: i64) -> TransactionResult {
+        let path = format!("sales/{sale}/orders");
         for attempt in 0..=self.retries {
             let (start, _) = *self.first_send.get_or_init(|| (Instant::now(), Utc::now()));
             let builder = user
@@ -256,6 +268,10 @@ async fn execute(
     transaction: Transaction,
     attack: &Attack,
 ) -> anyhow::Result<PhaseResult> {
+    // Goose prints "All N users launched." to stdout whatever `quiet` says;
+    // the report goes to stdout after the phases, so silence it meanwhile.
+    // (`None` when stdout is already redirected by another gag.)
+    let _quiet_stdout = gag::Gag::stdout().ok();
     let metrics = GooseAttack::initialize_with_config(config)?
         .register_scenario(scenario!("FlashSale").register_transaction(transaction))
         .execute()
@@ -286,14 +302,19 @@ async fn execute(
     })
 }
 
-/// The buyers of a sale phase: `distinct` buyers with ids `1..=distinct`, and
-/// a `resubmit` fraction of them sending a second time, in shuffled order.
-pub fn buyers(distinct: u64, resubmit: f64) -> Vec<i64> {
+/// The buyers of a sale phase: `distinct` buyers with ids `1..=distinct`,
+/// buyer `i` on sale `sales[(i − 1) mod sales.len()]`, each sending
+/// `sends` times back to back, and a `resubmit` fraction of them sending
+/// once more later, in shuffled order.
+pub fn buyers(distinct: u64, sales: &[i64], sends: u32, resubmit: f64) -> Vec<Buyer> {
     use rand::seq::{IndexedRandom, SliceRandom};
     let mut rng = rand::rng();
-    let mut buyers: Vec<i64> = (1..=distinct as i64).collect();
+    let mut buyers: Vec<Buyer> = (1..=distinct as i64)
+        .map(|user| Buyer { sale: sales[(user as usize - 1) % sales.len()], user, sends })
+        .collect();
     let again = ((distinct as f64) * resubmit.clamp(0.0, 1.0)).round() as usize;
-    let repeats: Vec<i64> = buyers.choose_multiple(&mut rng, again).copied().collect();
+    let repeats: Vec<Buyer> =
+        buyers.choose_multiple(&mut rng, again).map(|buyer| Buyer { sends: 1, ..*buyer }).collect();
     buyers.extend(repeats);
     buyers.shuffle(&mut rng);
     buyers
@@ -304,13 +325,13 @@ pub fn buyers(distinct: u64, resubmit: f64) -> Vec<i64> {
 /// HTML report to `report`.
 pub async fn sale_phase(
     urls: &[String],
-    sale_id: i64,
+    sales: &[i64],
     users: u64,
     retries: u32,
-    buyers: Vec<i64>,
+    buyers: Vec<Buyer>,
     report: PathBuf,
 ) -> anyhow::Result<PhaseResult> {
-    let attack = Arc::new(Attack::new(sale_id, urls, retries, buyers, 0));
+    let attack = Arc::new(Attack::new(sales, urls, retries, buyers, 0));
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();
@@ -319,7 +340,9 @@ pub async fn sale_phase(
             loop {
                 let i = attack.next_buyer.fetch_add(1, Relaxed);
                 let Some(&buyer) = attack.buyers.get(i) else { break };
-                attack.purchase(user, buyer).await?;
+                for _ in 0..buyer.sends.max(1) {
+                    attack.purchase(user, buyer.sale, buyer.user).await?;
+                }
             }
             Ok(())
         })
@@ -331,22 +354,24 @@ pub async fn sale_phase(
 }
 
 /// The rejection phase: `users` goose users send purchases of fresh buyers
-/// (ids from `first_fresh` up) for `seconds` seconds.
+/// (ids from `first_fresh` up, spread round-robin over `sales`) for
+/// `seconds` seconds.
 pub async fn rejection_phase(
     urls: &[String],
-    sale_id: i64,
+    sales: &[i64],
     users: u64,
     first_fresh: i64,
     seconds: u64,
 ) -> anyhow::Result<PhaseResult> {
-    let attack = Arc::new(Attack::new(sale_id, urls, 0, Vec::new(), first_fresh));
+    let attack = Arc::new(Attack::new(sales, urls, 0, Vec::new(), first_fresh));
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();
         Box::pin(async move {
             attack.assign(user)?;
             let buyer = attack.next_fresh.fetch_add(1, Relaxed);
-            attack.purchase(user, buyer).await
+            let sale = attack.sales[buyer as usize % attack.sales.len()];
+            attack.purchase(user, sale, buyer).await
         })
     }));
     let mut config = base_config(urls, users);
@@ -358,7 +383,7 @@ pub async fn rejection_phase(
 /// The `http_rps` ceiling: `users` goose users on `GET /healthz` of every
 /// instance for `seconds` seconds; answers per second.
 pub async fn http_ceiling(urls: &[String], users: u64, seconds: u64) -> anyhow::Result<f64> {
-    let attack = Arc::new(Attack::new(0, urls, 0, Vec::new(), 0));
+    let attack = Arc::new(Attack::new(&[0], urls, 0, Vec::new(), 0));
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();

@@ -39,6 +39,19 @@ impl Counters {
             .sum()
     }
 
+    /// The sum of every series of counter `name`, whatever its labels.
+    pub fn total(&self, name: &str) -> f64 {
+        self.0
+            .iter()
+            .filter(|(series, _)| {
+                series
+                    .strip_prefix(name)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('{'))
+            })
+            .map(|(_, v)| v)
+            .sum()
+    }
+
     /// `after − before` for the same selection.
     pub fn delta(before: &Counters, after: &Counters, name: &str, label: &str, value: &str) -> f64 {
         after.sum(name, label, value) - before.sum(name, label, value)

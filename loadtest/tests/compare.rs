@@ -1,18 +1,23 @@
-//! End to end: `loadtest compare` on a small sale, against two real
-//! instances, must write a report.json that follows docs/report-format.md and
-//! judge the baselines as the expectation table says.
+//! End to end: `loadtest compare` on small sales, against two real
+//! instances, under every profile, must write a report.json that follows
+//! docs/report-format.md, judge the baselines as the expectation table says,
+//! add up the sales of `multi-sale`, show the resubmissions of `retry-storm`,
+//! and give each run its cost per unit.
 
 use std::process::Command;
 
 use serde_json::Value;
 
+const STOCK: i64 = 200;
+
 #[test]
-fn compare_writes_a_schema_v1_report_and_judges_naive_and_sql() {
+fn compare_writes_a_schema_v1_report_and_judges_every_profile() {
     let out = std::env::temp_dir().join(format!("loadtest-{}", std::process::id()));
     let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args(["compare", "--strategies", "naive,sql,sql/for-update", "--stock", "300"])
+        .args(["compare", "--strategies", "naive,sql"])
+        .args(["--profile", "burst,retry-storm,multi-sale", "--stock", &STOCK.to_string()])
         .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
-        .args(["--ceiling-duration", "1", "--out"])
+        .args(["--ceiling-duration", "1", "--storm", "3", "--sales", "4", "--quiet", "--out"])
         .arg(&out)
         .status()
         .expect("loadtest runs");
@@ -21,38 +26,68 @@ fn compare_writes_a_schema_v1_report_and_judges_naive_and_sql() {
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["schema_version"], 1);
-    for key in ["generated_at", "machine", "config", "ceilings", "runs"] {
+    for key in ["generated_at", "machine", "config", "ceilings", "runs", "summary"] {
         assert!(!report[key].is_null(), "report.{key} is missing");
     }
     assert!(report["ceilings"]["http_rps"]["value"].as_f64().unwrap() > 0.0);
     assert_eq!(report["ceilings"]["sql_tps"]["connections"], 20);
     let runs = report["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3);
+    assert_eq!(runs.len(), 6);
     for run in runs {
-        let name = run["strategy"].as_str().unwrap();
+        let name = format!("{} / {}", run["strategy"].as_str().unwrap(), run["profile"]);
+        let profile = run["profile"].as_str().unwrap();
         assert_eq!(run["verdict"], "ok", "{name}: {run}");
         for key in ["outcomes", "status_counts", "latency_ms", "ratio", "cost"] {
             assert!(run[key].is_object(), "{name}: {key} is missing");
         }
-        if name == "naive" {
+        let sales = if profile == "multi-sale" { 4 } else { 1 };
+        assert_eq!(run["sales"], sales, "{name}");
+        assert_eq!(run["total_stock"], STOCK, "{name}: the sales add up to the stock");
+        let cost = &run["cost"];
+        // Every unit sold took at least its own committed transaction, and a
+        // buyer costs a handful at most (3 buyers per unit, up to 3 sends each).
+        let xacts = cost["pg_xacts_per_unit"].as_f64().expect("pg_xacts_per_unit");
+        assert!((1.0..40.0).contains(&xacts), "{name}: pg_xacts_per_unit {xacts}");
+        assert!(cost["amqp_messages_per_unit"].is_null(), "{name} does not use RabbitMQ");
+        let rss = cost["peak_rss_mb"].as_f64().expect("peak_rss_mb of started instances");
+        assert!(rss > 1.0, "{name}: peak_rss_mb {rss}");
+        if run["strategy"] == "naive" {
             assert_eq!(run["expected"], "breaks");
             let broke = run["oversold"].as_i64().unwrap() > 0 || run["ledger_drift"] != 0;
             assert!(broke, "naive must visibly break: {run}");
         } else {
             assert_eq!(run["expected"], "correct");
             assert_eq!((run["oversold"].as_i64(), run["undersold"].as_i64()), (Some(0), Some(0)));
-            assert_eq!(run["units_sold"], 300);
+            assert_eq!(run["units_sold"], STOCK, "{name}");
             assert_eq!(run["ledger_drift"], 0);
             assert_eq!(run["errors_5xx"], 0);
-            assert_eq!(run["outcomes"]["placed"], 300);
+            assert_eq!(run["outcomes"]["placed"], STOCK, "{name}");
             assert!(run["sell_through_per_s"].as_f64().unwrap() > 0.0);
             assert!(run["ratio"]["sell_through_vs_sql_strategy"].as_f64().unwrap() > 0.0);
+            if profile == "retry-storm" {
+                // Each buyer sent 3 times back to back, and the repeats of
+                // those who got a unit met the one-order-per-buyer rule.
+                let buyers = run["buyers"].as_i64().unwrap();
+                assert!(run["requests"].as_i64().unwrap() >= 3 * buyers, "{name}: {run}");
+                let again = run["outcomes"]["already_purchased"].as_i64().unwrap();
+                assert!(again > 0, "{name}: no resubmission was told `already purchased`");
+            }
         }
         assert!(
-            run["redis_drift"].is_null() && run["cost"]["redis_round_trips_per_unit"].is_null()
+            run["redis_drift"].is_null() && cost["redis_round_trips_per_unit"].is_null(),
+            "{name}: no Redis"
         );
     }
+    let summary = report["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 6, "one summary per (strategy, profile)");
+    for s in summary {
+        assert_eq!(s["runs"], 1);
+        let sold = &s["figures"]["units_sold"];
+        assert!(sold["median"].as_f64().unwrap() > 0.0 && sold["n"] == 1, "{s}");
+    }
     assert!(out.join("report.md").exists());
-    assert!(out.join("goose-sql-for-update-burst-1.html").exists());
+    assert!(out.join("report.html").exists());
+    assert!(out.join("charts").join("oversold.svg").exists());
+    assert!(out.join("goose-naive-retry-storm-1.html").exists());
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -3,7 +3,10 @@
 //! apply is `null`, never a made-up 0. `schema_version` changes when a
 //! field's meaning does.
 
+pub mod html;
 pub mod markdown;
+pub mod summary;
+mod svg;
 
 use std::collections::BTreeMap;
 
@@ -25,6 +28,10 @@ pub struct Report {
     pub config: serde_json::Value,
     pub ceilings: Ceilings,
     pub runs: Vec<Run>,
+    /// One aggregate per (strategy, profile) over its repeats, in the order
+    /// of `runs` (see [`summary::summarize`]).
+    #[serde(default)]
+    pub summary: Vec<summary::Summary>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -74,6 +81,10 @@ pub struct Run {
     pub expected: Expectation,
     pub verdict: Verdict,
     pub instances: usize,
+    /// Sales the run sold at once (the `multi-sale` profile has several);
+    /// every figure below adds up over them.
+    #[serde(default = "one")]
+    pub sales: u32,
     pub total_stock: i64,
     /// Distinct buyers in the sale phase.
     pub buyers: u64,
@@ -127,12 +138,32 @@ pub struct LockStats {
     pub fence_rejections: u64,
 }
 
-/// What each sold unit cost; `null` where a figure does not apply.
+fn one() -> u32 {
+    1
+}
+
+/// What each sold unit cost, counted over the sale phase and divided by the
+/// units sold in it; `null` where a figure does not apply or nothing sold.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Cost {
-    /// Round trips the instances sent to Redis during the run (their
-    /// `seckill_redis_round_trips_total`) ÷ units sold.
+    /// Round trips the instances sent to Redis during the sale phase (their
+    /// `seckill_redis_round_trips_total`) ÷ units sold; `null` for
+    /// strategies that do not use Redis.
     pub redis_round_trips_per_unit: Option<f64>,
+    /// Transactions of the service database during the sale phase
+    /// (`pg_stat_database.xact_commit + xact_rollback`, settled as
+    /// `crate::cost` describes) ÷ units sold.
+    #[serde(default)]
+    pub pg_xacts_per_unit: Option<f64>,
+    /// Messages the instances published or consumed during the sale phase
+    /// (their `seckill_amqp_messages_total`, all labels) ÷ units sold;
+    /// `null` for strategies that do not use RabbitMQ.
+    #[serde(default)]
+    pub amqp_messages_per_unit: Option<f64>,
+    /// Peak resident set of the largest app instance during the run's
+    /// phases, MiB (sampled every 100 ms); `null` with `--target`.
+    #[serde(default)]
+    pub peak_rss_mb: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -1,0 +1,171 @@
+//! Load profiles: the shapes of demand a strategy is compared under.
+//!
+//! A profile is one row of a small table: its own default stock, how many
+//! sales run at once, how often each buyer sends its purchase, and the
+//! demonstration knobs its sales are created with (`POST /admin/sales`
+//! accepts `lock_lease_ms`, `work_ms`, `pause_ms`, `pause_ratio`). Every
+//! other parameter (users, demand, instances, retries of `busy`) comes from
+//! the flags and is the same for every profile, so two profiles differ only
+//! in what this table says. The profile's name is also what
+//! `seckill::strategy::expectation` is asked about.
+//!
+//! Adding a profile: a variant with a doc comment (it becomes the `--help`
+//! text), then one arm in each `match` below.
+
+use serde::{Deserialize, Serialize};
+
+use crate::CompareArgs;
+
+/// A load profile for `--profile`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// Every buyer at once, no injected delays; a `--resubmit` fraction of
+    /// buyers sends a second time. Default stock 10000.
+    Burst,
+    /// Buyers resubmit fast and many times: each sends its purchase
+    /// `--storm` times back to back (default 5), as clients that retry on
+    /// every slow answer do. `--resubmit` does not apply. Default stock 2000,
+    /// so that a run sends about as many requests as `burst`.
+    RetryStorm,
+    /// `--sales` sales at once (default 4), each with stock/N units and
+    /// buyers spread round-robin over them: shows whether a strategy
+    /// partitions by sale or serialises every sale on one hot spot. The audit
+    /// and every figure add up over the run's sales. Default stock 10000.
+    MultiSale,
+    /// Slow critical sections: a 200 ms lock lease, 5 ms of simulated work
+    /// (±50 %) inside every strategy's critical section or transaction, and
+    /// 1 % of purchases stalling 600 ms there (3 × the lease), like a slow
+    /// downstream call. Shows which locks survive a holder outliving its
+    /// lease. Default stock 500, so a run stays well under a minute.
+    Slow,
+}
+
+/// The demonstration knobs a profile sets on each of its sales; `None`
+/// leaves the service's default (see `seckill::sale::Knobs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct SaleKnobs {
+    /// Lease of `lock/*` strategies, milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_lease_ms: Option<i32>,
+    /// Simulated work inside the critical section, milliseconds (±50 %).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_ms: Option<i32>,
+    /// Length of a stall, milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_ms: Option<i32>,
+    /// Fraction (0..=1) of purchases that stall for `pause_ms`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_ratio: Option<f64>,
+}
+
+/// What one run of a profile does, with the flags applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    /// Units of stock over all the run's sales (`--stock`, else the
+    /// profile's default).
+    pub stock: u64,
+    /// Sales created for the run; buyer `i` (1-based) buys from sale
+    /// `(i − 1) mod sales`.
+    pub sales: u32,
+    /// Times each buyer sends its purchase, back to back (each send waits
+    /// for the previous answer).
+    pub submissions: u32,
+    /// Fraction of buyers who send once more, shuffled among the others.
+    pub resubmit: f64,
+    pub knobs: SaleKnobs,
+}
+
+impl Profile {
+    /// Every profile, in the order reports list them.
+    pub const ALL: &'static [Profile] =
+        &[Profile::Burst, Profile::RetryStorm, Profile::MultiSale, Profile::Slow];
+
+    /// The wire name, as in `--profile` and the report's `profile`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Burst => "burst",
+            Profile::RetryStorm => "retry-storm",
+            Profile::MultiSale => "multi-sale",
+            Profile::Slow => "slow",
+        }
+    }
+
+    /// Units of stock when `--stock` is not given.
+    pub fn default_stock(self) -> u64 {
+        match self {
+            Profile::Burst | Profile::MultiSale => 10_000,
+            Profile::RetryStorm => 2_000,
+            Profile::Slow => 500,
+        }
+    }
+
+    /// Knobs of the profile's sales.
+    pub fn knobs(self) -> SaleKnobs {
+        match self {
+            Profile::Burst | Profile::RetryStorm | Profile::MultiSale => SaleKnobs::default(),
+            Profile::Slow => SaleKnobs {
+                lock_lease_ms: Some(200),
+                work_ms: Some(5),
+                pause_ms: Some(600),
+                pause_ratio: Some(0.01),
+            },
+        }
+    }
+
+    /// The run this profile asks for under `args`.
+    pub fn plan(self, args: &CompareArgs) -> Plan {
+        let stock = args.stock.unwrap_or_else(|| self.default_stock());
+        let (sales, submissions, resubmit) = match self {
+            Profile::Burst => (1, 1, args.resubmit),
+            Profile::RetryStorm => (1, args.storm, 0.0),
+            Profile::MultiSale => (args.sales, 1, args.resubmit),
+            Profile::Slow => (1, 1, args.resubmit),
+        };
+        // Never more sales than units: every sale gets at least one.
+        let sales = sales.clamp(1, u32::try_from(stock).unwrap_or(u32::MAX).max(1));
+        Plan { stock, sales, submissions, resubmit, knobs: self.knobs() }
+    }
+}
+
+impl std::fmt::Display for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Plan {
+    /// Stock of each sale: `stock / sales`, the remainder going one unit
+    /// each to the first sales, so that they add up to `stock`.
+    pub fn stock_per_sale(&self) -> Vec<u64> {
+        let n = u64::from(self.sales);
+        (0..n).map(|i| self.stock / n + u64::from(i < self.stock % n)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn names_match_the_clap_values_and_serde() {
+        for &profile in Profile::ALL {
+            let value = profile.to_possible_value().expect("every profile is a value");
+            assert_eq!(value.get_name(), profile.name());
+            assert_eq!(serde_json::to_value(profile).unwrap(), profile.name());
+        }
+    }
+
+    #[test]
+    fn stock_per_sale_adds_up_to_the_stock() {
+        let plan = Plan {
+            stock: 10,
+            sales: 4,
+            submissions: 1,
+            resubmit: 0.0,
+            knobs: SaleKnobs::default(),
+        };
+        assert_eq!(plan.stock_per_sale(), vec![3, 3, 2, 2]);
+    }
+}

@@ -1,0 +1,353 @@
+//! Horizontal bar and range charts as standalone SVG text.
+//!
+//! Written by hand rather than with a plotting library because every data
+//! mark must be one element that names its run (`<g class="mark"
+//! data-run="…">`, with a `<title>` tooltip), so that a reader can hover it
+//! and a test can count it; plotting libraries draw anonymous shapes. The
+//! charts are simple — one row per run, a linear or logarithmic axis, an
+//! optional reference line for a ceiling — and need no fonts or scripts: the
+//! viewer draws the text. Every chart holds exactly one mark per row it is
+//! given, including rows whose value is `null` (drawn as "n/a").
+
+use std::fmt::Write;
+
+/// Width of a chart, px.
+const WIDTH: f64 = 820.0;
+/// Left edge of the plot area (the run labels sit to its left), px.
+const PLOT_LEFT: f64 = 250.0;
+/// Right edge of the plot area (value labels may overhang it), px.
+const PLOT_RIGHT: f64 = 740.0;
+const ROW: f64 = 18.0;
+const TOP: f64 = 30.0;
+const BOTTOM: f64 = 14.0;
+
+/// One row: a run and its value.
+pub struct Row {
+    /// Identifies the run (`data-run`), e.g. `naive|burst|1`.
+    pub run: String,
+    /// Shown left of the row.
+    pub label: String,
+    pub value: Option<f64>,
+    /// Fill colour of the bar.
+    pub colour: &'static str,
+    /// Extra lines for the tooltip.
+    pub detail: String,
+}
+
+/// A vertical reference line across the plot, e.g. a ceiling.
+pub struct Reference {
+    pub label: String,
+    pub value: f64,
+}
+
+/// One row of a range chart: latency percentiles of a run.
+pub struct RangeRow {
+    pub run: String,
+    pub label: String,
+    /// Percentiles to draw, low to high, with their names (`p50`, …).
+    pub points: Vec<(&'static str, f64)>,
+    pub colour: &'static str,
+    pub detail: String,
+}
+
+/// XML-escapes text and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A compact number for labels: `12 345`, `1.5`, `0.023`.
+pub fn number(value: f64) -> String {
+    let abs = value.abs();
+    if abs >= 100.0 || value == value.trunc() {
+        let rounded = value.round() as i64;
+        let digits = rounded.unsigned_abs().to_string();
+        let mut grouped = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                grouped.push('\u{202f}');
+            }
+            grouped.push(c);
+        }
+        if rounded < 0 { format!("−{grouped}") } else { grouped }
+    } else if abs >= 1.0 {
+        format!("{value:.1}")
+    } else {
+        let text = format!("{value:.3}");
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
+/// Round tick steps (1, 2, 5 × 10^k) covering `[lo, hi]` with about five
+/// ticks.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let span = (hi - lo).max(f64::MIN_POSITIVE);
+    let raw = span / 5.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * magnitude)
+        .find(|s| span / s <= 5.0)
+        .unwrap_or(10.0 * magnitude);
+    let first = (lo / step).ceil() as i64;
+    let last = (hi / step).floor() as i64;
+    (first..=last).map(|i| i as f64 * step).collect()
+}
+
+fn header(out: &mut String, id: &str, title: &str, height: f64) {
+    let _ = write!(
+        out,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-chart="{id}" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11" role="img" aria-label="{title}"><title>{title}</title><rect width="{WIDTH}" height="{height}" fill="#fff"/>"##,
+        id = escape(id),
+        title = escape(title),
+    );
+}
+
+fn row_label(out: &mut String, y: f64, label: &str) {
+    let _ = write!(
+        out,
+        r##"<text x="{x}" y="{y}" text-anchor="end" fill="#333">{label}</text>"##,
+        x = PLOT_LEFT - 8.0,
+        y = y + ROW * 0.68,
+        label = escape(label),
+    );
+}
+
+fn tooltip(run_label: &str, value: &str, detail: &str) -> String {
+    let mut text = format!("{run_label}: {value}");
+    if !detail.is_empty() {
+        text.push('\n');
+        text.push_str(detail);
+    }
+    format!("<title>{}</title>", escape(&text))
+}
+
+/// A horizontal bar per row on a linear axis that always includes 0 (bars
+/// grow left for negative values), with an optional reference line.
+pub fn bars(
+    id: &str,
+    title: &str,
+    unit: &str,
+    rows: &[Row],
+    reference: Option<&Reference>,
+) -> String {
+    let height = TOP + ROW * rows.len() as f64 + BOTTOM;
+    let values = rows.iter().filter_map(|r| r.value).chain(reference.map(|r| r.value));
+    let (mut lo, mut hi) = values.fold((0.0f64, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if hi - lo < f64::EPSILON {
+        hi = lo + 1.0;
+    }
+    let pad = (hi - lo) * 0.04;
+    hi += if hi > 0.0 { pad } else { 0.0 };
+    lo -= if lo < 0.0 { pad } else { 0.0 };
+    let x = |v: f64| PLOT_LEFT + (v - lo) / (hi - lo) * (PLOT_RIGHT - PLOT_LEFT);
+
+    let mut out = String::new();
+    header(&mut out, id, title, height);
+    axis(&mut out, &ticks(lo, hi), x, unit, height, false);
+    for (i, row) in rows.iter().enumerate() {
+        let y = TOP + ROW * i as f64;
+        row_label(&mut out, y, &row.label);
+        let shown = row.value.map_or_else(|| "n/a".to_owned(), number);
+        let _ = write!(
+            out,
+            r#"<g class="mark" data-run="{run}" data-value="{value}">{tip}"#,
+            run = escape(&row.run),
+            value = row.value.map_or_else(String::new, |v| v.to_string()),
+            tip = tooltip(&row.label, &format!("{shown} {unit}"), &row.detail),
+        );
+        match row.value {
+            Some(v) => {
+                let (x0, x1) = if v < 0.0 { (x(v), x(0.0)) } else { (x(0.0), x(v)) };
+                let _ = write!(
+                    out,
+                    r##"<rect x="{x0:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="{fill}"/><text x="{tx:.1}" y="{ty:.1}" fill="#333">{shown}</text>"##,
+                    y = y + 3.0,
+                    w = (x1 - x0).max(0.0),
+                    h = ROW - 6.0,
+                    fill = row.colour,
+                    tx = x1.max(x(0.0)) + 4.0,
+                    ty = y + ROW * 0.68,
+                    shown = escape(&shown),
+                );
+            }
+            None => {
+                let _ = write!(
+                    out,
+                    r##"<text x="{tx:.1}" y="{ty:.1}" fill="#999">n/a</text>"##,
+                    tx = x(0.0) + 4.0,
+                    ty = y + ROW * 0.68,
+                );
+            }
+        }
+        out.push_str("</g>");
+    }
+    if let Some(reference) = reference {
+        let rx = x(reference.value);
+        let _ = write!(
+            out,
+            r##"<g class="reference"><line x1="{rx:.1}" x2="{rx:.1}" y1="{y0}" y2="{y1}" stroke="#000" stroke-dasharray="4 3"/><text x="{rx:.1}" y="{ty}" text-anchor="middle" fill="#000">{label} {value}</text></g>"##,
+            y0 = TOP - 4.0,
+            y1 = height - BOTTOM,
+            ty = height - 2.0,
+            label = escape(&reference.label),
+            value = escape(&number(reference.value)),
+        );
+    }
+    out.push_str("</svg>");
+    out
+}
+
+/// A row of points per run (e.g. p50, p95, p99) joined by a line, on a
+/// logarithmic axis so that sub-millisecond and second-long latencies share
+/// one chart. Values ≤ 0 are drawn at the axis' low end.
+pub fn ranges(id: &str, title: &str, unit: &str, rows: &[RangeRow]) -> String {
+    let height = TOP + ROW * rows.len() as f64 + BOTTOM;
+    let positive: Vec<f64> =
+        rows.iter().flat_map(|r| r.points.iter().map(|p| p.1)).filter(|v| *v > 0.0).collect();
+    let lo = positive.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = positive.iter().copied().fold(0.0f64, f64::max);
+    let (lo, hi) = if positive.is_empty() {
+        (0.0, 1.0)
+    } else {
+        (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0))
+    };
+    let x = |v: f64| {
+        let l = if v > 0.0 { v.log10().clamp(lo, hi) } else { lo };
+        PLOT_LEFT + (l - lo) / (hi - lo) * (PLOT_RIGHT - PLOT_LEFT)
+    };
+    let mut decade_ticks = Vec::new();
+    for k in lo as i32..=hi as i32 {
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * 10f64.powi(k);
+            if v.log10() <= hi + 1e-9 {
+                decade_ticks.push(v);
+            }
+        }
+    }
+
+    let mut out = String::new();
+    header(&mut out, id, title, height);
+    axis(&mut out, &decade_ticks, x, unit, height, true);
+    for (i, row) in rows.iter().enumerate() {
+        let y = TOP + ROW * i as f64;
+        let cy = y + ROW / 2.0;
+        row_label(&mut out, y, &row.label);
+        let shown = row
+            .points
+            .iter()
+            .map(|(name, v)| format!("{name} {}", number(*v)))
+            .collect::<Vec<_>>()
+            .join(" · ");
+        let _ = write!(
+            out,
+            r#"<g class="mark" data-run="{run}">{tip}"#,
+            run = escape(&row.run),
+            tip = tooltip(&row.label, &format!("{shown} ({unit})"), &row.detail),
+        );
+        if let (Some(first), Some(last)) = (row.points.first(), row.points.last()) {
+            let _ = write!(
+                out,
+                r#"<line x1="{:.1}" x2="{:.1}" y1="{cy:.1}" y2="{cy:.1}" stroke="{}" stroke-width="3"/>"#,
+                x(first.1),
+                x(last.1),
+                row.colour,
+            );
+        }
+        for (k, (name, v)) in row.points.iter().enumerate() {
+            let r = 3.0 + k as f64;
+            let _ = write!(
+                out,
+                r##"<circle class="pct" data-pct="{name}" cx="{:.1}" cy="{cy:.1}" r="{r}" fill="{}" stroke="#333" stroke-width="0.5"/>"##,
+                x(*v),
+                if k == 0 { row.colour } else { "#fff" },
+            );
+        }
+        if let Some(last) = row.points.last() {
+            let _ = write!(
+                out,
+                r##"<text x="{:.1}" y="{:.1}" fill="#333">{}</text>"##,
+                x(last.1) + 9.0,
+                y + ROW * 0.68,
+                escape(&row.points.iter().map(|p| number(p.1)).collect::<Vec<_>>().join(" / ")),
+            );
+        }
+        out.push_str("</g>");
+    }
+    out.push_str("</svg>");
+    out
+}
+
+/// Grid lines and tick labels along the top of the plot area.
+fn axis(
+    out: &mut String,
+    ticks: &[f64],
+    x: impl Fn(f64) -> f64,
+    unit: &str,
+    height: f64,
+    log: bool,
+) {
+    for &t in ticks {
+        let tx = x(t);
+        let _ = write!(
+            out,
+            r##"<line x1="{tx:.1}" x2="{tx:.1}" y1="{y0}" y2="{y1}" stroke="{stroke}"/><text x="{tx:.1}" y="{ty}" text-anchor="middle" fill="#666">{label}</text>"##,
+            y0 = TOP - 4.0,
+            y1 = height - BOTTOM,
+            stroke = if t == 0.0 && !log { "#999" } else { "#e4e4e4" },
+            ty = TOP - 8.0,
+            label = escape(&number(t)),
+        );
+    }
+    let _ = write!(
+        out,
+        r##"<text x="{x}" y="{y}" text-anchor="end" fill="#666">{unit}</text>"##,
+        x = PLOT_LEFT - 8.0,
+        y = TOP - 8.0,
+        unit = escape(unit),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_and_cover_the_range() {
+        assert_eq!(ticks(0.0, 10.0), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        assert_eq!(ticks(-30.0, 0.0), vec![-30.0, -20.0, -10.0, 0.0]);
+    }
+
+    #[test]
+    fn every_row_is_one_mark_even_without_a_value() {
+        let row = |run: &str, value| Row {
+            run: run.to_owned(),
+            label: run.to_owned(),
+            value,
+            colour: "#333",
+            detail: String::new(),
+        };
+        let svg = bars("x", "X", "units", &[row("a", Some(-3.0)), row("b", None)], None);
+        assert_eq!(svg.matches(r#"class="mark""#).count(), 2);
+        assert!(svg.contains(r#"data-run="b" data-value="""#));
+    }
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(number(12345.4), "12\u{202f}345");
+        assert_eq!(number(-12.0), "−12");
+        assert_eq!(number(2.26), "2.3");
+        assert_eq!(number(0.0234), "0.023");
+        assert_eq!(number(0.5), "0.5");
+    }
+}
