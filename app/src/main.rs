@@ -6,7 +6,7 @@ use seckill::startup::{Application, prepare_database, shutdown_signal};
 use seckill::telemetry;
 
 /// Flash-sale service with interchangeable stock-deduction strategies
-/// (naive, sql, sql/for-update), backed by Postgres.
+/// (naive, sql, sql/for-update, lock/<variant>, redis-decr), backed by Postgres.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
