@@ -1,12 +1,12 @@
 //! `naive`: check-then-act with no protection — the baseline that oversells.
 //!
-//! Read the stock, check it in the application, write back the value computed
-//! from what was read, insert the order; all in one READ COMMITTED
-//! transaction, which is exactly what it looks like it protects and does not:
-//! two buyers who read the same stock both write `stock − 1`, the second
-//! write overwrites the first (a lost update), and both orders stand. The
-//! ledger drifts (`units_sold > total − remaining`) and, near the end, more
-//! units are sold than exist.
+//! Read the stock, check it in the application, then write back the value
+//! computed from what was read and insert the order (one statement). Nothing
+//! protects the gap between the read and the write: two buyers who read the
+//! same stock both write `stock − 1`, the second write overwrites the first
+//! (a lost update), and both orders stand. The ledger drifts
+//! (`units_sold > total − remaining`) and, near the end, more units are sold
+//! than exist.
 //!
 //! No delay is added to provoke the race; concurrency alone does it.
 //!
@@ -16,8 +16,9 @@
 //! the write of a holder that has lost its lock or its fencing claim.
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 
+use super::lock::fence::FenceToken;
 use super::{Outcome, Strategy, StrategyError, already_purchased_or};
 use crate::sale::{Quantity, Sale, UserId};
 
@@ -46,14 +47,25 @@ impl Strategy for Naive {
     }
 }
 
-/// A condition checked inside the write transaction, after the simulated work
-/// and just before the stock is written. Returning `false` abandons the
-/// transaction: nothing is written.
+/// What a writer must still satisfy when [`read_check_write`] reaches its
+/// write: the holder's own belief that it may write ([`WriteGuard::admits`],
+/// asked after the read and the simulated work) and, for fenced holders, a
+/// fencing claim that Postgres checks in the write statement itself
+/// ([`WriteGuard::fence`]).
 #[async_trait]
 pub trait WriteGuard: Send + Sync {
-    /// Whether the write may go ahead. `tx` is the transaction the write will
-    /// use, so a check made through it (a row lock) holds until the commit.
-    async fn admits(&self, tx: &mut PgConnection) -> Result<bool, StrategyError>;
+    /// Whether the write may go ahead as far as the holder knows (a lock
+    /// holder whose watchdog reported the lock lost says no). `false`
+    /// abandons the write: nothing is written.
+    async fn admits(&self) -> bool;
+
+    /// The fencing token whose claim on the sale (`sale_fences`) must still
+    /// stand when the write runs; `None` for an unfenced writer. The write
+    /// statement share-locks the claim row, so no newer claim can land
+    /// between the check and the commit (`super::lock::fence`).
+    fn fence(&self) -> Option<FenceToken> {
+        None
+    }
 }
 
 /// Admits every write: the plain `naive` strategy, and the lock strategies
@@ -62,8 +74,8 @@ pub struct Unguarded;
 
 #[async_trait]
 impl WriteGuard for Unguarded {
-    async fn admits(&self, _tx: &mut PgConnection) -> Result<bool, StrategyError> {
-        Ok(true)
+    async fn admits(&self) -> bool {
+        true
     }
 }
 
@@ -72,18 +84,39 @@ impl WriteGuard for Unguarded {
 pub enum Attempt {
     /// The steps ran to an outcome (an order, or sold out / already purchased).
     Done(Outcome),
-    /// The [`WriteGuard`] refused the write; nothing was written.
+    /// The [`WriteGuard`] refused the write, or its fence no longer stood;
+    /// nothing was written.
     Refused,
 }
 
-/// The naive steps: in one READ COMMITTED transaction, read
-/// `remaining_stock`, answer `SoldOut` when fewer than `quantity` units
-/// remain, run the sale's simulated work (`Knobs::simulate_work`), ask
-/// `guard`, then write `remaining − quantity` (the value computed from the
-/// read, not a relative decrement) and insert the order.
+/// The write of [`read_check_write`]: set the stock to the value computed
+/// from the read (`$2`, not a relative decrement) and insert the order, in one
+/// statement, so that a duplicate buyer's failed insert also undoes its stock
+/// write. With a fencing token (`$5`), the stock row is written only while the
+/// sale is still claimed by that token, and the claim stays share-locked until
+/// the statement commits; with `$5` NULL the fence is not consulted. No row
+/// back means the fence refused the write.
+const WRITE: &str = "
+    WITH fence AS (
+        SELECT 1 FROM sale_fences WHERE sale_id = $1 AND token = $5 FOR SHARE
+    ), stock AS (
+        UPDATE sales SET remaining_stock = $2
+        WHERE id = $1 AND ($5::bigint IS NULL OR EXISTS (SELECT 1 FROM fence))
+        RETURNING id
+    )
+    INSERT INTO orders (sale_id, user_id, quantity)
+    SELECT id, $3, $4 FROM stock
+    RETURNING id";
+
+/// The naive steps: read `remaining_stock`; answer `SoldOut` when fewer than
+/// `quantity` units remain; run the sale's simulated work
+/// (`Knobs::simulate_work`); ask `guard`; then, in one statement, write
+/// `remaining − quantity` (the value computed from the read) and insert the
+/// order. Two round trips to Postgres and no transaction around them, which
+/// is the point: nothing stops another writer between the read and the write.
 ///
 /// Safe only when nothing else writes the sale's stock between the read and
-/// the commit — which is what a lock, or a fencing guard, must ensure.
+/// the write — which is what a lock, or a fencing guard, must ensure.
 ///
 /// Errors: Postgres failures as in `From<sqlx::Error>`; a duplicate buyer is
 /// `Ok(Attempt::Done(Outcome::AlreadyPurchased))` and leaves the stock as it was.
@@ -94,37 +127,31 @@ pub async fn read_check_write(
     quantity: Quantity,
     guard: &dyn WriteGuard,
 ) -> Result<Attempt, StrategyError> {
-    let mut tx = db.begin().await?;
     let remaining: i64 = sqlx::query_scalar("SELECT remaining_stock FROM sales WHERE id = $1")
         .bind(sale.id.0)
-        .fetch_one(&mut *tx)
+        .fetch_one(db)
         .await?;
     let wanted = i64::from(quantity.get());
     if remaining < wanted {
         return Ok(Attempt::Done(Outcome::SoldOut));
     }
     sale.knobs.simulate_work().await;
-    if !guard.admits(&mut tx).await? {
+    if !guard.admits().await {
         return Ok(Attempt::Refused);
     }
-    sqlx::query("UPDATE sales SET remaining_stock = $2 WHERE id = $1")
+    let written = sqlx::query_scalar::<_, i64>(WRITE)
         .bind(sale.id.0)
         .bind(remaining - wanted)
-        .execute(&mut *tx)
-        .await?;
-    let order_id = match sqlx::query_scalar::<_, i64>(
-        "INSERT INTO orders (sale_id, user_id, quantity) VALUES ($1, $2, $3) RETURNING id",
-    )
-    .bind(sale.id.0)
-    .bind(user.get())
-    .bind(quantity.get())
-    .fetch_one(&mut *tx)
-    .await
-    {
-        Ok(id) => id,
-        // Dropping `tx` rolls the stock write back with the failed insert.
-        Err(err) => return already_purchased_or(err).map(Attempt::Done),
-    };
-    tx.commit().await?;
-    Ok(Attempt::Done(Outcome::Placed { order_id, quantity: quantity.get() }))
+        .bind(user.get())
+        .bind(quantity.get())
+        .bind(guard.fence().map(|token| token.0))
+        .fetch_optional(db)
+        .await;
+    match written {
+        Ok(Some(order_id)) => {
+            Ok(Attempt::Done(Outcome::Placed { order_id, quantity: quantity.get() }))
+        }
+        Ok(None) => Ok(Attempt::Refused),
+        Err(err) => already_purchased_or(err).map(Attempt::Done),
+    }
 }

@@ -21,9 +21,9 @@ use seckill::lock::{LockClient, LockName, LockOptions, Redlock, RedlockConfig};
 use seckill::sale::{Knobs, Sale};
 use seckill::strategy::lock::fence::{self, FenceGuard, FenceToken};
 use seckill::strategy::naive::{Attempt, Unguarded, WriteGuard, read_check_write};
-use seckill::strategy::{Outcome, StrategyError, StrategyName};
+use seckill::strategy::{Outcome, StrategyName};
 use serde_json::json;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 use tokio::sync::Notify;
 
 use crate::harness::{
@@ -42,18 +42,22 @@ struct StallBeforeWrite {
 
 #[async_trait]
 impl WriteGuard for StallBeforeWrite {
-    async fn admits(&self, tx: &mut PgConnection) -> Result<bool, StrategyError> {
+    async fn admits(&self) -> bool {
         self.reached.notify_one();
         self.resume.notified().await;
-        self.inner.admits(tx).await
+        self.inner.admits().await
+    }
+
+    fn fence(&self) -> Option<FenceToken> {
+        self.inner.fence()
     }
 }
 
 /// The guard a holder writes behind: the fence when it has a token, nothing
 /// otherwise.
-fn guard_of(sale: &Sale, token: Option<FenceToken>) -> Box<dyn WriteGuard> {
+fn guard_of(token: Option<FenceToken>) -> Box<dyn WriteGuard> {
     match token {
-        Some(token) => Box::new(FenceGuard { sale: sale.id, token }),
+        Some(token) => Box::new(FenceGuard { token }),
         None => Box::new(Unguarded),
     }
 }
@@ -85,7 +89,7 @@ where
         let guard = StallBeforeWrite {
             reached: reached.clone(),
             resume: resume.clone(),
-            inner: guard_of(sale, token_a),
+            inner: guard_of(token_a),
         };
         let (db, sale) = (db.clone(), sale.clone());
         tokio::spawn(async move {
@@ -95,15 +99,9 @@ where
     reached.notified().await;
     let held = meanwhile.await;
     let token_b = claim_if(db, sale, fenced).await;
-    let b = read_check_write(
-        db,
-        sale,
-        user(2),
-        seckill::sale::Quantity::ONE,
-        &*guard_of(sale, token_b),
-    )
-    .await
-    .unwrap();
+    let b = read_check_write(db, sale, user(2), seckill::sale::Quantity::ONE, &*guard_of(token_b))
+        .await
+        .unwrap();
     resume.notify_one();
     (a.await.unwrap().unwrap(), b, held)
 }

@@ -11,9 +11,9 @@
 //!    (then the holder is stale before it even starts). The claim commits at
 //!    once, so every later writer sees it.
 //! 2. The holder reads the stock (after its claim).
-//! 3. [`still_stands`]: inside the write transaction, just before the write,
-//!    the holder checks that the sale is still claimed by *its* token and
-//!    keeps a share lock on that row until it commits.
+//! 3. The write statement itself (`naive::read_check_write` with a
+//!    [`FenceGuard`]) applies only while the sale is still claimed by *its*
+//!    token, and keeps a share lock on the claim row until it commits.
 //!
 //! Tokens only grow, so "still claimed by my token" means no one claimed the
 //! sale between my claim and my commit — hence no one wrote it between my
@@ -29,7 +29,7 @@
 //! independent of the Redis nodes, which Redlock (no token facility) needs.
 
 use async_trait::async_trait;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 
 use crate::sale::SaleId;
 use crate::strategy::StrategyError;
@@ -56,35 +56,19 @@ pub async fn claim(db: &PgPool, sale: SaleId) -> Result<Option<FenceToken>, Stra
     Ok(token.map(FenceToken))
 }
 
-/// Whether `sale` is still claimed by `token`, checked in the write
-/// transaction `tx`. When it is, the row stays share-locked until `tx` ends,
-/// so no claim can land between this check and the commit (a claim waits,
-/// then sees the committed write). Errors are Postgres errors.
-pub async fn still_stands(
-    tx: &mut PgConnection,
-    sale: SaleId,
-    token: FenceToken,
-) -> Result<bool, StrategyError> {
-    let row = sqlx::query_scalar::<_, i32>(
-        "SELECT 1 FROM sale_fences WHERE sale_id = $1 AND token = $2 FOR SHARE",
-    )
-    .bind(sale.0)
-    .bind(token.0)
-    .fetch_optional(tx)
-    .await?;
-    Ok(row.is_some())
-}
-
-/// A [`WriteGuard`] that admits the write only while `token`'s claim on `sale`
-/// still stands ([`still_stands`]).
+/// A [`WriteGuard`] whose write applies only while `token`'s claim on the
+/// sale still stands (checked by Postgres in the write statement).
 pub struct FenceGuard {
-    pub sale: SaleId,
     pub token: FenceToken,
 }
 
 #[async_trait]
 impl WriteGuard for FenceGuard {
-    async fn admits(&self, tx: &mut PgConnection) -> Result<bool, StrategyError> {
-        still_stands(tx, self.sale, self.token).await
+    async fn admits(&self) -> bool {
+        true
+    }
+
+    fn fence(&self) -> Option<FenceToken> {
+        Some(self.token)
     }
 }

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgPool;
 
 use super::naive::{self, Attempt, WriteGuard};
 use super::{Outcome, Strategy, StrategyError, StrategyName};
@@ -280,37 +280,36 @@ impl<L: SaleLock> Inner<L> {
         } else {
             None
         };
-        let guard = HolderGuard { lock: &self.lock, held, sale, claim, refusal: OnceLock::new() };
+        let guard = HolderGuard { lock: &self.lock, held, claim, refusal: OnceLock::new() };
         match naive::read_check_write(&self.shared.db, sale, user, quantity, &guard).await? {
             Attempt::Done(outcome) => Ok(Ok(outcome)),
-            Attempt::Refused => Ok(Err(guard.refusal.get().copied().unwrap_or(Refusal::Lost))),
+            // Not refused by the holder itself: the write statement's fence.
+            Attempt::Refused => Ok(Err(guard.refusal.get().copied().unwrap_or(Refusal::Fenced))),
         }
     }
 }
 
 /// The last check before the write: the holder still believes it holds the
-/// lock, and (fenced variants) its claim still stands.
+/// lock, and (fenced variants) its claim still stands, which the write
+/// statement checks.
 struct HolderGuard<'a, L: SaleLock> {
     lock: &'a L,
     held: &'a L::Held,
-    sale: &'a Sale,
     claim: Option<fence::FenceToken>,
     refusal: OnceLock<Refusal>,
 }
 
 #[async_trait]
 impl<L: SaleLock> WriteGuard for HolderGuard<'_, L> {
-    async fn admits(&self, tx: &mut PgConnection) -> Result<bool, StrategyError> {
-        if !self.lock.still_held(self.held) {
+    async fn admits(&self) -> bool {
+        let still_held = self.lock.still_held(self.held);
+        if !still_held {
             let _ = self.refusal.set(Refusal::Lost);
-            return Ok(false);
         }
-        if let Some(token) = self.claim {
-            if !fence::still_stands(tx, self.sale.id, token).await? {
-                let _ = self.refusal.set(Refusal::Fenced);
-                return Ok(false);
-            }
-        }
-        Ok(true)
+        still_held
+    }
+
+    fn fence(&self) -> Option<fence::FenceToken> {
+        self.claim
     }
 }
