@@ -59,9 +59,30 @@ pub struct CompareArgs {
     pub profile: Vec<Profile>,
 
     /// Units of stock of a run, over all its sales (default: the profile's own
-    /// stock — burst 10000, retry-storm 2000, multi-sale 10000).
+    /// stock — burst 10000, retry-storm 2000, multi-sale 10000, slow 500).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub stock: Option<u64>,
+
+    /// Lease of `lock/*` strategies, milliseconds, for every profile's sales
+    /// (default: the profile's own — slow 200, others the service's 2000).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=600_000))]
+    pub lock_lease_ms: Option<i32>,
+
+    /// Simulated work inside every strategy's critical section or
+    /// transaction, milliseconds ±50 %, for every profile's sales (default:
+    /// the profile's own — slow 5, others 0).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=600_000))]
+    pub work_ms: Option<i32>,
+
+    /// Length of a stall inside the critical section, milliseconds, for every
+    /// profile's sales (default: the profile's own — slow 600, others 0).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=600_000))]
+    pub pause_ms: Option<i32>,
+
+    /// Fraction (0..=1) of purchases that stall for `--pause-ms`, for every
+    /// profile's sales (default: the profile's own — slow 0.01, others 0).
+    #[arg(long, value_parser = parse_fraction)]
+    pub pause_ratio: Option<f64>,
 
     /// `retry-storm`: times each buyer sends its purchase, back to back.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=100))]
@@ -76,7 +97,7 @@ pub struct CompareArgs {
     pub demand: f64,
 
     /// Fraction of buyers who submit their purchase a second time.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, value_parser = parse_fraction)]
     pub resubmit: f64,
 
     /// Concurrent goose users.
@@ -144,6 +165,14 @@ pub struct CompareArgs {
 
 fn parse_strategy(s: &str) -> Result<StrategyName, String> {
     s.parse().map_err(|err: seckill::strategy::UnknownStrategy| err.to_string())
+}
+
+/// A number between 0 and 1 inclusive.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("`{s}` is not a number between 0 and 1")),
+    }
 }
 
 #[tokio::main]

@@ -6,7 +6,8 @@
 //! accepts `lock_lease_ms`, `work_ms`, `pause_ms`, `pause_ratio`). Every
 //! other parameter (users, demand, instances, retries of `busy`) comes from
 //! the flags and is the same for every profile, so two profiles differ only
-//! in what this table says. The profile's name is also what
+//! in what this table says (the knob flags, when given, override every
+//! profile's knobs alike). The profile's name is also what
 //! `seckill::strategy::expectation` is asked about.
 //!
 //! Adding a profile: a variant with a doc comment (it becomes the `--help`
@@ -113,7 +114,9 @@ impl Profile {
         }
     }
 
-    /// The run this profile asks for under `args`.
+    /// The run this profile asks for under `args`: the knob flags
+    /// (`--lock-lease-ms`, `--work-ms`, `--pause-ms`, `--pause-ratio`)
+    /// override the profile's knobs.
     pub fn plan(self, args: &CompareArgs) -> Plan {
         let stock = args.stock.unwrap_or_else(|| self.default_stock());
         let (sales, submissions, resubmit) = match self {
@@ -124,7 +127,14 @@ impl Profile {
         };
         // Never more sales than units: every sale gets at least one.
         let sales = sales.clamp(1, u32::try_from(stock).unwrap_or(u32::MAX).max(1));
-        Plan { stock, sales, submissions, resubmit, knobs: self.knobs() }
+        let profile = self.knobs();
+        let knobs = SaleKnobs {
+            lock_lease_ms: args.lock_lease_ms.or(profile.lock_lease_ms),
+            work_ms: args.work_ms.or(profile.work_ms),
+            pause_ms: args.pause_ms.or(profile.pause_ms),
+            pause_ratio: args.pause_ratio.or(profile.pause_ratio),
+        };
+        Plan { stock, sales, submissions, resubmit, knobs }
     }
 }
 
@@ -154,6 +164,43 @@ mod tests {
             let value = profile.to_possible_value().expect("every profile is a value");
             assert_eq!(value.get_name(), profile.name());
             assert_eq!(serde_json::to_value(profile).unwrap(), profile.name());
+        }
+    }
+
+    /// `loadtest compare` flags as parsed from `flags`.
+    fn compare_args(flags: &[&str]) -> CompareArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: CompareArgs,
+        }
+        let argv = std::iter::once("compare").chain(flags.iter().copied());
+        <Cli as clap::Parser>::parse_from(argv).args
+    }
+
+    #[test]
+    fn knob_flags_override_every_profiles_knobs() {
+        let defaults = compare_args(&[]);
+        assert_eq!(Profile::Burst.plan(&defaults).knobs, SaleKnobs::default());
+        assert_eq!(Profile::Slow.plan(&defaults).knobs, Profile::Slow.knobs());
+
+        let args = compare_args(&["--work-ms", "7", "--pause-ratio", "0.5"]);
+        let slow = SaleKnobs { work_ms: Some(7), pause_ratio: Some(0.5), ..Profile::Slow.knobs() };
+        assert_eq!(Profile::Slow.plan(&args).knobs, slow);
+        let burst = SaleKnobs { work_ms: Some(7), pause_ratio: Some(0.5), ..SaleKnobs::default() };
+        assert_eq!(Profile::Burst.plan(&args).knobs, burst);
+    }
+
+    #[test]
+    fn knob_flags_out_of_range_are_refused() {
+        #[derive(clap::Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            _args: CompareArgs,
+        }
+        for flags in [["--pause-ratio", "1.5"], ["--lock-lease-ms", "0"], ["--work-ms", "-1"]] {
+            let argv = std::iter::once("compare").chain(flags);
+            assert!(<Cli as clap::Parser>::try_parse_from(argv).is_err(), "{flags:?}");
         }
     }
 
