@@ -4,10 +4,9 @@
 //! Only the task at the head of a lock's local queue (its "contender")
 //! competes for the Redis key; the others wait in process, in FIFO order, at
 //! no cost to Redis. A release message wakes that one contender
-//! (`Notify::notify_one`), never every waiter; a release by this process
-//! wakes it directly, without the trip through Redis. A message that arrives
-//! while the contender is between attempts is kept as a permit by `Notify`,
-//! so it is not lost; a message that never arrives (pub/sub is at-most-once, the
+//! (`Notify::notify_one`), never every waiter. A message that arrives while
+//! the contender is between attempts is kept as a permit by `Notify`, so it
+//! is not lost; a message that never arrives (pub/sub is at-most-once, the
 //! connection may be down) only delays the contender until its wait, bounded
 //! by the holder's remaining lease, runs out.
 
@@ -58,18 +57,6 @@ impl LocalQueues {
         });
         entries.insert(key.to_owned(), Arc::downgrade(&entry));
         entry
-    }
-
-    /// Wakes the local contender of `key`, if a task of this process waits
-    /// for that lock: called right after this process released it, so the
-    /// next local waiter tries at once instead of waiting for the release
-    /// message to come back from Redis. The message still comes and leaves a
-    /// permit, which costs the next contender one early attempt at most.
-    pub(crate) fn wake(&self, key: &str) {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = entries.get(key).and_then(Weak::upgrade) {
-            entry.wake.notify_one();
-        }
     }
 }
 

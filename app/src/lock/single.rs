@@ -497,7 +497,6 @@ impl LockGuard {
                 // An earlier guard freed the lock (a re-entry whose reply
                 // was lost left the count short): its siblings lost it.
                 held.state.mark_lost(LossReason::Expired);
-                client.inner.queues.wake(held.name.key());
                 ReleaseOutcome::Released
             }
             ReleaseReply::StillHeld(holds) => ReleaseOutcome::StillHeld { holds },
