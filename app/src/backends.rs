@@ -131,6 +131,13 @@ impl AmqpHandle {
         }
     }
 
+    /// Another handle to the same broker with a connection of its own, so
+    /// that what closes one connection (the broker closes a connection when
+    /// one of its channels crashes) leaves the other alone.
+    pub fn separate(&self) -> Self {
+        Self::new(self.inner.url.clone(), self.inner.prefix.clone())
+    }
+
     /// Namespace of this service's queues and exchanges.
     pub fn prefix(&self) -> &str {
         &self.inner.prefix

@@ -16,7 +16,9 @@ async fn a_purchase_is_accepted_with_a_location_and_resolved_to_its_order() {
     let sale = app.sale("queue", 1).await;
 
     let response = app.buy(sale, 7).await;
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    if response.status() != StatusCode::ACCEPTED {
+        panic!("{}", response.text().await.unwrap());
+    }
     let location = response.headers()["location"].to_str().unwrap().to_owned();
     let body: Value = response.json().await.unwrap();
     let id = request_id(&body);

@@ -6,7 +6,9 @@
 //!    `409 sold-out`, or the buyer's existing request if they have one (one
 //!    indexed read, no broker; [`sold_out`]).
 //! 2. Register the request in `purchase_requests` (one per sale and user: a
-//!    resubmission finds the same request id and, once settled, its result).
+//!    resubmission finds the same request id and, once settled, its result),
+//!    in groups: one statement for the requests that arrive together
+//!    ([`registrar`]).
 //! 3. Publish a persistent message carrying the request id to the sale's
 //!    partition queue, `mandatory`, and wait for the publisher confirm. Only
 //!    a confirmed message is answered `202 Accepted`; a nack (the queue is
@@ -43,6 +45,7 @@ use crate::sale::{Quantity, Sale, SaleId, UserId};
 pub mod ceiling;
 pub mod consumer;
 pub mod publisher;
+mod registrar;
 pub mod results;
 pub mod settle;
 pub mod sold_out;
@@ -71,7 +74,10 @@ pub struct Queue {
     /// request row is an index over a message the broker has confirmed, and
     /// the consumer recreates a row that a Postgres crash lost.
     requests_db: PgPool,
-    amqp: AmqpHandle,
+    /// Registers requests (and looks buyers up) in groups, over `requests_db`.
+    registrar: registrar::Registrar,
+    /// The connection of the consumers and the event listener.
+    background: AmqpHandle,
     topology: Topology,
     publisher: publisher::Publisher,
     gate: Arc<sold_out::SoldOutGate>,
@@ -91,15 +97,21 @@ impl Queue {
             .acquire_timeout(config.db_acquire_timeout())
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);
+        // Consumers and the event listener get a connection of their own:
+        // RabbitMQ 3.10 may crash a channel that subscribes to a quorum queue
+        // declared a moment earlier (`noproc`), and a crashed channel closes
+        // its whole connection — it must not take the publishers with it.
+        let background = deps.amqp.separate();
         let gate = Arc::new(sold_out::SoldOutGate::new(
             Duration::from_millis(config.sold_out_flag_ttl_ms),
-            deps.amqp.clone(),
+            background.clone(),
             topology.clone(),
         ));
         Ok(Self {
             db: deps.db.clone(),
+            registrar: registrar::Registrar::new(requests_db.clone()),
             requests_db,
-            amqp: deps.amqp.clone(),
+            background,
             publisher: publisher::Publisher::new(deps.amqp.clone(), topology.clone()),
             consumer: consumer::ConsumerSettings::from_config(config),
             consume: config.queue_consume,
@@ -116,7 +128,7 @@ impl Queue {
             for partition in 0..self.topology.partitions() {
                 tokio::spawn(consumer::run(
                     self.db.clone(),
-                    self.amqp.clone(),
+                    self.background.clone(),
                     self.topology.clone(),
                     partition,
                     self.consumer,
@@ -124,7 +136,11 @@ impl Queue {
                 ));
             }
         }
-        tokio::spawn(sold_out::listen(self.amqp.clone(), self.topology.clone(), self.gate.clone()));
+        tokio::spawn(sold_out::listen(
+            self.background.clone(),
+            self.topology.clone(),
+            self.gate.clone(),
+        ));
     }
 
     /// Queue names and partitioning of this process.
@@ -160,12 +176,12 @@ impl Strategy for Queue {
         if self.gate.is_sold_out(&self.db, sale.id).await? {
             // No publish for a sold-out sale; a buyer who already has a
             // request still gets it back (with its result behind it).
-            return Ok(match results::find(&self.requests_db, sale.id, user).await? {
+            return Ok(match self.registrar.find(sale.id, user).await? {
                 Some(request_id) => Outcome::Accepted { request_id },
                 None => Outcome::SoldOut,
             });
         }
-        let registered = results::register(&self.requests_db, sale.id, user, quantity).await?;
+        let registered = self.registrar.register(sale.id, user, quantity).await?;
         if !registered.pending {
             // Settled already: the same request, answered without a message.
             return Ok(Outcome::Accepted { request_id: registered.id });

@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::sale::{Quantity, SaleId, UserId};
+use crate::sale::SaleId;
 use crate::strategy::StrategyError;
 
-/// A request as registered by [`register`].
+/// A request as registered (`registrar::Registrar::register`).
 #[derive(Debug, Clone, Copy)]
 pub struct Registered {
     pub id: Uuid,
@@ -19,56 +19,6 @@ pub struct Registered {
     pub fresh: bool,
     /// Not settled yet.
     pub pending: bool,
-}
-
-/// Finds or creates the one request of (`sale`, `user`). A resubmission gets
-/// the existing request, whatever its quantity.
-///
-/// Errors: Postgres errors (connection failures are `Unavailable`).
-pub async fn register(
-    db: &PgPool,
-    sale: SaleId,
-    user: UserId,
-    quantity: Quantity,
-) -> Result<Registered, StrategyError> {
-    let id = Uuid::new_v4();
-    let inserted: Option<Uuid> = sqlx::query_scalar(
-        "INSERT INTO purchase_requests (id, sale_id, user_id, quantity) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (sale_id, user_id) DO NOTHING RETURNING id",
-    )
-    .bind(id)
-    .bind(sale.0)
-    .bind(user.get())
-    .bind(quantity.get())
-    .fetch_optional(db)
-    .await?;
-    if let Some(id) = inserted {
-        return Ok(Registered { id, fresh: true, pending: true });
-    }
-    // ON CONFLICT waited for the other insert to commit, so this read sees it
-    // (unless a failed publish removed it meanwhile: then register anew).
-    let existing: Option<(Uuid, String)> = sqlx::query_as(
-        "SELECT id, status FROM purchase_requests WHERE sale_id = $1 AND user_id = $2",
-    )
-    .bind(sale.0)
-    .bind(user.get())
-    .fetch_optional(db)
-    .await?;
-    match existing {
-        Some((id, status)) => Ok(Registered { id, fresh: false, pending: status == "pending" }),
-        None => Box::pin(register(db, sale, user, quantity)).await,
-    }
-}
-
-/// The request of (`sale`, `user`), if they have one.
-///
-/// Errors: Postgres errors.
-pub async fn find(db: &PgPool, sale: SaleId, user: UserId) -> Result<Option<Uuid>, StrategyError> {
-    Ok(sqlx::query_scalar("SELECT id FROM purchase_requests WHERE sale_id = $1 AND user_id = $2")
-        .bind(sale.0)
-        .bind(user.get())
-        .fetch_optional(db)
-        .await?)
 }
 
 /// Removes a request registered by this instance whose publish was refused,

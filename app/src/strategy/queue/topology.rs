@@ -131,6 +131,19 @@ impl Topology {
             .await
     }
 
+    /// Connects to `amqp_url` and deletes every queue of this topology (the
+    /// load test's own prefix after a run).
+    ///
+    /// Errors: the broker cannot be reached or refuses.
+    pub async fn delete_at(&self, amqp_url: &str) -> anyhow::Result<()> {
+        let props = lapin::ConnectionProperties::default();
+        let conn = lapin::Connection::connect(amqp_url, props).await?;
+        let channel = conn.create_channel().await?;
+        self.delete_queues(&channel).await?;
+        let _ = conn.close(200, "done".into()).await;
+        Ok(())
+    }
+
     /// Deletes every queue of this topology (tests and scratch runs; a
     /// deployment keeps its queues).
     pub async fn delete_queues(&self, channel: &Channel) -> lapin::Result<()> {
