@@ -83,7 +83,10 @@ pub async fn amqp_round_trips(
                 unacked = 0;
             }
         }
-        Ok::<_, lapin::Error>(())
+        // Handed back so that it is dropped only after its channel closed:
+        // dropping a live consumer sends a cancel that lapin 4.12 does not
+        // expect the answer to.
+        Ok::<_, lapin::Error>(consumer)
     });
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..clients {
@@ -100,8 +103,10 @@ pub async fn amqp_round_trips(
     for result in tasks.join_all().await {
         result?;
     }
-    consuming.await??;
+    let consumer = consuming.await??;
     let elapsed = start.elapsed().as_secs_f64();
+    consumer_channel.close(200, "measured".into()).await?;
+    drop(consumer);
     setup.queue_delete(queue.as_str().into(), QueueDeleteOptions::default()).await?;
     let _ = conn.close(200, "done".into()).await;
     Ok(consumed.load(Relaxed) as f64 / elapsed)

@@ -304,7 +304,8 @@ fn delivery_count(delivery: &Delivery) -> u32 {
 
 /// Settles every message of a pre-filled queue with the consumer's batching,
 /// without HTTP: the `queue_drain_units_per_s` ceiling. Returns the messages
-/// settled; stops once the queue stayed empty for `idle`.
+/// settled; stops once the queue stayed empty for `idle`, and closes
+/// `channel`.
 pub(crate) async fn drain(
     db: &PgPool,
     channel: &Channel,
@@ -349,5 +350,9 @@ pub(crate) async fn drain(
         deliveries.clear();
         last_progress = Instant::now();
     }
+    // Close before the consumer is dropped: dropping a live consumer sends a
+    // cancel whose answer lapin 4.12 does not expect.
+    channel.close(200, "drained".into()).await?;
+    drop(consumer);
     Ok(settled)
 }

@@ -148,19 +148,10 @@ async fn register_group(db: &PgPool, jobs: Vec<(SaleId, UserId, Quantity, Reply<
         }
         // ON CONFLICT waited for any conflicting insert to commit, so this
         // later statement sees it.
-        let existing: Vec<(Uuid, i64, i64, String)> = if missing_sales.is_empty() {
+        let existing = if missing_sales.is_empty() {
             Vec::new()
         } else {
-            sqlx::query_as(
-                "SELECT r.id, r.sale_id, r.user_id, r.status
-                 FROM purchase_requests r
-                 JOIN unnest($1::bigint[], $2::bigint[]) AS k(s, u)
-                   ON r.sale_id = k.s AND r.user_id = k.u",
-            )
-            .bind(&missing_sales)
-            .bind(&missing_users)
-            .fetch_all(db)
-            .await?
+            lookup(db, &missing_sales, &missing_users).await?
         };
         let existing: HashMap<Key, (Uuid, bool)> = existing
             .into_iter()
@@ -215,6 +206,25 @@ async fn find_group(db: &PgPool, jobs: Vec<(SaleId, UserId, Reply<Option<Uuid>>)
         }
         Err(err) => reply_all(jobs.into_iter().map(|j| j.2), err),
     }
+}
+
+/// The requests of the (sale, user) pairs `sales[i], users[i]`: `(id,
+/// sale_id, user_id, status)` of each that exists.
+async fn lookup(
+    db: &PgPool,
+    sales: &[i64],
+    users: &[i64],
+) -> Result<Vec<(Uuid, i64, i64, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT r.id, r.sale_id, r.user_id, r.status
+         FROM purchase_requests r
+         JOIN unnest($1::bigint[], $2::bigint[]) AS k(s, u)
+           ON r.sale_id = k.s AND r.user_id = k.u",
+    )
+    .bind(sales)
+    .bind(users)
+    .fetch_all(db)
+    .await
 }
 
 /// Answers every reply with `err`, classified as `From<sqlx::Error>` does.
