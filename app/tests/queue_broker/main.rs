@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 use crate::node::OwnedBroker;
 use crate::support::{ADMIN_TOKEN, TestApp};
 
-const STOCK: i64 = 100;
-const BUYERS: i64 = 300;
+const STOCK: i64 = 1000;
+const BUYERS: i64 = 1500;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_order() {
@@ -48,7 +48,9 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
     assert_eq!(app.buy(sale, 1).await.status(), StatusCode::ACCEPTED);
     tokio::time::sleep(Duration::from_secs(5)).await;
 
-    // Buyers keep coming through the restart, retrying `503 busy`.
+    // Buyers keep coming through the restart, retrying `503 busy`: ten at a
+    // time, each taking ~25 ms per buyer, so the sale lasts longer than the
+    // moment the broker stops.
     let accepted = Arc::new(Mutex::new(vec![(1_i64, String::new())]));
     let next = Arc::new(std::sync::atomic::AtomicI64::new(2));
     let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -62,6 +64,7 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
                 if user > BUYERS {
                     return;
                 }
+                tokio::time::sleep(Duration::from_millis(25)).await;
                 for _ in 0..400 {
                     let response = client
                         .post(format!("{base}/sales/{sale}/orders"))
@@ -89,7 +92,12 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
             }
         });
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Stop the broker once the sale is under way.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while accepted.lock().unwrap().len() < 50 {
+        assert!(tokio::time::Instant::now() < deadline, "the sale got under way");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     broker.stop();
     tokio::time::sleep(Duration::from_secs(1)).await;
     broker.restart().await;
