@@ -1,11 +1,14 @@
 //! Shared handles to the backing servers other than Postgres.
 //!
-//! A handle connects lazily: the service starts (and answers `503
-//! unavailable` for the strategies that need the server) while a server is
-//! down, and connects once it is back.
+//! A handle connects lazily: the service starts (and answers `503` for the
+//! strategies that need the server) while a server is down, and connects once
+//! it is back.
 
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use lapin::{Connection, ConnectionProperties};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use std::time::Duration;
 use tokio::sync::OnceCell;
 
 use crate::strategy::{Backend, StrategyError};
@@ -81,4 +84,126 @@ fn redis_unavailable(err: redis::RedisError) -> StrategyError {
 /// or script invocation actually sent.
 pub fn count_redis_round_trips(strategy: &'static str, n: u64) {
     metrics::counter!("seckill_redis_round_trips_total", "strategy" => strategy).increment(n);
+}
+
+/// Lazily connected RabbitMQ: one AMQP connection per process, shared by the
+/// `queue` strategy's publisher, its consumers and `/readyz`.
+///
+/// The connection has lapin's auto-recovery on (a dropped connection is
+/// re-established and its topology, QoS and consumers replayed, retrying
+/// every 100 ms to 1 s for about a minute). While it recovers, callers get
+/// `Unavailable` at once instead of waiting; when recovery gives up (the
+/// connection ends closed or errored), the next caller opens a new one.
+#[derive(Clone)]
+pub struct AmqpHandle {
+    inner: Arc<AmqpInner>,
+}
+
+struct AmqpInner {
+    url: String,
+    current: RwLock<Option<Arc<Connection>>>,
+    /// Serialises (re)connection attempts and remembers the last one, so a
+    /// broker that is down costs one attempt per [`AMQP_RECONNECT_PAUSE`],
+    /// not one per request.
+    connecting: tokio::sync::Mutex<Option<Instant>>,
+    /// Namespace in front of every queue and exchange this service declares
+    /// (`SECKILL_AMQP_PREFIX`).
+    prefix: String,
+}
+
+/// How long an AMQP connection attempt may take before the caller is answered
+/// `Unavailable`.
+const AMQP_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Minimum pause between two fresh connection attempts.
+const AMQP_RECONNECT_PAUSE: Duration = Duration::from_millis(250);
+
+impl AmqpHandle {
+    /// No connection yet; the URL is parsed on first use.
+    pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> Self {
+        Self {
+            inner: Arc::new(AmqpInner {
+                url: url.into(),
+                current: RwLock::new(None),
+                connecting: tokio::sync::Mutex::new(None),
+                prefix: prefix.into(),
+            }),
+        }
+    }
+
+    /// Another handle to the same broker with a connection of its own, so
+    /// that what closes one connection (the broker closes a connection when
+    /// one of its channels crashes) leaves the other alone.
+    pub fn separate(&self) -> Self {
+        Self::new(self.inner.url.clone(), self.inner.prefix.clone())
+    }
+
+    /// Namespace of this service's queues and exchanges.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The process's connection, opened on first use and opened again after
+    /// auto-recovery gave up on it.
+    ///
+    /// Errors: `Unavailable { backend: Rabbitmq }` while the connection is
+    /// recovering, or when the broker cannot be reached within 2 s.
+    pub async fn connection(&self) -> Result<Arc<Connection>, StrategyError> {
+        if let Some(conn) = self.usable()? {
+            return Ok(conn);
+        }
+        let mut last_attempt = self.inner.connecting.lock().await;
+        // Another caller may have connected while this one waited.
+        if let Some(conn) = self.usable()? {
+            return Ok(conn);
+        }
+        if last_attempt.is_some_and(|at| at.elapsed() < AMQP_RECONNECT_PAUSE) {
+            return Err(amqp_unavailable(anyhow::anyhow!("RabbitMQ was unreachable just now")));
+        }
+        *last_attempt = Some(Instant::now());
+        let properties = ConnectionProperties::default()
+            .with_connection_name("seckill".into())
+            .enable_auto_recover()
+            .configure_backoff(|backoff| {
+                backoff
+                    .with_min_delay(Duration::from_millis(100))
+                    .with_max_delay(Duration::from_secs(1))
+                    .with_max_times(60)
+            });
+        let conn = tokio::time::timeout(
+            AMQP_CONNECT_TIMEOUT,
+            Connection::connect(&self.inner.url, properties),
+        )
+        .await
+        .map_err(|_| amqp_unavailable(anyhow::anyhow!("no connection within 2 s")))?
+        .map_err(|err| amqp_unavailable(err.into()))?;
+        let conn = Arc::new(conn);
+        *self.inner.current.write().expect("amqp handle lock") = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// `Ok(Some)` for a connected connection, `Err` while one recovers,
+    /// `Ok(None)` when there is none worth keeping.
+    fn usable(&self) -> Result<Option<Arc<Connection>>, StrategyError> {
+        let current = self.inner.current.read().expect("amqp handle lock");
+        match current.as_ref() {
+            Some(conn) if conn.status().connected() => Ok(Some(conn.clone())),
+            Some(conn) if conn.status().reconnecting() || conn.status().connecting() => {
+                Err(amqp_unavailable(anyhow::anyhow!("the RabbitMQ connection is recovering")))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Maps an AMQP client error to `Unavailable { backend: Rabbitmq }`.
+pub fn amqp_unavailable(err: anyhow::Error) -> StrategyError {
+    StrategyError::Unavailable { backend: Backend::Rabbitmq, source: err }
+}
+
+/// Counts `n` AMQP messages published or consumed
+/// (`seckill_amqp_messages_total{direction}`, direction `published` or
+/// `consumed`); the load test divides the sum by units sold.
+pub fn count_amqp_messages(direction: &'static str, n: u64) {
+    metrics::counter!("seckill_amqp_messages_total", "direction" => direction).increment(n);
 }

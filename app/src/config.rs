@@ -44,6 +44,46 @@ pub struct Config {
     #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
     pub amqp_url: String,
 
+    /// Namespace in front of every queue and exchange this service declares
+    /// (`PREFIX.orders.N`, …); instances that share a sale share a prefix.
+    #[arg(long, env = "SECKILL_AMQP_PREFIX", default_value = "seckill")]
+    pub amqp_prefix: String,
+
+    /// `queue`: partition queues; sale `id` goes to partition `id mod N`.
+    /// Every instance must use the same number.
+    #[arg(long, env = "SECKILL_QUEUE_PARTITIONS", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queue_partitions: u16,
+
+    /// `queue`: messages a partition queue holds at most (`x-max-length`);
+    /// beyond it the broker refuses publishes (`x-overflow = reject-publish`)
+    /// and purchases are answered `503 busy`.
+    #[arg(long, env = "SECKILL_QUEUE_MAX_LENGTH", default_value_t = 100_000)]
+    pub queue_max_length: u32,
+
+    /// `queue`: most messages the consumer settles in one Postgres
+    /// transaction. The prefetch is twice this.
+    #[arg(long, env = "SECKILL_QUEUE_BATCH_SIZE", default_value_t = 200,
+          value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub queue_batch_size: u16,
+
+    /// `queue`: after a batch's first message, how long the consumer waits
+    /// for more before settling what it has, in milliseconds.
+    #[arg(long, env = "SECKILL_QUEUE_BATCH_WINDOW_MS", default_value_t = 2)]
+    pub queue_batch_window_ms: u64,
+
+    /// `queue`: deliveries of one message before it goes to the dead-letter
+    /// queue (`x-delivery-limit`, plus the consumer's own check).
+    #[arg(long, env = "SECKILL_QUEUE_DELIVERY_LIMIT", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub queue_delivery_limit: u32,
+
+    /// `queue`: whether this instance runs a consumer per partition (every
+    /// instance does by default; single active consumer picks one).
+    #[arg(long, env = "SECKILL_QUEUE_CONSUME", default_value_t = true,
+          action = clap::ArgAction::Set)]
+    pub queue_consume: bool,
+
     /// How long a request waits for a pool connection before it is answered
     /// 503, in milliseconds.
     #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
@@ -62,9 +102,9 @@ pub struct Config {
     #[arg(long, env = "SECKILL_RECONCILE_GRACE_MS", default_value_t = 15000)]
     pub reconcile_grace_ms: u64,
 
-    /// `redis-decr`: milliseconds an instance answers "sold out" from its
-    /// local flag without asking Redis. The bound on how long a lost
-    /// "stock returned" broadcast can hide returned stock.
+    /// `redis-decr` and `queue`: milliseconds an instance answers "sold out"
+    /// from its local flag without asking Redis (or Postgres). The bound on
+    /// how long a lost "stock returned" broadcast can hide returned stock.
     #[arg(long, env = "SECKILL_SOLD_OUT_FLAG_TTL_MS", default_value_t = 1000)]
     pub sold_out_flag_ttl_ms: u64,
 
@@ -117,6 +157,10 @@ impl Config {
     pub fn lock_wait(&self) -> Duration {
         Duration::from_millis(self.lock_wait_ms)
     }
+
+    pub fn queue_batch_window(&self) -> Duration {
+        Duration::from_millis(self.queue_batch_window_ms)
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -130,6 +174,13 @@ impl std::fmt::Debug for Config {
             .field("reconcile_grace_ms", &self.reconcile_grace_ms)
             .field("sold_out_flag_ttl_ms", &self.sold_out_flag_ttl_ms)
             .field("failpoints", &self.failpoints)
+            .field("amqp_prefix", &self.amqp_prefix)
+            .field("queue_partitions", &self.queue_partitions)
+            .field("queue_max_length", &self.queue_max_length)
+            .field("queue_batch_size", &self.queue_batch_size)
+            .field("queue_batch_window_ms", &self.queue_batch_window_ms)
+            .field("queue_delivery_limit", &self.queue_delivery_limit)
+            .field("queue_consume", &self.queue_consume)
             .finish_non_exhaustive()
     }
 }

@@ -6,7 +6,8 @@ use seckill::startup::{Application, prepare_database, shutdown_signal};
 use seckill::telemetry;
 
 /// Flash-sale service with interchangeable stock-deduction strategies
-/// (naive, sql, sql/for-update, lock/<variant>, redis-decr), backed by Postgres.
+/// (naive, sql, sql/for-update, lock/<variant>, redis-decr, queue), backed by Postgres
+/// (and Redis or RabbitMQ for the strategies that use them).
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
@@ -14,6 +15,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start; boxing the configuration would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Create the database if needed, apply migrations, and serve HTTP.

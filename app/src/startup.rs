@@ -10,7 +10,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 use tokio::net::TcpListener;
 
-use crate::backends::RedisHandle;
+use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::sale::SaleCatalog;
@@ -73,12 +73,19 @@ impl Application {
         let config = Arc::new(config);
         let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone())
             .context("parsing REDIS_URL")?;
-        let deps = Deps { db: db.clone(), redis: redis.clone(), config: config.clone() };
+        let amqp = AmqpHandle::new(config.amqp_url.clone(), config.amqp_prefix.clone());
+        let deps = Deps {
+            db: db.clone(),
+            redis: redis.clone(),
+            amqp: amqp.clone(),
+            config: config.clone(),
+        };
         let strategies = Strategies::new(&deps)?;
         strategies.start_background();
         let state = AppState {
             strategies,
             redis,
+            amqp,
             catalog: SaleCatalog::default(),
             metrics: telemetry::metrics_handle(),
             config,

@@ -36,12 +36,44 @@ pub struct RedisCeiling {
     pub duration_s: f64,
 }
 
+/// `amqp_rps`: persistent publishes with confirms into a quorum queue, at
+/// the goose users' concurrency, consumed and acknowledged meanwhile.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AmqpCeiling {
+    /// Messages consumed per second.
+    pub value: f64,
+    pub clients: u64,
+    pub duration_s: f64,
+}
+
+/// `queue_drain_units_per_s`: the `queue` consumer settling a pre-filled
+/// queue of one-unit purchases, with no HTTP in front.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DrainCeiling {
+    /// Units settled per second.
+    pub value: f64,
+    /// Purchases in the queue.
+    pub units: u64,
+    /// The consumer's largest batch (`SECKILL_QUEUE_BATCH_SIZE` of the
+    /// instances).
+    pub batch_size: u16,
+    /// `value ÷ sql_tps.value`: how far batching lifts the
+    /// one-unit-per-transaction ceiling.
+    pub ratio_vs_sql_tps: Option<f64>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ceilings {
     pub http_rps: HttpCeiling,
     pub sql_tps: SqlCeiling,
     /// `null` when no compared strategy uses Redis.
     pub redis_ops: Option<RedisCeiling>,
+    /// `null` when no compared strategy uses RabbitMQ.
+    #[serde(default)]
+    pub amqp_rps: Option<AmqpCeiling>,
+    /// `null` when `queue` is not compared.
+    #[serde(default)]
+    pub queue_drain_units_per_s: Option<DrainCeiling>,
 }
 
 /// `clients` concurrent tasks sending `DECR` on one scratch key over one

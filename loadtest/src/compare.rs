@@ -7,10 +7,13 @@ use anyhow::{Context, bail};
 use chrono::Utc;
 use seckill::audit::Audit;
 use seckill::sale::SaleId;
+use seckill::strategy::queue::QueueStats;
 use seckill::strategy::{Backend, StrategyName, expectation};
 use serde_json::{Value, json};
 
-use crate::ceilings::{self, Ceilings, HttpCeiling, RedisCeiling, SqlCeiling};
+use crate::ceilings::{
+    self, AmqpCeiling, Ceilings, DrainCeiling, HttpCeiling, RedisCeiling, SqlCeiling,
+};
 use crate::cost::{PgXacts, RssSampler};
 use crate::instances::{Instances, RedlockNodes};
 use crate::preflight;
@@ -40,7 +43,23 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     progress.stage("starting the instances");
     let instances = Instances::start(&args, redlock.as_ref()).await?;
     let result = compare(&args, &instances, &mut progress).await;
+    let own_queues = (args.target.is_empty()
+        && args.strategies.iter().any(|s| s.needs().contains(&Backend::Rabbitmq)))
+    .then(|| instances.amqp_prefix.clone());
     instances.stop().await;
+    if let Some(prefix) = own_queues {
+        // The run's quorum queues would otherwise outlive it on the broker.
+        let defaults = seckill::config::Config::from_env();
+        let topology = seckill::strategy::queue::Topology::new(
+            &prefix,
+            defaults.queue_partitions,
+            defaults.queue_max_length,
+            defaults.queue_delivery_limit,
+        );
+        if let Err(err) = topology.delete_at(&args.amqp_url).await {
+            tracing::warn!(error = %err, "could not delete the run's queues");
+        }
+    }
     progress.finish();
     let report = result?;
 
@@ -162,7 +181,28 @@ async fn measure_ceilings(
     } else {
         None
     };
+    let uses_amqp = args.strategies.iter().any(|s| s.needs().contains(&Backend::Rabbitmq));
+    let amqp_rps = if uses_amqp {
+        let value = seckill::strategy::queue::ceiling::amqp_round_trips(
+            &args.amqp_url,
+            &instances.amqp_prefix,
+            args.users,
+            seconds as f64,
+        )
+        .await
+        .context("measuring amqp_rps")?;
+        Some(AmqpCeiling { value, clients: args.users, duration_s: seconds as f64 })
+    } else {
+        None
+    };
+    let queue_drain_units_per_s = if args.strategies.contains(&StrategyName::Queue) {
+        Some(queue_drain(args, instances, admin, sql).await?)
+    } else {
+        None
+    };
     Ok(Ceilings {
+        amqp_rps,
+        queue_drain_units_per_s,
         http_rps: HttpCeiling {
             value: http,
             users: args.users,
@@ -175,6 +215,46 @@ async fn measure_ceilings(
             duration_s: seconds as f64,
         },
         redis_ops,
+    })
+}
+
+/// `queue_drain_units_per_s`: a pre-filled queue of one-unit purchases of a
+/// large `queue` sale, settled by the strategy's own batch transaction with
+/// the instances' batch settings. `ceiling_duration × 20 000` purchases, at
+/// most 200 000 (a few seconds of draining on a 2-core machine).
+async fn queue_drain(
+    args: &CompareArgs,
+    instances: &Instances,
+    admin: &Admin,
+    sql_tps: f64,
+) -> anyhow::Result<DrainCeiling> {
+    let units = (args.ceiling_duration * 20_000).min(200_000);
+    let sale = admin
+        .create_sale(json!({
+            "name": "queue_drain ceiling", "stock": 1_000_000_000_i64, "strategy": "queue"
+        }))
+        .await?;
+    let db =
+        sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&args.database_url).await?;
+    let defaults = seckill::config::Config::from_env();
+    let settings = seckill::strategy::queue::consumer::ConsumerSettings::from_config(&defaults);
+    let drain = seckill::strategy::queue::ceiling::drain(
+        &db,
+        &args.amqp_url,
+        &instances.amqp_prefix,
+        sale,
+        1,
+        units,
+        settings,
+    )
+    .await
+    .context("measuring queue_drain_units_per_s")?;
+    db.close().await;
+    Ok(DrainCeiling {
+        value: drain.units_per_s,
+        units: drain.units,
+        batch_size: settings.batch_size,
+        ratio_vs_sql_tps: Some(drain.units_per_s / sql_tps).filter(|v| v.is_finite()),
     })
 }
 
@@ -253,6 +333,12 @@ async fn run_one(
         goose_report,
     )
     .await?;
+    let queue_stats = if strategy == StrategyName::Queue {
+        progress.phase("waiting for the queue to drain");
+        Some(admin.drained(&sales, QUEUE_DRAIN_WAIT).await?)
+    } else {
+        None
+    };
     progress.phase("settling statistics");
     let xacts_after = xacts.settle().await?;
     let counters_after = Counters::scrape(&admin.client, &instances.urls).await?;
@@ -334,6 +420,11 @@ async fn run_one(
         _ => None,
     };
     let rejection_rps = Some(per_second(rejection_phase.requests, rejection_phase.duration_s));
+    let mut outcomes = sale_phase.outcomes;
+    if let Some(stats) = &queue_stats {
+        outcomes.rejected = stats.iter().map(|s| s.rejected.max(0) as u64).sum();
+    }
+    let queue_figures = queue_stats.as_deref().map(QueueFigures::of);
     let demanded_units = distinct;
     let mut run = Run {
         strategy: strategy.as_str().to_owned(),
@@ -359,7 +450,7 @@ async fn run_one(
         ledger_drift: audit.ledger_drift,
         duplicate_orders: audit.duplicate_orders,
         errors_5xx: sale_phase.errors_5xx + rejection_phase.errors_5xx,
-        outcomes: sale_phase.outcomes,
+        outcomes,
         status_counts: sale_phase.status_counts,
         latency_ms: sale_phase.latency_ms,
         ratio: Ratio {
@@ -374,10 +465,58 @@ async fn run_one(
         redis_drift: audit.redis_drift,
         reconcile_fixes: audit.reconcile_fixes,
         lock_stats,
+        accepted_unresolved: queue_figures.as_ref().map(|q| q.unresolved),
+        e2e_latency_ms: queue_figures.as_ref().and_then(|q| q.e2e.clone()),
+        batch_sizes: queue_figures.and_then(|q| q.batches),
         cost,
     };
     run.verdict = run.judge();
     Ok(run)
+}
+
+/// How long the sale phase of a `queue` run waits for every accepted
+/// request to be resolved; what is left then counts as `accepted_unresolved`.
+const QUEUE_DRAIN_WAIT: Duration = Duration::from_secs(120);
+
+/// The queue figures of a run, over its sales: unresolved requests added up,
+/// and for latency and batch sizes the largest of each figure over the sales
+/// (the batch mean weighted by the batches), which is the sale's own figure
+/// for a single-sale run.
+struct QueueFigures {
+    unresolved: i64,
+    e2e: Option<scenario::Latency>,
+    batches: Option<report::BatchSizes>,
+}
+
+impl QueueFigures {
+    fn of(stats: &[QueueStats]) -> QueueFigures {
+        let unresolved = stats.iter().map(|s| s.accepted_unresolved).sum();
+        let e2e = stats.iter().filter_map(|s| s.e2e_latency_ms.as_ref()).fold(None, |acc, l| {
+            let acc: scenario::Latency = acc.unwrap_or_default();
+            Some(scenario::Latency {
+                p50: acc.p50.max(l.p50),
+                p95: acc.p95.max(l.p95),
+                p99: acc.p99.max(l.p99),
+                max: acc.max.max(l.max),
+            })
+        });
+        let with_batches: Vec<(&report::BatchSizes, i64)> =
+            stats.iter().filter_map(|s| s.batch_sizes.as_ref().map(|b| (b, s.batches))).collect();
+        let batches = (!with_batches.is_empty()).then(|| {
+            let total: i64 = with_batches.iter().map(|(_, n)| n).sum();
+            let weighted: f64 = with_batches.iter().map(|(b, n)| b.mean * *n as f64).sum();
+            report::BatchSizes {
+                p50: with_batches.iter().map(|(b, _)| b.p50).fold(0.0, f64::max),
+                max: with_batches.iter().map(|(b, _)| b.max).fold(0.0, f64::max),
+                mean: if total > 0 {
+                    (weighted / total as f64 * 100.0).round() / 100.0
+                } else {
+                    0.0
+                },
+            }
+        });
+        QueueFigures { unresolved, e2e, batches }
+    }
 }
 
 /// The admin API of the first instance.
@@ -431,6 +570,38 @@ impl Admin {
             }
         }
         last["max_concurrency"].as_i64().context("lock-stats without max_concurrency")
+    }
+
+    /// The queue statistics of `sales` once none has an unresolved request,
+    /// or as they stand after `within`.
+    async fn drained(&self, sales: &[SaleId], within: Duration) -> anyhow::Result<Vec<QueueStats>> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let mut all = Vec::with_capacity(sales.len());
+            for &sale in sales {
+                all.push(self.queue_stats(sale).await?);
+            }
+            if all.iter().all(|s| s.accepted_unresolved == 0)
+                || tokio::time::Instant::now() >= deadline
+            {
+                return Ok(all);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn queue_stats(&self, sale: SaleId) -> anyhow::Result<QueueStats> {
+        let response = self
+            .client
+            .get(format!("{}/admin/sales/{}/queue", self.base, sale.0))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("queue stats answered {status}: {}", response.text().await.unwrap_or_default());
+        }
+        Ok(response.json().await?)
     }
 
     async fn audit(&self, sale: SaleId) -> anyhow::Result<Audit> {

@@ -19,6 +19,9 @@ pub struct Instances {
     pub admin_token: String,
     /// Postgres connections the instances hold together (for `sql_tps`).
     pub pool_connections: u32,
+    /// `SECKILL_AMQP_PREFIX` of the instances: one per invocation when they
+    /// were started here.
+    pub amqp_prefix: String,
     children: Vec<Child>,
 }
 
@@ -87,7 +90,15 @@ impl Instances {
                 wait_ready(url, Duration::from_secs(10)).await?;
             }
             let pool_connections = args.pool_size * urls.len() as u32;
-            return Ok(Instances { urls, admin_token, pool_connections, children: vec![] });
+            let amqp_prefix =
+                std::env::var("SECKILL_AMQP_PREFIX").unwrap_or_else(|_| "seckill".to_owned());
+            return Ok(Instances {
+                urls,
+                admin_token,
+                pool_connections,
+                amqp_prefix,
+                children: vec![],
+            });
         }
         let bin = seckill_binary(args.seckill_bin.as_deref())?;
         std::fs::create_dir_all(&args.out)?;
@@ -95,6 +106,8 @@ impl Instances {
         // One Redis namespace for all instances of this invocation, and none
         // shared with any other service or test on the same Redis.
         let redis_prefix = format!("loadtest-{:016x}", rand::random::<u64>());
+        // Likewise for queue and exchange names on RabbitMQ.
+        let amqp_prefix = format!("loadtest-{:016x}", rand::random::<u64>());
         let mut urls = Vec::new();
         let mut children = Vec::new();
         for i in 0..args.instances {
@@ -108,6 +121,7 @@ impl Instances {
                 .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
                 .env("SECKILL_ADMIN_TOKEN", &admin_token)
                 .env("SECKILL_REDIS_PREFIX", &redis_prefix)
+                .env("SECKILL_AMQP_PREFIX", &amqp_prefix)
                 .envs(redlock.map(|nodes| ("REDLOCK_URLS", nodes.urls.join(","))))
                 .env("SECKILL_DB_POOL_SIZE", args.pool_size.to_string())
                 .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
@@ -129,7 +143,7 @@ impl Instances {
             })?;
         }
         let pool_connections = args.pool_size * args.instances as u32;
-        Ok(Instances { urls, admin_token, pool_connections, children })
+        Ok(Instances { urls, admin_token, pool_connections, amqp_prefix, children })
     }
 
     /// Process ids of the started instances (empty with `--target`).

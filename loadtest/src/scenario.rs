@@ -27,6 +27,14 @@ const PURCHASE: &str = "purchase";
 #[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Outcomes {
     pub placed: u64,
+    /// `202 Accepted` (`queue`): settled later; see the run's
+    /// `accepted_unresolved`.
+    #[serde(default)]
+    pub accepted: u64,
+    /// Accepted requests the consumer dead-lettered (`queue`; from its
+    /// queue statistics, not from an HTTP answer).
+    #[serde(default)]
+    pub rejected: u64,
     pub sold_out: u64,
     pub already_purchased: u64,
     pub busy: u64,
@@ -40,6 +48,7 @@ pub struct Outcomes {
 #[derive(Default)]
 struct OutcomeCounters {
     placed: AtomicU64,
+    accepted: AtomicU64,
     sold_out: AtomicU64,
     already_purchased: AtomicU64,
     busy: AtomicU64,
@@ -56,6 +65,8 @@ impl OutcomeCounters {
     fn snapshot(&self) -> Outcomes {
         Outcomes {
             placed: self.placed.load(Relaxed),
+            accepted: self.accepted.load(Relaxed),
+            rejected: 0,
             sold_out: self.sold_out.load(Relaxed),
             already_purchased: self.already_purchased.load(Relaxed),
             busy: self.busy.load(Relaxed),
@@ -72,6 +83,7 @@ impl OutcomeCounters {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Placed,
+    Accepted,
     SoldOut,
     AlreadyPurchased,
     Busy,
@@ -83,8 +95,10 @@ enum Kind {
 }
 
 fn classify(status: u16, body: &[u8]) -> Kind {
-    if status == 201 {
-        return Kind::Placed;
+    match status {
+        201 => return Kind::Placed,
+        202 => return Kind::Accepted,
+        _ => {}
     }
     let problem: Option<Value> = serde_json::from_slice(body).ok();
     let kind = problem.as_ref().and_then(|p| p["type"].as_str()).unwrap_or("");
@@ -193,6 +207,7 @@ impl Attack {
             let c = &self.counters;
             match kind {
                 Kind::Placed => c.placed.fetch_add(1, Relaxed),
+                Kind::Accepted => c.accepted.fetch_add(1, Relaxed),
                 Kind::SoldOut => c.sold_out.fetch_add(1, Relaxed),
                 Kind::AlreadyPurchased => c.already_purchased.fetch_add(1, Relaxed),
                 Kind::Busy => c.busy.fetch_add(1, Relaxed),

@@ -66,7 +66,7 @@ impl AppError {
     /// The error for a purchase outcome that is not a success, if any.
     pub fn from_outcome(outcome: &Outcome) -> Option<AppError> {
         match outcome {
-            Outcome::Placed { .. } => None,
+            Outcome::Placed { .. } | Outcome::Accepted { .. } => None,
             Outcome::SoldOut => Some(AppError::SoldOut),
             Outcome::AlreadyPurchased => Some(AppError::AlreadyPurchased),
             Outcome::NotStarted => Some(AppError::NotStarted),

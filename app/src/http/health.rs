@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 use super::{AppState, READY_TIMEOUT};
-use crate::backends::RedisHandle;
+use crate::backends::{AmqpHandle, RedisHandle};
 use crate::http::error::AppError;
 use crate::strategy::{Backend, StrategyError};
 
@@ -17,15 +17,18 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// `GET /readyz`: `200` when every backing server (Postgres, then Redis)
-/// answers within 2 s, else `503` problem `unavailable` naming the first one
-/// that did not.
+/// `GET /readyz`: `200` when every backing server (Postgres, then Redis,
+/// then RabbitMQ) answers within 2 s, else `503` problem `unavailable` naming
+/// the first one that did not.
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
     let ping = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.db);
     match tokio::time::timeout(READY_TIMEOUT, ping).await {
         Ok(Ok(_)) => {
             redis_ready(&state.redis).await?;
-            Ok(Json(json!({ "status": "ready", "postgres": "ok", "redis": "ok" })))
+            amqp_ready(&state.amqp).await?;
+            Ok(Json(json!({
+                "status": "ready", "postgres": "ok", "redis": "ok", "rabbitmq": "ok"
+            })))
         }
         Ok(Err(err)) => {
             Err(StrategyError::Unavailable { backend: Backend::Postgres, source: err.into() }
@@ -54,6 +57,21 @@ async fn redis_ready(redis: &RedisHandle) -> Result<(), AppError> {
         Ok(Err(err)) => Err(err.into()),
         Err(_) => Err(StrategyError::Unavailable {
             backend: Backend::Redis,
+            source: anyhow::anyhow!("no answer within {READY_TIMEOUT:?}"),
+        }
+        .into()),
+    }
+}
+
+/// RabbitMQ holds a connected connection (opening one if needed) within
+/// [`READY_TIMEOUT`]; else `503` problem `unavailable` with backend
+/// `rabbitmq`.
+async fn amqp_ready(amqp: &AmqpHandle) -> Result<(), AppError> {
+    match tokio::time::timeout(READY_TIMEOUT, amqp.connection()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => Err(err.into()),
+        Err(_) => Err(StrategyError::Unavailable {
+            backend: Backend::Rabbitmq,
             source: anyhow::anyhow!("no answer within {READY_TIMEOUT:?}"),
         }
         .into()),

@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
-use crate::backends::RedisHandle;
+use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::sale::SaleCatalog;
 use crate::strategy::Strategies;
@@ -23,6 +23,7 @@ pub mod error;
 mod extract;
 mod health;
 mod lock_stats;
+mod requests;
 mod sales;
 
 pub use error::AppError;
@@ -37,6 +38,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Shared Redis handle (also inside the strategies), for `/readyz`.
     pub redis: RedisHandle,
+    /// Shared RabbitMQ handle (also inside the `queue` strategy), for `/readyz`.
+    pub amqp: AmqpHandle,
 }
 
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
@@ -52,8 +55,10 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/sales/{id}/audit", get(admin::audit))
         .route("/admin/sales/{id}/reconcile", post(admin::reconcile))
         .route("/admin/sales/{id}/lock-stats", get(lock_stats::lock_stats))
+        .route("/admin/sales/{id}/queue", get(requests::queue_stats))
         .route("/sales/{id}", get(sales::get_sale))
         .route("/sales/{id}/orders", post(sales::place_order))
+        .route("/sales/{id}/requests/{request_id}", get(requests::request))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

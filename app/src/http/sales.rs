@@ -2,7 +2,8 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
@@ -66,13 +67,24 @@ pub struct OrderPlaced {
     quantity: i32,
 }
 
-/// `POST /sales/{id}/orders` → `201` with the order, or a problem (see
-/// docs/api.md for every status and problem type).
+/// Body of a `202 Accepted` purchase (`queue` sales).
+#[derive(Serialize)]
+pub struct PurchaseAccepted {
+    request_id: uuid::Uuid,
+    sale_id: SaleId,
+    user_id: UserId,
+    /// Where the result will be: `/sales/{id}/requests/{request_id}`.
+    location: String,
+}
+
+/// `POST /sales/{id}/orders` → `201` with the order, `202` with a request id
+/// and a `Location` to poll (`queue` sales), or a problem (see docs/api.md
+/// for every status and problem type).
 pub async fn place_order(
     State(state): State<AppState>,
     SalePath(id): SalePath,
     ApiJson(body): ApiJson<PlaceOrder>,
-) -> Result<(StatusCode, Json<OrderPlaced>), AppError> {
+) -> Result<Response, AppError> {
     let user = UserId::parse(body.user_id)?;
     let outcome = purchase(&state.db, &state.catalog, &state.strategies, id, user, body.quantity)
         .await
@@ -87,7 +99,17 @@ pub async fn place_order(
         Outcome::Placed { order_id, quantity } => Ok((
             StatusCode::CREATED,
             Json(OrderPlaced { order_id, sale_id: id, user_id: user, quantity }),
-        )),
+        )
+            .into_response()),
+        Outcome::Accepted { request_id } => {
+            let location = format!("/sales/{}/requests/{request_id}", id.0);
+            Ok((
+                StatusCode::ACCEPTED,
+                [(header::LOCATION, location.clone())],
+                Json(PurchaseAccepted { request_id, sale_id: id, user_id: user, location }),
+            )
+                .into_response())
+        }
         other => Err(AppError::from_outcome(&other).expect("not a success")),
     }
 }

@@ -23,12 +23,13 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
-use crate::backends::RedisHandle;
+use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod lock;
 pub mod naive;
+pub mod queue;
 pub mod redis_decr;
 pub mod sql;
 pub mod sql_for_update;
@@ -67,6 +68,9 @@ pub enum StrategyName {
     /// The library's Redlock over `REDLOCK_URLS`, renewed and fenced like
     /// `lock/fenced` (`lock/redlock`).
     LockRedlock,
+    /// Purchases are accepted (`202`) as messages in a RabbitMQ quorum queue
+    /// and settled in batches by the sale's single active consumer.
+    Queue,
 }
 
 impl StrategyName {
@@ -83,6 +87,7 @@ impl StrategyName {
         StrategyName::LockWatchdog,
         StrategyName::LockFenced,
         StrategyName::LockRedlock,
+        StrategyName::Queue,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -98,6 +103,7 @@ impl StrategyName {
             StrategyName::LockFenced => "lock/fenced",
             StrategyName::LockRedlock => "lock/redlock",
             StrategyName::RedisDecr => "redis-decr",
+            StrategyName::Queue => "queue",
         }
     }
 
@@ -116,6 +122,7 @@ impl StrategyName {
             | StrategyName::LockRedlock => &[Backend::Postgres, Backend::Redis],
             // The in-process mutex needs no Redis; its sold-out flag lives in memory.
             StrategyName::LockLocal => &[Backend::Postgres],
+            StrategyName::Queue => &[Backend::Postgres, Backend::Rabbitmq],
         }
     }
 
@@ -173,6 +180,9 @@ pub enum Outcome {
     NotStarted,
     /// At or after the sale's `ends_at`.
     Ended,
+    /// Accepted for later settlement (`queue`): the result will be at
+    /// `GET /sales/{id}/requests/{request_id}`.
+    Accepted { request_id: uuid::Uuid },
 }
 
 impl Outcome {
@@ -184,6 +194,7 @@ impl Outcome {
             Outcome::AlreadyPurchased => "already_purchased",
             Outcome::NotStarted => "not_started",
             Outcome::Ended => "ended",
+            Outcome::Accepted { .. } => "accepted",
         }
     }
 }
@@ -343,6 +354,7 @@ pub struct Strategies {
     lock_watchdog: Arc<lock::Locked<lock::watchdog::WatchdogLock>>,
     lock_fenced: Arc<lock::Locked<lock::watchdog::WatchdogLock>>,
     lock_redlock: Arc<lock::Locked<lock::redlock::RedlockLock>>,
+    queue: Arc<queue::Queue>,
 }
 
 /// Connections and settings the strategies are built from.
@@ -350,11 +362,13 @@ pub struct Strategies {
 pub struct Deps {
     pub db: PgPool,
     pub redis: RedisHandle,
+    pub amqp: AmqpHandle,
     pub config: Arc<Config>,
 }
 
 impl Strategies {
-    /// Errors: an invalid lock configuration (`REDLOCK_URLS`).
+    /// Errors: an invalid lock configuration (`REDLOCK_URLS`), or an invalid
+    /// `DATABASE_URL` for the `queue` strategy's request pool.
     pub fn new(deps: &Deps) -> anyhow::Result<Self> {
         let db = deps.db.clone();
         let locks = lock::Shared::new(db.clone(), deps.config.lock_wait());
@@ -380,6 +394,7 @@ impl Strategies {
                 .locked(StrategyName::LockWatchdog, library(StrategyName::LockWatchdog)?),
             lock_fenced: locks.fenced(StrategyName::LockFenced, library(StrategyName::LockFenced)?),
             lock_redlock: locks.fenced(StrategyName::LockRedlock, redlock),
+            queue: Arc::new(queue::Queue::new(deps)?),
             locks,
         })
     }
@@ -391,10 +406,17 @@ impl Strategies {
     }
 
     /// Starts the background work of the strategies that have some (the
-    /// `redis-decr` reconciler and sold-out listener). Call once, from inside
-    /// the Tokio runtime; the tasks end with the runtime.
+    /// `redis-decr` reconciler and sold-out listener, the `queue` consumers
+    /// and sold-out listener). Call once, from inside the Tokio runtime; the
+    /// tasks end with the runtime.
     pub fn start_background(&self) {
         self.redis_decr.start_background();
+        self.queue.start_background();
+    }
+
+    /// The `queue` strategy, for its routes (request results, queue stats).
+    pub fn queue(&self) -> &queue::Queue {
+        &self.queue
     }
 
     /// The strategy that serves sales named `name`.
@@ -411,6 +433,7 @@ impl Strategies {
             StrategyName::LockWatchdog => self.lock_watchdog.as_ref(),
             StrategyName::LockFenced => self.lock_fenced.as_ref(),
             StrategyName::LockRedlock => self.lock_redlock.as_ref(),
+            StrategyName::Queue => self.queue.as_ref(),
         }
     }
 }
@@ -439,6 +462,7 @@ pub enum Expectation {
 /// | `lock/setnx` | correct (it breaks only when a holder dies: the sale is stuck, shown by its test) |
 /// | `lock/ttl`, `lock/token` | correct in `burst`; break in `slow` (holders stall past the lease) |
 /// | `lock/watchdog`, `lock/fenced`, `lock/redlock` | correct (renewed through stalls; fenced against whole-process pauses) |
+/// | `queue` | correct (one active consumer per partition settles in Postgres; every accepted request is resolved) |
 pub fn expectation(strategy: StrategyName, profile: &str, instances: usize) -> Expectation {
     match strategy {
         StrategyName::Naive => Expectation::Breaks,
@@ -449,9 +473,10 @@ pub fn expectation(strategy: StrategyName, profile: &str, instances: usize) -> E
         StrategyName::LockLocal | StrategyName::LockSetnx => Expectation::Correct,
         StrategyName::LockTtl | StrategyName::LockToken if profile == "slow" => Expectation::Breaks,
         StrategyName::LockTtl | StrategyName::LockToken => Expectation::Correct,
-        StrategyName::LockWatchdog | StrategyName::LockFenced | StrategyName::LockRedlock => {
-            Expectation::Correct
-        }
+        StrategyName::LockWatchdog
+        | StrategyName::LockFenced
+        | StrategyName::LockRedlock
+        | StrategyName::Queue => Expectation::Correct,
     }
 }
 

@@ -49,6 +49,11 @@ impl TestApp {
         // own keeps their Redis keys apart. Tests that run several instances
         // of one service set a shared prefix in `tweak`.
         config.redis_key_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        // Likewise for RabbitMQ queue names; and no queue consumers (whose
+        // quorum queues would outlive the test) unless a test of the `queue`
+        // strategy turns them on and deletes its queues afterwards.
+        config.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        config.queue_consume = false;
         tweak(&mut config);
         let app = Application::build(config).await.expect("service builds");
         let addr = app.local_addr();

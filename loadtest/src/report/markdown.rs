@@ -23,6 +23,8 @@ pub const SUMMARY_COLUMNS: &[(&str, &str, usize)] = &[
     ("× http_rps", "ratio.rejection_vs_http_rps", 2),
     ("p50 ms", "latency_ms.p50", 1),
     ("p99 ms", "latency_ms.p99", 1),
+    ("e2e p99 ms", "e2e_latency_ms.p99", 1),
+    ("batch mean", "batch_sizes.mean", 1),
     ("pg xacts/unit", "cost.pg_xacts_per_unit", 2),
     ("redis rt/unit", "cost.redis_round_trips_per_unit", 1),
     ("amqp msgs/unit", "cost.amqp_messages_per_unit", 1),
@@ -103,6 +105,10 @@ pub fn runs_table(report: &Report, markdown: bool) -> String {
         "× http_rps",
         "p50 ms",
         "p99 ms",
+        "unresolved",
+        "e2e p50 ms",
+        "e2e p99 ms",
+        "batch mean",
         "redis drift",
         "redis rt/unit",
         "pg xacts/unit",
@@ -128,6 +134,10 @@ pub fn runs_table(report: &Report, markdown: bool) -> String {
             num(run.ratio.rejection_vs_http_rps, 2),
             format!("{:.1}", run.latency_ms.p50),
             format!("{:.1}", run.latency_ms.p99),
+            run.accepted_unresolved.map_or_else(|| "–".to_owned(), |n| n.to_string()),
+            num(run.e2e_latency_ms.as_ref().map(|l| l.p50), 1),
+            num(run.e2e_latency_ms.as_ref().map(|l| l.p99), 1),
+            num(run.batch_sizes.as_ref().map(|b| b.mean), 1),
             run.redis_drift.map_or_else(|| "–".to_owned(), |d| d.to_string()),
             num(run.cost.redis_round_trips_per_unit, 1),
             num(run.cost.pg_xacts_per_unit, 2),
@@ -135,7 +145,7 @@ pub fn runs_table(report: &Report, markdown: bool) -> String {
             num(run.cost.peak_rss_mb, 0),
         ]);
     }
-    for column in 2..22 {
+    for column in 2..26 {
         if let Some(column) = table.column_mut(column) {
             column.set_cell_alignment(CellAlignment::Right);
         }
@@ -161,6 +171,21 @@ pub fn ceilings_line(report: &Report) -> String {
         line += &format!(
             "; redis_ops {:.0} ({} clients, {:.0} s)",
             redis.value, redis.clients, redis.duration_s
+        );
+    }
+    if let Some(amqp) = &c.amqp_rps {
+        line += &format!(
+            "; amqp_rps {:.0} ({} clients, {:.0} s)",
+            amqp.value, amqp.clients, amqp.duration_s
+        );
+    }
+    if let Some(drain) = &c.queue_drain_units_per_s {
+        line += &format!(
+            "; queue_drain_units_per_s {:.0} ({} units, batches of {}, {} × sql_tps)",
+            drain.value,
+            drain.units,
+            drain.batch_size,
+            num(drain.ratio_vs_sql_tps, 1)
         );
     }
     line

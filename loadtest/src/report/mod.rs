@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ceilings::Ceilings;
 use crate::scenario::{Latency, Outcomes};
+pub use seckill::strategy::queue::results::BatchSizes;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -65,7 +66,8 @@ pub enum Verdict {
     /// Expected correct and clean, or expected to break and visibly broken.
     Ok,
     /// Expected correct, but oversold, drifted, undersold, duplicated an
-    /// order, returned a counted 5xx, or left Redis out of step with Postgres.
+    /// order, returned a counted 5xx, left Redis out of step with Postgres,
+    /// or left an accepted request unresolved.
     Broke,
     /// Expected to break, but came out clean (reported, not an error).
     Unexpected,
@@ -121,6 +123,20 @@ pub struct Run {
     pub reconcile_fixes: Option<i64>,
     /// Lock figures; `null` for strategies that take no lock.
     pub lock_stats: Option<LockStats>,
+    /// Requests answered `202` that had no final result when the run ended
+    /// (the load test waits for the queue to drain first); any value above 0
+    /// makes the verdict `broke`. `null` for strategies that answer at once.
+    #[serde(default)]
+    pub accepted_unresolved: Option<i64>,
+    /// Accept → resolved times of the accepted requests, milliseconds
+    /// (`latency_ms` stays the HTTP answer time); `null` for strategies that
+    /// answer at once.
+    #[serde(default)]
+    pub e2e_latency_ms: Option<Latency>,
+    /// Messages per consumer transaction; `null` for strategies without a
+    /// consumer.
+    #[serde(default)]
+    pub batch_sizes: Option<BatchSizes>,
     pub cost: Cost,
 }
 
@@ -185,6 +201,7 @@ impl Run {
             || self.errors_5xx > 0
             || self.redis_drift.is_some_and(|d| d != 0)
             || self.reconcile_fixes.is_some_and(|f| f != 0)
+            || self.accepted_unresolved.is_some_and(|n| n > 0)
     }
 
     /// The verdict against `expected`. A run expected to break must show it

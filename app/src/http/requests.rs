@@ -1,0 +1,70 @@
+//! Results of `queue` purchases: `GET /sales/{id}/requests/{request_id}`
+//! (with a long poll), and the admin queue statistics of a sale.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+
+use super::AppState;
+use super::error::AppError;
+use super::extract::{Admin, SalePath};
+use crate::sale::{InvalidInput, SaleId};
+use crate::strategy::queue::{QueueStats, RequestResult};
+
+/// Longest long poll, milliseconds: a client that wants to wait longer asks
+/// again.
+pub const MAX_WAIT_MS: u64 = 5_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Wait {
+    /// Milliseconds to wait for a pending request to be resolved
+    /// (`0..=5000`, default 0: answer at once).
+    wait_ms: Option<u64>,
+}
+
+/// `GET /sales/{id}/requests/{request_id}?wait_ms=` → `200` with the
+/// request's [`RequestResult`] (`status` is `pending` until the consumer
+/// settles it), or `404` when the sale has no such request. With `wait_ms`,
+/// a pending request is re-read until it is resolved or the time is up.
+pub async fn request(
+    State(state): State<AppState>,
+    Path((sale, request)): Path<(String, String)>,
+    wait: Result<Query<Wait>, QueryRejection>,
+) -> Result<Json<RequestResult>, AppError> {
+    let Query(wait) = wait.map_err(|err| InvalidInput::new("query", err.body_text()))?;
+    let not_found = || AppError::NotFound(format!("no request {request} for sale {sale}"));
+    let sale = sale.parse::<i64>().map(SaleId).map_err(|_| not_found())?;
+    let id = request.parse::<uuid::Uuid>().map_err(|_| not_found())?;
+    let wait_ms = wait.wait_ms.unwrap_or(0);
+    if wait_ms > MAX_WAIT_MS {
+        return Err(InvalidInput::new("wait_ms", format!("must be at most {MAX_WAIT_MS}")).into());
+    }
+    let result = state
+        .strategies
+        .queue()
+        .request(sale, id, Duration::from_millis(wait_ms))
+        .await?
+        .ok_or_else(not_found)?;
+    Ok(Json(result))
+}
+
+/// `GET /admin/sales/{id}/queue`: the sale's [`QueueStats`] from Postgres
+/// (requests accepted and still unresolved, results, accept → resolved
+/// latency, consumer batch sizes). Zeros for a sale with no requests; `404`
+/// for an unknown sale.
+pub async fn queue_stats(
+    _: Admin,
+    State(state): State<AppState>,
+    SalePath(id): SalePath,
+) -> Result<Json<QueueStats>, AppError> {
+    state
+        .catalog
+        .get(&state.db, id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
+    Ok(Json(state.strategies.queue().stats(id).await?))
+}

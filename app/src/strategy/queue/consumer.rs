@@ -1,0 +1,358 @@
+//! The consumer of one partition queue.
+//!
+//! Every instance runs one per partition; the queue's single-active-consumer
+//! flag makes the broker deliver to one of them at a time and hand the queue
+//! to the next (with every unacknowledged message) when the active one's
+//! channel closes. Serialization comes from that, not from the prefetch, so
+//! the prefetch is twice the batch size: the next batch arrives while this
+//! one commits.
+//!
+//! One round: wait for a delivery, take whatever else arrives within
+//! `SECKILL_QUEUE_BATCH_WINDOW_MS` up to `SECKILL_QUEUE_BATCH_SIZE`, settle
+//! them in one transaction ([`settle`]), then acknowledge them with one
+//! `basic.ack(multiple)`. Failures:
+//! - an unreadable message is rejected without requeue: it goes straight to
+//!   the dead-letter queue (it can never be settled);
+//! - Postgres unavailable: the batch is retried until Postgres answers; the
+//!   messages stay unacknowledged, so nothing is lost and no delivery is
+//!   counted against them;
+//! - any other failure of the batch: each message is settled alone; one that
+//!   still fails is returned to the queue (`nack`, requeue), and on its
+//!   `SECKILL_QUEUE_DELIVERY_LIMIT`-th delivery it is recorded `rejected` and
+//!   rejected without requeue, into the dead-letter queue (the queue's
+//!   `x-delivery-limit` is the broker-side backstop). No endless requeue.
+//!
+//! The channel is opened on the shared connection; after a connection loss
+//! lapin's auto-recovery replays the QoS and the consumer, and this loop goes
+//! on reading; if recovery gives up, the loop opens a new channel.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Consumer};
+use sqlx::PgPool;
+
+use super::settle::{self, Resolution, Settled};
+use super::sold_out::SoldOutGate;
+use super::{PurchaseMessage, Topology};
+use crate::backends::{AmqpHandle, count_amqp_messages};
+use crate::config::Config;
+use crate::strategy::StrategyError;
+
+/// Batching settings of a consumer.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsumerSettings {
+    /// Most messages per transaction.
+    pub batch_size: u16,
+    /// How long to wait for more after a batch's first message.
+    pub window: Duration,
+    /// Deliveries of one message before it is dead-lettered.
+    pub delivery_limit: u32,
+}
+
+impl ConsumerSettings {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            batch_size: config.queue_batch_size,
+            window: config.queue_batch_window(),
+            delivery_limit: config.queue_delivery_limit,
+        }
+    }
+
+    /// Prefetch of the consumer channel: two batches, within AMQP's `u16`.
+    pub fn prefetch(&self) -> u16 {
+        self.batch_size.saturating_mul(2)
+    }
+}
+
+/// Pause before reopening a channel after a failure.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Consumes partition `partition` for ever, reopening its channel after
+/// failures.
+pub async fn run(
+    db: PgPool,
+    amqp: AmqpHandle,
+    topology: Topology,
+    partition: u16,
+    settings: ConsumerSettings,
+    gate: Arc<SoldOutGate>,
+) {
+    let queue = topology.queue(partition);
+    loop {
+        match consume(&db, &amqp, &topology, &queue, settings, &gate).await {
+            Ok(()) => tracing::info!(queue, "consumer cancelled; subscribing again"),
+            Err(err) => tracing::debug!(queue, error = %err, "consumer stopped; retrying"),
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+async fn consume(
+    db: &PgPool,
+    amqp: &AmqpHandle,
+    topology: &Topology,
+    queue: &str,
+    settings: ConsumerSettings,
+    gate: &SoldOutGate,
+) -> anyhow::Result<()> {
+    let conn = amqp.connection().await?;
+    let channel = conn.create_channel().await?;
+    topology.declare_queues(&channel).await?;
+    channel.basic_qos(settings.prefetch(), BasicQosOptions { global: false }).await?;
+    let tag = format!("seckill-{}", uuid::Uuid::new_v4().simple());
+    let mut consumer = channel
+        .basic_consume(
+            queue.into(),
+            tag.as_str().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    tracing::debug!(queue, tag, "consumer subscribed");
+    let mut batch = Batch::new(settings);
+    while let Some(first) = next(&channel, &mut consumer).await? {
+        batch.deliveries.push(first);
+        collect(&channel, &mut consumer, &mut batch, settings).await?;
+        batch.settle(db, &channel, gate).await;
+    }
+    Ok(())
+}
+
+/// The next delivery; waits through a connection recovery. `Ok(None)` when
+/// the consumer was cancelled.
+async fn next(channel: &Channel, consumer: &mut Consumer) -> anyhow::Result<Option<Delivery>> {
+    loop {
+        match consumer.next().await {
+            Some(Ok(delivery)) => return Ok(Some(delivery)),
+            Some(Err(err)) => channel.wait_for_recovery(err).await?,
+            None => return Ok(None),
+        }
+    }
+}
+
+/// Adds what arrives within the window to `batch`, up to the batch size.
+async fn collect(
+    channel: &Channel,
+    consumer: &mut Consumer,
+    batch: &mut Batch,
+    settings: ConsumerSettings,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + settings.window;
+    while batch.deliveries.len() < usize::from(settings.batch_size) {
+        match tokio::time::timeout_at(deadline, next(channel, consumer)).await {
+            Ok(Ok(Some(delivery))) => batch.deliveries.push(delivery),
+            Ok(Ok(None)) | Err(_) => break,
+            Ok(Err(err)) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+/// The deliveries of one round.
+struct Batch {
+    settings: ConsumerSettings,
+    deliveries: Vec<Delivery>,
+}
+
+impl Batch {
+    fn new(settings: ConsumerSettings) -> Self {
+        Self { settings, deliveries: Vec::new() }
+    }
+
+    /// Settles and acknowledges the batch (see the module documentation),
+    /// leaving it empty.
+    async fn settle(&mut self, db: &PgPool, channel: &Channel, gate: &SoldOutGate) {
+        let deliveries = std::mem::take(&mut self.deliveries);
+        count_amqp_messages("consumed", deliveries.len() as u64);
+        let mut readable = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            match serde_json::from_slice::<PurchaseMessage>(&delivery.data) {
+                Ok(message) => readable.push((delivery, message)),
+                Err(err) => {
+                    tracing::warn!(error = %err, "unreadable message; dead-lettering it");
+                    let _ = delivery.reject(BasicRejectOptions { requeue: false }).await;
+                }
+            }
+        }
+        if readable.is_empty() {
+            return;
+        }
+        let messages: Vec<PurchaseMessage> = readable.iter().map(|(_, m)| *m).collect();
+        match settle_until_postgres_answers(db, &messages).await {
+            Ok(settled) => {
+                record_batch(&messages, &settled);
+                gate.after_batch(&settled).await;
+                let last = readable.last().expect("not empty").0.delivery_tag;
+                // One frame acknowledges the batch. If it fails (the channel
+                // was recovered meanwhile), the broker redelivers and the
+                // redelivery is settled idempotently.
+                let _ = channel.basic_ack(last, BasicAckOptions { multiple: true }).await;
+            }
+            Err(err) => {
+                tracing::warn!(
+                    error = %err,
+                    messages = messages.len(),
+                    "batch failed; settling its messages one by one"
+                );
+                for (delivery, message) in readable {
+                    self.settle_alone(db, gate, delivery, message).await;
+                }
+            }
+        }
+    }
+
+    /// Settles one message in a transaction of its own; on failure, returns
+    /// it to the queue or, on its last allowed delivery, dead-letters it.
+    async fn settle_alone(
+        &self,
+        db: &PgPool,
+        gate: &SoldOutGate,
+        delivery: Delivery,
+        message: PurchaseMessage,
+    ) {
+        match settle_until_postgres_answers(db, std::slice::from_ref(&message)).await {
+            Ok(settled) => {
+                record_batch(std::slice::from_ref(&message), &settled);
+                gate.after_batch(&settled).await;
+                let _ = delivery.ack(BasicAckOptions::default()).await;
+            }
+            Err(err) => {
+                let deliveries = delivery_count(&delivery) + 1;
+                if deliveries >= self.settings.delivery_limit {
+                    tracing::warn!(
+                        request_id = %message.request_id,
+                        deliveries,
+                        error = %err,
+                        "message failed on its last delivery; dead-lettering it"
+                    );
+                    if let Err(err) = settle::mark_rejected(db, &message).await {
+                        tracing::warn!(error = %err, "could not record the rejection");
+                    }
+                    metrics::counter!("seckill_queue_dead_lettered_total").increment(1);
+                    let _ = delivery.reject(BasicRejectOptions { requeue: false }).await;
+                } else {
+                    tracing::debug!(request_id = %message.request_id, deliveries, error = %err,
+                        "message failed; returning it to the queue");
+                    let _ = delivery
+                        .nack(BasicNackOptions { requeue: true, ..BasicNackOptions::default() })
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+/// [`settle::settle`], retried every 500 ms while Postgres is unreachable.
+/// Errors: any other failure.
+async fn settle_until_postgres_answers(
+    db: &PgPool,
+    messages: &[PurchaseMessage],
+) -> Result<Settled, sqlx::Error> {
+    let batch_id: i64 = rand::random();
+    loop {
+        match settle::settle(db, messages, batch_id).await {
+            Ok(settled) => return Ok(settled),
+            Err(err) => match StrategyError::from(err) {
+                StrategyError::Unavailable { source, .. } => {
+                    tracing::warn!(error = %source, "Postgres unavailable; the batch waits");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                StrategyError::Internal(err) => {
+                    return Err(sqlx::Error::Protocol(format!("{err:#}")));
+                }
+                StrategyError::Busy { reason, .. } => {
+                    return Err(sqlx::Error::Protocol(reason.to_owned()));
+                }
+            },
+        }
+    }
+}
+
+/// Metrics of one settled batch.
+fn record_batch(messages: &[PurchaseMessage], settled: &Settled) {
+    metrics::histogram!("seckill_queue_batch_size").record(messages.len() as f64);
+    for resolution in &settled.resolutions {
+        let label = match resolution {
+            Resolution::Placed { .. } => "placed",
+            Resolution::SoldOut => "sold_out",
+            Resolution::AlreadyPurchased => "already_purchased",
+            Resolution::Rejected => "rejected",
+        };
+        metrics::counter!("seckill_queue_resolutions_total", "resolution" => label).increment(1);
+    }
+}
+
+/// Earlier deliveries of this message, from the `x-delivery-count` header
+/// that quorum queues add on redelivery (absent on the first delivery).
+fn delivery_count(delivery: &Delivery) -> u32 {
+    let Some(headers) = delivery.properties.headers() else { return 0 };
+    match headers.inner().get("x-delivery-count") {
+        Some(AMQPValue::LongLongInt(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
+        Some(AMQPValue::LongInt(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
+        Some(AMQPValue::LongUInt(n)) => *n,
+        Some(AMQPValue::ShortInt(n)) => u32::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Settles every message of a pre-filled queue with the consumer's batching,
+/// without HTTP: the `queue_drain_units_per_s` ceiling. Returns the messages
+/// settled; stops once the queue stayed empty for `idle`, and closes
+/// `channel`.
+pub(crate) async fn drain(
+    db: &PgPool,
+    channel: &Channel,
+    queue: &str,
+    settings: ConsumerSettings,
+    idle: Duration,
+    expected: u64,
+) -> anyhow::Result<u64> {
+    channel.basic_qos(settings.prefetch(), BasicQosOptions { global: false }).await?;
+    let mut consumer = channel
+        .basic_consume(
+            queue.into(),
+            "seckill-drain".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    let mut settled = 0u64;
+    let mut deliveries: Vec<Delivery> = Vec::new();
+    let mut last_progress = Instant::now();
+    while settled < expected && last_progress.elapsed() < idle {
+        let first = match tokio::time::timeout(idle, next(channel, &mut consumer)).await {
+            Ok(Ok(Some(delivery))) => delivery,
+            Ok(Ok(None)) | Err(_) => break,
+            Ok(Err(err)) => return Err(err),
+        };
+        deliveries.push(first);
+        let deadline = tokio::time::Instant::now() + settings.window;
+        while deliveries.len() < usize::from(settings.batch_size) {
+            match tokio::time::timeout_at(deadline, next(channel, &mut consumer)).await {
+                Ok(Ok(Some(delivery))) => deliveries.push(delivery),
+                Ok(Ok(None)) | Err(_) => break,
+                Ok(Err(err)) => return Err(err),
+            }
+        }
+        let messages: Vec<PurchaseMessage> =
+            deliveries.iter().map(|d| serde_json::from_slice(&d.data)).collect::<Result<_, _>>()?;
+        settle::settle(db, &messages, rand::random()).await?;
+        let last = deliveries.last().expect("not empty").delivery_tag;
+        channel.basic_ack(last, BasicAckOptions { multiple: true }).await?;
+        settled += deliveries.len() as u64;
+        deliveries.clear();
+        last_progress = Instant::now();
+    }
+    // Close before the consumer is dropped: dropping a live consumer sends a
+    // cancel whose answer lapin 4.12 does not expect.
+    channel.close(200, "drained".into()).await?;
+    drop(consumer);
+    Ok(settled)
+}

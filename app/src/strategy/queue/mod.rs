@@ -1,0 +1,216 @@
+//! `queue`: purchases are serialized through RabbitMQ and settled in batches
+//! by one consumer per partition.
+//!
+//! One purchase (the request path, [`Queue::purchase`]):
+//! 1. If this instance knows the sale is sold out, publish nothing: answer
+//!    `409 sold-out`, or the buyer's existing request if they have one (one
+//!    indexed read, no broker; [`sold_out`]).
+//! 2. Register the request in `purchase_requests` (one per sale and user: a
+//!    resubmission finds the same request id and, once settled, its result),
+//!    in groups: one statement for the requests that arrive together
+//!    ([`registrar`]).
+//! 3. Publish a persistent message carrying the request id to the sale's
+//!    partition queue, `mandatory`, and wait for the publisher confirm. Only
+//!    a confirmed message is answered `202 Accepted`; a nack (the queue is
+//!    full), a returned (unroutable) message, a timeout or a broker that is
+//!    down is answered `503 busy` with `Retry-After` ([`publisher`]).
+//!
+//! Settlement ([`consumer`]): every instance consumes every partition queue,
+//! and the queues' single-active-consumer flag lets exactly one of them
+//! receive deliveries; when it dies the broker hands the queue (and its
+//! unacknowledged messages) to another. The active consumer takes up to
+//! `SECKILL_QUEUE_BATCH_SIZE` messages and settles them in one Postgres
+//! transaction ([`settle`]), then acknowledges them. A crash before the
+//! acknowledgement redelivers the batch, and settling is idempotent by request
+//! id, so a redelivered message never writes a second order.
+//!
+//! Invariants: the ledger of the `sql` strategy (the consumer takes stock with
+//! a guarded update by the units it grants); one result per request id; a
+//! `202` only for a message the broker confirmed, so every accepted request
+//! ends resolved. The design and its measured numbers are in docs/queue.md.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use uuid::Uuid;
+
+use super::{Deps, Outcome, Strategy, StrategyError};
+use crate::backends::AmqpHandle;
+use crate::sale::{Quantity, Sale, SaleId, UserId};
+
+pub mod ceiling;
+pub mod consumer;
+pub mod publisher;
+mod registrar;
+pub mod results;
+pub mod settle;
+pub mod sold_out;
+pub mod topology;
+
+pub use results::{QueueStats, RequestResult};
+pub use topology::Topology;
+
+/// Wire name, and the `strategy` label of this strategy's metrics.
+pub const NAME: &str = "queue";
+
+/// The body of one message: a request to settle. JSON, persistent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurchaseMessage {
+    pub request_id: Uuid,
+    pub sale_id: i64,
+    pub user_id: i64,
+    pub quantity: i32,
+}
+
+/// The `queue` strategy; one per process, built by
+/// [`super::Strategies::new`].
+pub struct Queue {
+    db: PgPool,
+    /// Pool for registering requests, with `synchronous_commit = off`: a
+    /// request row is an index over a message the broker has confirmed, and
+    /// the consumer recreates a row that a Postgres crash lost.
+    requests_db: PgPool,
+    /// Registers requests (and looks buyers up) in groups, over `requests_db`.
+    registrar: registrar::Registrar,
+    /// The connection of the consumers and the event listener.
+    background: AmqpHandle,
+    topology: Topology,
+    publisher: publisher::Publisher,
+    gate: Arc<sold_out::SoldOutGate>,
+    consumer: consumer::ConsumerSettings,
+    consume: bool,
+}
+
+impl Queue {
+    /// Errors: an unparsable `DATABASE_URL`.
+    pub fn new(deps: &Deps) -> anyhow::Result<Self> {
+        let config = &deps.config;
+        let topology = Topology::from_config(config);
+        let options: PgConnectOptions = config.database_url.parse()?;
+        let options = options.application_name("seckill").options([("synchronous_commit", "off")]);
+        let requests_db = PgPoolOptions::new()
+            .max_connections(config.db_pool_size)
+            .acquire_timeout(config.db_acquire_timeout())
+            .idle_timeout(Duration::from_secs(60))
+            .connect_lazy_with(options);
+        // Consumers and the event listener get a connection of their own:
+        // RabbitMQ 3.10 may crash a channel that subscribes to a quorum queue
+        // declared a moment earlier (`noproc`), and a crashed channel closes
+        // its whole connection — it must not take the publishers with it.
+        let background = deps.amqp.separate();
+        let gate = Arc::new(sold_out::SoldOutGate::new(
+            Duration::from_millis(config.sold_out_flag_ttl_ms),
+            background.clone(),
+            topology.clone(),
+        ));
+        Ok(Self {
+            db: deps.db.clone(),
+            registrar: registrar::Registrar::new(requests_db.clone()),
+            requests_db,
+            background,
+            publisher: publisher::Publisher::new(deps.amqp.clone(), topology.clone()),
+            consumer: consumer::ConsumerSettings::from_config(config),
+            consume: config.queue_consume,
+            topology,
+            gate,
+        })
+    }
+
+    /// Spawns one consumer per partition (unless `SECKILL_QUEUE_CONSUME` is
+    /// off) and the sold-out listener. They reconnect on their own and end
+    /// with the runtime.
+    pub fn start_background(&self) {
+        if self.consume {
+            for partition in 0..self.topology.partitions() {
+                tokio::spawn(consumer::run(
+                    self.db.clone(),
+                    self.background.clone(),
+                    self.topology.clone(),
+                    partition,
+                    self.consumer,
+                    self.gate.clone(),
+                ));
+            }
+        }
+        tokio::spawn(sold_out::listen(
+            self.background.clone(),
+            self.topology.clone(),
+            self.gate.clone(),
+        ));
+    }
+
+    /// Queue names and partitioning of this process.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// The result of request `id` of `sale`, waiting up to `wait` for it to
+    /// leave `pending`. `Ok(None)` when the sale has no such request.
+    pub async fn request(
+        &self,
+        sale: SaleId,
+        id: Uuid,
+        wait: Duration,
+    ) -> Result<Option<RequestResult>, StrategyError> {
+        results::wait_for(&self.db, sale, id, wait).await
+    }
+
+    /// Queue statistics of a sale, from Postgres.
+    pub async fn stats(&self, sale: SaleId) -> Result<QueueStats, StrategyError> {
+        results::stats(&self.db, sale).await
+    }
+}
+
+#[async_trait]
+impl Strategy for Queue {
+    async fn purchase(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+    ) -> Result<Outcome, StrategyError> {
+        if self.gate.is_sold_out(&self.db, sale.id).await? {
+            // No publish for a sold-out sale; a buyer who already has a
+            // request still gets it back (with its result behind it).
+            return Ok(match self.registrar.find(sale.id, user).await? {
+                Some(request_id) => Outcome::Accepted { request_id },
+                None => Outcome::SoldOut,
+            });
+        }
+        let registered = self.registrar.register(sale.id, user, quantity).await?;
+        if !registered.pending {
+            // Settled already: the same request, answered without a message.
+            return Ok(Outcome::Accepted { request_id: registered.id });
+        }
+        let message = PurchaseMessage {
+            request_id: registered.id,
+            sale_id: sale.id.0,
+            user_id: user.get(),
+            quantity: quantity.get(),
+        };
+        // A resubmission of a request that is still pending publishes again:
+        // this instance cannot know whether the first publish was confirmed
+        // (its instance may have died in between), and the consumer settles
+        // a request id once, so a second message costs a delivery, never a
+        // second order.
+        match self.publisher.publish(&message).await {
+            Ok(()) => Ok(Outcome::Accepted { request_id: registered.id }),
+            Err(err) => {
+                if registered.fresh {
+                    results::forget(&self.requests_db, registered.id).await;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Reopens the sale on this instance at once and tells the others.
+    async fn restocked(&self, sale: &Sale, _units: i64) -> Result<(), StrategyError> {
+        self.gate.reopen(sale.id).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,172 @@
+//! Publishing a purchase with a publisher confirm.
+//!
+//! A few channels in confirm mode, used round-robin (a channel serializes its
+//! frames; one per request would cost an open/close round trip each). A
+//! publish is `mandatory` and persistent (`delivery_mode = 2`) and goes to
+//! the sale's partition queue through the default exchange. Only a broker
+//! `ack` without a returned message counts as accepted:
+//!
+//! | broker answer | meaning | answer to the client |
+//! |---|---|---|
+//! | ack | stored in the quorum queue (a majority of its replicas) | `202` |
+//! | ack + returned message | unroutable (no such queue) | `503 busy` |
+//! | nack | refused, e.g. the queue is at `x-max-length` (`reject-publish`) | `503 busy` |
+//! | no answer within 5 s, channel or connection error | unknown | `503 busy` |
+//!
+//! A `503` after an unknown outcome is safe: the client retries, finds the
+//! same request, and the consumer settles a request id once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Channel, Confirmation, Connection};
+use tokio::sync::RwLock;
+
+use super::{PurchaseMessage, Topology};
+use crate::backends::{AmqpHandle, count_amqp_messages};
+use crate::strategy::StrategyError;
+
+/// Channels in confirm mode per process.
+const PUBLISH_CHANNELS: usize = 8;
+
+/// How long a publish waits for its confirm.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the client is told to wait before retrying a refused publish.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The publishing half of the strategy.
+pub struct Publisher {
+    amqp: AmqpHandle,
+    topology: Topology,
+    channels: RwLock<Option<Arc<Channels>>>,
+}
+
+/// Confirm-mode channels of one connection.
+struct Channels {
+    conn: Arc<Connection>,
+    channels: Vec<Channel>,
+    next: AtomicUsize,
+}
+
+impl Publisher {
+    pub fn new(amqp: AmqpHandle, topology: Topology) -> Self {
+        Self { amqp, topology, channels: RwLock::new(None) }
+    }
+
+    /// Publishes `message` to its sale's partition queue and waits for the
+    /// confirm.
+    ///
+    /// Errors: `Busy` (with [`RETRY_AFTER`]) for a nack, an unroutable
+    /// message, a missing confirm, or a broker that cannot be reached.
+    pub async fn publish(&self, message: &PurchaseMessage) -> Result<(), StrategyError> {
+        let channel = self.channel().await.map_err(|err| {
+            tracing::debug!(error = %err, "no channel to publish on");
+            busy("the message broker is unavailable")
+        })?;
+        let payload =
+            serde_json::to_vec(message).map_err(|err| StrategyError::Internal(err.into()))?;
+        let queue = self.topology.queue_of(crate::sale::SaleId(message.sale_id));
+        let message_id = message.request_id.to_string();
+        let published = publish_confirmed(&channel, &queue, &payload, &message_id);
+        match tokio::time::timeout(CONFIRM_TIMEOUT, published).await {
+            Ok(Ok(PublishOutcome::Stored)) => {
+                count_amqp_messages("published", 1);
+                Ok(())
+            }
+            Ok(Ok(PublishOutcome::Refused)) => Err(busy("the sale's queue is full")),
+            Ok(Ok(PublishOutcome::Unroutable)) => Err(busy("the sale's queue does not exist")),
+            Ok(Err(err)) => {
+                tracing::debug!(error = %err, "publish failed");
+                Err(busy("the message broker is unavailable"))
+            }
+            Err(_) => Err(busy("the message broker did not confirm in time")),
+        }
+    }
+
+    /// The next confirm-mode channel, opening them (and declaring the
+    /// topology) on a new connection.
+    async fn channel(&self) -> Result<Channel, StrategyError> {
+        let conn = self.amqp.connection().await?;
+        if let Some(channels) = self.channels.read().await.as_ref()
+            && Arc::ptr_eq(&channels.conn, &conn)
+        {
+            return Ok(channels.pick());
+        }
+        let mut slot = self.channels.write().await;
+        if let Some(channels) = slot.as_ref()
+            && Arc::ptr_eq(&channels.conn, &conn)
+        {
+            return Ok(channels.pick());
+        }
+        let unavailable = |err: lapin::Error| crate::backends::amqp_unavailable(err.into());
+        let mut channels = Vec::with_capacity(PUBLISH_CHANNELS);
+        for i in 0..PUBLISH_CHANNELS {
+            let channel = conn.create_channel().await.map_err(unavailable)?;
+            if i == 0 {
+                self.topology.declare_queues(&channel).await.map_err(unavailable)?;
+            }
+            channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(unavailable)?;
+            channels.push(channel);
+        }
+        let fresh = Arc::new(Channels { conn, channels, next: AtomicUsize::new(0) });
+        *slot = Some(fresh.clone());
+        Ok(fresh.pick())
+    }
+}
+
+impl Channels {
+    fn pick(&self) -> Channel {
+        let i = self.next.fetch_add(1, Relaxed) % self.channels.len();
+        self.channels[i].clone()
+    }
+}
+
+/// How the broker answered one confirmed publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// Acked: the queue has it.
+    Stored,
+    /// Nacked (e.g. `reject-publish` at `x-max-length`).
+    Refused,
+    /// Acked but returned: no queue of that name.
+    Unroutable,
+}
+
+/// Publishes `payload` to `queue` (default exchange, `mandatory`,
+/// persistent, `message_id` = `message_id`) on a confirm-mode `channel` and
+/// waits for the broker's answer. Public for the `amqp_rps` ceiling.
+pub async fn publish_confirmed(
+    channel: &Channel,
+    queue: &str,
+    payload: &[u8],
+    message_id: &str,
+) -> lapin::Result<PublishOutcome> {
+    let properties = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into())
+        .with_message_id(message_id.into());
+    let confirm = channel
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
+            payload,
+            properties,
+        )
+        .await?
+        .await?;
+    Ok(match confirm {
+        Confirmation::Ack(None) => PublishOutcome::Stored,
+        Confirmation::Ack(Some(_)) => PublishOutcome::Unroutable,
+        Confirmation::Nack(_) => PublishOutcome::Refused,
+        // Confirm mode is on for every channel this module opens.
+        Confirmation::NotRequested => PublishOutcome::Refused,
+    })
+}
+
+fn busy(reason: &'static str) -> StrategyError {
+    StrategyError::Busy { reason, retry_after: RETRY_AFTER }
+}

@@ -1,0 +1,180 @@
+//! The RabbitMQ objects of the `queue` strategy, and how a sale maps to them.
+//!
+//! - `PREFIX.orders.N`, `N` in `0..SECKILL_QUEUE_PARTITIONS`: durable quorum
+//!   queues with `x-single-active-consumer` (one consumer receives, across all
+//!   instances), bounded by `x-max-length` with `x-overflow = reject-publish`
+//!   (a publish beyond the bound is nacked, never silently dropped), and
+//!   `x-delivery-limit` with a dead-letter route to the dead-letter queue.
+//!   Sale `id` always goes to partition `id mod N`, so one consumer serializes
+//!   each sale.
+//! - `PREFIX.orders.dead`: the dead-letter queue (durable quorum queue). What
+//!   lands there failed deterministically; nothing consumes it automatically.
+//! - `PREFIX.events`: a fanout exchange carrying sold-out and reopened events
+//!   to every instance (each binds an exclusive queue of its own); it deletes
+//!   itself with its last binding.
+//!
+//! Declaring is idempotent: every instance declares the same objects with the
+//! same arguments (RabbitMQ refuses a redeclaration with different ones, so
+//! every instance must run with the same queue settings).
+
+use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, ExchangeKind};
+
+use crate::config::Config;
+use crate::sale::SaleId;
+
+/// Names and arguments of the queues of one prefix.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    prefix: String,
+    partitions: u16,
+    max_length: u32,
+    delivery_limit: u32,
+}
+
+impl Topology {
+    pub fn from_config(config: &Config) -> Self {
+        Self::new(
+            &config.amqp_prefix,
+            config.queue_partitions,
+            config.queue_max_length,
+            config.queue_delivery_limit,
+        )
+    }
+
+    /// `partitions` ≥ 1 queues of at most `max_length` messages; a message is
+    /// dead-lettered after `delivery_limit` deliveries.
+    pub fn new(prefix: &str, partitions: u16, max_length: u32, delivery_limit: u32) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            partitions: partitions.max(1),
+            max_length,
+            delivery_limit: delivery_limit.max(1),
+        }
+    }
+
+    pub fn partitions(&self) -> u16 {
+        self.partitions
+    }
+
+    pub fn delivery_limit(&self) -> u32 {
+        self.delivery_limit
+    }
+
+    /// The partition of `sale`: `id mod partitions` (stable across instances
+    /// and restarts).
+    pub fn partition_of(&self, sale: SaleId) -> u16 {
+        sale.0.rem_euclid(i64::from(self.partitions)) as u16
+    }
+
+    /// Name of partition queue `partition`.
+    pub fn queue(&self, partition: u16) -> String {
+        format!("{}.orders.{partition}", self.prefix)
+    }
+
+    /// Name of the partition queue that serializes `sale`.
+    pub fn queue_of(&self, sale: SaleId) -> String {
+        self.queue(self.partition_of(sale))
+    }
+
+    /// Name of the dead-letter queue.
+    pub fn dead_letter_queue(&self) -> String {
+        format!("{}.orders.dead", self.prefix)
+    }
+
+    /// Name of the fanout exchange of sold-out / reopened events.
+    pub fn events_exchange(&self) -> String {
+        format!("{}.events", self.prefix)
+    }
+
+    /// Declares the dead-letter queue, every partition queue and the events
+    /// exchange on `channel`.
+    pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
+        self.declare_queues(channel).await?;
+        self.declare_events(channel).await
+    }
+
+    /// Declares the dead-letter queue and every partition queue.
+    pub async fn declare_queues(&self, channel: &Channel) -> lapin::Result<()> {
+        let mut dead = FieldTable::default();
+        dead.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        channel
+            .queue_declare(
+                self.dead_letter_queue().as_str().into(),
+                QueueDeclareOptions::durable(),
+                dead,
+            )
+            .await?;
+        for partition in 0..self.partitions {
+            channel
+                .queue_declare(
+                    self.queue(partition).as_str().into(),
+                    QueueDeclareOptions::durable(),
+                    self.partition_arguments(),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Declares the events exchange (auto-delete: it goes with the last
+    /// instance's binding).
+    pub async fn declare_events(&self, channel: &Channel) -> lapin::Result<()> {
+        channel
+            .exchange_declare(
+                self.events_exchange().as_str().into(),
+                ExchangeKind::Fanout,
+                ExchangeDeclareOptions { auto_delete: true, ..ExchangeDeclareOptions::default() },
+                FieldTable::default(),
+            )
+            .await
+    }
+
+    /// Connects to `amqp_url` and deletes every queue of this topology (the
+    /// load test's own prefix after a run).
+    ///
+    /// Errors: the broker cannot be reached or refuses.
+    pub async fn delete_at(&self, amqp_url: &str) -> anyhow::Result<()> {
+        let props = lapin::ConnectionProperties::default();
+        let conn = lapin::Connection::connect(amqp_url, props).await?;
+        let channel = conn.create_channel().await?;
+        self.delete_queues(&channel).await?;
+        let _ = conn.close(200, "done".into()).await;
+        Ok(())
+    }
+
+    /// Deletes every queue of this topology (tests and scratch runs; a
+    /// deployment keeps its queues).
+    pub async fn delete_queues(&self, channel: &Channel) -> lapin::Result<()> {
+        use lapin::options::QueueDeleteOptions;
+        for partition in 0..self.partitions {
+            channel
+                .queue_delete(self.queue(partition).as_str().into(), QueueDeleteOptions::default())
+                .await?;
+        }
+        channel
+            .queue_delete(self.dead_letter_queue().as_str().into(), QueueDeleteOptions::default())
+            .await?;
+        Ok(())
+    }
+
+    fn partition_arguments(&self) -> FieldTable {
+        let mut args = FieldTable::default();
+        args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+        args.insert("x-max-length".into(), AMQPValue::LongLongInt(i64::from(self.max_length)));
+        args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+        args.insert(
+            "x-delivery-limit".into(),
+            AMQPValue::LongLongInt(i64::from(self.delivery_limit)),
+        );
+        // Dead-letter through the default exchange, straight to the queue.
+        args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+        args.insert(
+            "x-dead-letter-routing-key".into(),
+            AMQPValue::LongString(self.dead_letter_queue().as_str().into()),
+        );
+        args
+    }
+}

@@ -1,0 +1,108 @@
+//! The instance whose consumer is active dies mid-sale: the broker makes
+//! another instance's consumer active and hands it the unacknowledged
+//! messages; every accepted request still ends resolved, nothing oversold.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::servers::ChildService;
+use crate::{Broker, SHARED_AMQP, drained, eventually, request_id, spawn_app, unique_prefix};
+
+const STOCK: i64 = 30;
+const BUYERS: i64 = 60;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_instance_with_the_active_consumer_hands_the_sale_to_another() {
+    let prefix = unique_prefix();
+    let broker = Broker::connect(&prefix).await;
+    let queue = broker.topology.queue(0);
+    let consumers = || async {
+        let declared = broker
+            .channel
+            .queue_declare(
+                queue.as_str().into(),
+                lapin::options::QueueDeclareOptions { passive: true, ..Default::default() },
+                lapin::types::FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        declared.consumer_count()
+    };
+
+    // The first consumer to subscribe is the active one: a child process,
+    // so that the test can kill it.
+    let doomed = ChildService::start(&[
+        ("AMQP_URL", SHARED_AMQP.to_owned()),
+        ("SECKILL_AMQP_PREFIX", prefix.clone()),
+        ("SECKILL_QUEUE_PARTITIONS", "1".into()),
+        ("SECKILL_QUEUE_BATCH_SIZE", "3".into()),
+    ])
+    .await;
+    assert!(eventually(Duration::from_secs(10), || async { consumers().await == 1 }).await);
+    let survivor = spawn_app(&prefix, |config| config.queue_batch_size = 3).await;
+    // A single-active-consumer queue reports its active consumer only; give
+    // the survivor's (waiting) consumer time to subscribe.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Each batch of at most 3 holds the sale for ~400 ms: the sale takes seconds.
+    let sale = survivor
+        .create_sale(
+            json!({ "name": "fail-over", "stock": STOCK, "strategy": "queue", "work_ms": 400 }),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let mut buyers = tokio::task::JoinSet::new();
+    for user in 1..=BUYERS {
+        let (client, url) =
+            (survivor.client.clone(), survivor.url(&format!("/sales/{sale}/orders")));
+        buyers.spawn(async move {
+            let response = client.post(url).json(&json!({ "user_id": user })).send().await.unwrap();
+            let status = response.status();
+            (status, response.json::<serde_json::Value>().await.unwrap())
+        });
+    }
+    let mut accepted = Vec::new();
+    for (status, body) in buyers.join_all().await {
+        if status == StatusCode::ACCEPTED {
+            accepted.push(request_id(&body));
+        } else {
+            assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        }
+    }
+    // Kill the active consumer once it has settled something, mid-sale.
+    let survivor_ref = &survivor;
+    let started =
+        eventually(
+            Duration::from_secs(10),
+            || async move { survivor_ref.audit(sale).await.orders > 0 },
+        )
+        .await;
+    assert!(started, "the active consumer settles");
+    drop(doomed); // SIGKILL
+    let killed_at = Utc::now();
+    let before = survivor.audit(sale).await.units_sold;
+    assert!(before < STOCK, "the sale was still selling when the consumer died ({before})");
+
+    let stats = drained(&survivor, sale, Duration::from_secs(60)).await;
+    assert_eq!(stats.accepted, accepted.len() as i64);
+    assert_eq!(stats.rejected, 0);
+    let audit = survivor.audit(sale).await;
+    assert_eq!(
+        (audit.units_sold, audit.oversold, audit.ledger_drift, audit.duplicate_orders),
+        (STOCK, 0, 0, 0)
+    );
+    let after_kill: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM purchase_requests WHERE sale_id = $1 AND resolved_at > $2",
+    )
+    .bind(sale)
+    .bind(killed_at)
+    .fetch_one(&survivor.db)
+    .await
+    .unwrap();
+    assert!(after_kill > 0, "the survivor's consumer took over");
+    broker.delete_queues().await;
+}

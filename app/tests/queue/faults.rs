@@ -1,0 +1,123 @@
+//! Redelivery, poison messages and a full queue.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use seckill::strategy::queue::{PurchaseMessage, Topology};
+
+use crate::support::assert_problem;
+use crate::{
+    Broker, SHARED_AMQP, buy, drained, eventually, queue_stats, request_id, resolved, spawn_app,
+    unique_prefix,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_delivered_twice_yields_one_order_and_one_result() {
+    let prefix = unique_prefix();
+    // Accept without settling: no consumer yet.
+    let front = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let sale = front.sale("queue", 5).await;
+    let (status, body) = buy(&front, sale, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let id = request_id(&body);
+    let copy =
+        PurchaseMessage { request_id: id.parse().unwrap(), sale_id: sale, user_id: 1, quantity: 1 };
+    let broker = Broker::connect(&prefix).await;
+    broker.publish(&copy).await;
+
+    // Both copies reach the consumer.
+    let settler = spawn_app(&prefix, |_| {}).await;
+    let first = resolved(&settler, sale, &id, Duration::from_secs(10)).await;
+    assert_eq!(first["status"], "placed", "{first}");
+    let queue = broker.topology.queue(0);
+    assert!(
+        eventually(Duration::from_secs(10), || async { broker.ready(&queue).await == 0 }).await
+    );
+
+    // A third copy after the result was recorded: settled idempotently.
+    broker.publish(&copy).await;
+    assert!(
+        eventually(Duration::from_secs(10), || async { broker.ready(&queue).await == 0 }).await
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, again) = crate::request(&settler, sale, &id, 0).await;
+    assert_eq!(again, first, "same request, same result");
+    let audit = settler.audit(sale).await;
+    assert_eq!((audit.orders, audit.units_sold, audit.ledger_drift), (1, 1, 0));
+    assert_eq!(queue_stats(&settler, sale).await.accepted, 1);
+    broker.delete_queues().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_is_dead_lettered_after_bounded_retries_and_the_sale_continues() {
+    let prefix = unique_prefix();
+    let app = spawn_app(&prefix, |_| {}).await;
+    let sale = app.sale("queue", 3).await;
+    let broker = Broker::connect(&prefix).await;
+    // Readable, but Postgres refuses it every time (an order of 0 units).
+    let poison = PurchaseMessage {
+        request_id: uuid::Uuid::new_v4(),
+        sale_id: sale,
+        user_id: 999,
+        quantity: 0,
+    };
+    broker.publish(&poison).await;
+    // Unreadable: dead-lettered at once.
+    broker.publish_raw(sale, b"not a purchase").await;
+
+    let mut ids = Vec::new();
+    for user in 1..=3 {
+        let (status, body) = buy(&app, sale, user).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        ids.push(request_id(&body));
+    }
+    for id in &ids {
+        let result = resolved(&app, sale, id, Duration::from_secs(20)).await;
+        assert_eq!(result["status"], "placed", "{result}");
+    }
+    let dead = broker.topology.dead_letter_queue();
+    let both_dead =
+        eventually(Duration::from_secs(20), || async { broker.ready(&dead).await == 2 }).await;
+    assert!(both_dead, "{} messages in the dead-letter queue", broker.ready(&dead).await);
+    assert_eq!(broker.ready(&broker.topology.queue(0)).await, 0, "no endless requeue");
+    let stats = drained(&app, sale, Duration::from_secs(5)).await;
+    assert_eq!((stats.placed, stats.rejected), (3, 1), "{stats:?}");
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (3, 0, 0));
+    broker.delete_queues().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_503_busy_and_accepts_nothing_it_cannot_keep() {
+    let prefix = unique_prefix();
+    let app = spawn_app(&prefix, |config| {
+        config.queue_consume = false;
+        config.queue_max_length = 3;
+    })
+    .await;
+    let sale = app.sale("queue", 10).await;
+    // A quorum queue turns to rejecting once it is over its bound, so the
+    // message that crosses it may still be taken: 3 or 4 are accepted.
+    let mut accepted = 0;
+    let mut refused = None;
+    for user in 1..=6 {
+        let response = app.buy(sale, user).await;
+        if response.status() == StatusCode::ACCEPTED {
+            assert!(refused.is_none(), "accepted after a refusal");
+            accepted += 1;
+        } else if refused.is_none() {
+            refused = Some(response);
+        }
+    }
+    assert!((3..=4).contains(&accepted), "{accepted} accepted with room for 3");
+    let response = refused.expect("the full queue refused a purchase");
+    let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+    assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "busy").await;
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    let stats = queue_stats(&app, sale).await;
+    assert_eq!((stats.accepted, stats.accepted_unresolved), (accepted, accepted), "{stats:?}");
+    let limit = seckill::config::Config::from_env().queue_delivery_limit;
+    let broker = Broker::connect_to(SHARED_AMQP, Topology::new(&prefix, 1, 3, limit)).await;
+    assert_eq!(i64::from(broker.ready(&broker.topology.queue(0)).await), accepted);
+    broker.delete_queues().await;
+}

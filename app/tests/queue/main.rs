@@ -1,0 +1,205 @@
+//! `queue` against a real RabbitMQ and a real Postgres: accepted purchases
+//! and their results, exact books with two instances, fail-over of the active
+//! consumer, redelivery, poison messages, a full queue, partial batch grants.
+//!
+//! Every test uses queue names of its own (`SECKILL_AMQP_PREFIX`) on the
+//! shared broker and deletes its queues at the end; the broker-restart test
+//! owns a broker node and lives in its own binary (`queue_broker`).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+// The child-process helper of the redis-decr tests (`ChildService`).
+#[allow(dead_code)]
+#[path = "../redis_decr/servers.rs"]
+mod servers;
+
+mod batch;
+mod books;
+mod failover;
+mod faults;
+mod purchase;
+
+use std::future::Future;
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use reqwest::StatusCode;
+use seckill::config::Config;
+use seckill::strategy::queue::{PurchaseMessage, QueueStats, Topology};
+use serde_json::Value;
+
+use crate::support::{ADMIN_TOKEN, TestApp};
+
+pub const SHARED_AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// Queue names no other test (or run) uses.
+pub fn unique_prefix() -> String {
+    format!("test-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A service over the test database whose queues are named after `prefix`,
+/// with one partition and its consumer on, after `tweak`.
+pub async fn spawn_app(prefix: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let prefix = prefix.to_owned();
+    TestApp::spawn_with(move |config| {
+        config.amqp_url = SHARED_AMQP.to_owned();
+        config.amqp_prefix = prefix;
+        config.queue_partitions = 1;
+        config.queue_consume = true;
+        tweak(config);
+    })
+    .await
+}
+
+/// The topology the test services of `prefix` use (defaults of
+/// [`spawn_app`]).
+pub fn topology(prefix: &str) -> Topology {
+    let config = Config::from_env();
+    Topology::new(prefix, 1, config.queue_max_length, config.queue_delivery_limit)
+}
+
+/// `POST /sales/{id}/orders` for `user`: the status and the JSON body.
+pub async fn buy(app: &TestApp, sale: i64, user: i64) -> (StatusCode, Value) {
+    let response = app.buy(sale, user).await;
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// `GET /sales/{sale}/requests/{id}?wait_ms=…`: the status and the body.
+pub async fn request(app: &TestApp, sale: i64, id: &str, wait_ms: u64) -> (StatusCode, Value) {
+    let response = app
+        .client
+        .get(app.url(&format!("/sales/{sale}/requests/{id}?wait_ms={wait_ms}")))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The request's result once it is no longer `pending` (long polls for up
+/// to `within`); panics if it stays pending.
+pub async fn resolved(app: &TestApp, sale: i64, id: &str, within: Duration) -> Value {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let (status, body) = request(app, sale, id, 2000).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if body["status"] != "pending" {
+            return body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "request {id} still pending: {body}");
+    }
+}
+
+/// `GET /admin/sales/{id}/queue`; panics unless `200`.
+pub async fn queue_stats(app: &TestApp, sale: i64) -> QueueStats {
+    let response = app
+        .client
+        .get(app.url(&format!("/admin/sales/{sale}/queue")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.json().await.unwrap()
+}
+
+/// Waits until the sale has no unresolved request; panics after `within`.
+pub async fn drained(app: &TestApp, sale: i64, within: Duration) -> QueueStats {
+    let done =
+        eventually(within, || async { queue_stats(app, sale).await.accepted_unresolved == 0 })
+            .await;
+    let stats = queue_stats(app, sale).await;
+    assert!(done, "requests still unresolved: {stats:?}");
+    stats
+}
+
+/// Polls `check` every 50 ms until it holds or `within` has passed.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A raw AMQP client on the shared broker, for what the service never does
+/// itself: publishing copies and poison, counting dead letters, cleaning up.
+pub struct Broker {
+    _conn: Connection,
+    pub channel: Channel,
+    pub topology: Topology,
+}
+
+impl Broker {
+    pub async fn connect(prefix: &str) -> Broker {
+        Self::connect_to(SHARED_AMQP, topology(prefix)).await
+    }
+
+    pub async fn connect_to(url: &str, topology: Topology) -> Broker {
+        let conn = Connection::connect(url, ConnectionProperties::default()).await.unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+        topology.declare_queues(&channel).await.unwrap();
+        Broker { _conn: conn, channel, topology }
+    }
+
+    /// Publishes `body` to the partition queue of `sale`, confirmed.
+    pub async fn publish_raw(&self, sale: i64, body: &[u8]) {
+        let queue = self.topology.queue_of(seckill::sale::SaleId(sale));
+        let confirm = self
+            .channel
+            .basic_publish(
+                "".into(),
+                queue.as_str().into(),
+                BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() },
+                body,
+                BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(confirm.is_ack());
+    }
+
+    pub async fn publish(&self, message: &PurchaseMessage) {
+        self.publish_raw(message.sale_id, &serde_json::to_vec(message).unwrap()).await;
+    }
+
+    /// Messages ready in `queue` (a passive declare).
+    pub async fn ready(&self, queue: &str) -> u32 {
+        let declared = self
+            .channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        declared.message_count()
+    }
+
+    /// Deletes the test's queues.
+    pub async fn delete_queues(self) {
+        self.topology.delete_queues(&self.channel).await.unwrap();
+    }
+}
+
+/// The request id of a `202` body.
+pub fn request_id(body: &Value) -> String {
+    body["request_id"].as_str().unwrap_or_else(|| panic!("no request id in {body}")).to_owned()
+}

@@ -1,0 +1,150 @@
+//! The request path: `202` with a request id and a `Location`, the result
+//! behind it, resubmissions, the sold-out gate, and refusals.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::{ADMIN_TOKEN, assert_problem};
+use crate::{Broker, buy, drained, request, request_id, resolved, spawn_app, unique_prefix};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purchase_is_accepted_with_a_location_and_resolved_to_its_order() {
+    let prefix = unique_prefix();
+    let app = spawn_app(&prefix, |_| {}).await;
+    let sale = app.sale("queue", 1).await;
+
+    let response = app.buy(sale, 7).await;
+    if response.status() != StatusCode::ACCEPTED {
+        panic!("{}", response.text().await.unwrap());
+    }
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let body: Value = response.json().await.unwrap();
+    let id = request_id(&body);
+    assert_eq!(location, format!("/sales/{sale}/requests/{id}"));
+    assert_eq!(body["location"], location.as_str());
+    assert_eq!((&body["sale_id"], &body["user_id"]), (&json!(sale), &json!(7)));
+
+    let result = resolved(&app, sale, &id, Duration::from_secs(10)).await;
+    assert_eq!(result["status"], "placed", "{result}");
+    let order_id = result["order_id"].as_i64().expect("an order id");
+    let owner: i64 = sqlx::query_scalar("SELECT user_id FROM orders WHERE id = $1")
+        .bind(order_id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(owner, 7);
+
+    // The same buyer again: the same request and its result, no new order.
+    let (status, again) = buy(&app, sale, 7).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(request_id(&again), id);
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.orders, audit.remaining_stock, audit.ledger_drift), (1, 0, 0));
+
+    // Another buyer of the sold-out sale is told so by the consumer…
+    let (status, late) = buy(&app, sale, 8).await;
+    if status == StatusCode::ACCEPTED {
+        let result = resolved(&app, sale, &request_id(&late), Duration::from_secs(10)).await;
+        assert_eq!(result["status"], "sold_out", "{result}");
+    } else {
+        assert_eq!(status, StatusCode::CONFLICT, "{late}");
+    }
+    // …and from then on by the instance itself, without a message.
+    let response = app.buy(sale, 9).await;
+    assert_problem(response, StatusCode::CONFLICT, "sold-out").await;
+    Broker::connect(&prefix).await.delete_queues().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_reopens_a_sale_the_gate_had_closed() {
+    let prefix = unique_prefix();
+    let app = spawn_app(&prefix, |config| config.sold_out_flag_ttl_ms = 60_000).await;
+    let sale = app.sale("queue", 1).await;
+    let (_, first) = buy(&app, sale, 1).await;
+    resolved(&app, sale, &request_id(&first), Duration::from_secs(10)).await;
+    let (_, second) = buy(&app, sale, 2).await;
+    if second["request_id"].is_string() {
+        let result = resolved(&app, sale, &request_id(&second), Duration::from_secs(10)).await;
+        assert_eq!(result["status"], "sold_out");
+    }
+    assert_problem(app.buy(sale, 3).await, StatusCode::CONFLICT, "sold-out").await;
+
+    let restocked = app.restock(sale, json!({ "units": 1 })).await;
+    assert_eq!(restocked.status(), StatusCode::OK);
+    let (status, body) = buy(&app, sale, 3).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let result = resolved(&app, sale, &request_id(&body), Duration::from_secs(10)).await;
+    assert_eq!(result["status"], "placed", "{result}");
+    drained(&app, sale, Duration::from_secs(5)).await;
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.total_stock, audit.ledger_drift), (2, 2, 0));
+    Broker::connect(&prefix).await.delete_queues().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_requests_are_404_and_a_long_poll_is_bounded() {
+    let prefix = unique_prefix();
+    let app = spawn_app(&prefix, |_| {}).await;
+    let sale = app.sale("queue", 5).await;
+    let missing = uuid::Uuid::new_v4().to_string();
+    let (status, body) = request(&app, sale, &missing, 0).await;
+    assert_eq!(
+        (status, body["type"].as_str()),
+        (StatusCode::NOT_FOUND, Some("/problems/not-found"))
+    );
+    let (status, _) = request(&app, sale, "not-a-uuid", 0).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let (status, accepted) = buy(&app, sale, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let id = request_id(&accepted);
+    // Another sale's id does not reach this request.
+    let (status, _) = request(&app, sale + 1_000_000, &id, 0).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = request(&app, sale, &id, 60_000).await;
+    assert_eq!(
+        (status, body["type"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("/problems/invalid-field"))
+    );
+
+    let stats = app
+        .client
+        .get(app.url("/admin/sales/999999999/queue"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_problem(stats, StatusCode::NOT_FOUND, "not-found").await;
+    drained(&app, sale, Duration::from_secs(10)).await;
+    Broker::connect(&prefix).await.delete_queues().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
+    let prefix = unique_prefix();
+    let app = spawn_app(&prefix, |_| {}).await;
+    let ready: Value =
+        app.client.get(app.url("/readyz")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(ready["rabbitmq"], "ok", "{ready}");
+
+    // Nothing listens on this port: readiness names RabbitMQ, and a purchase
+    // is refused with `busy` and a Retry-After, never accepted.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let down = spawn_app(&unique_prefix(), |config| {
+        config.amqp_url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+    })
+    .await;
+    let response = down.client.get(down.url("/readyz")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["backend"], "rabbitmq", "{body}");
+    let sale = down.sale("queue", 3).await;
+    let response = down.buy(sale, 1).await;
+    assert!(response.headers().contains_key("retry-after"));
+    assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "busy").await;
+    let stats = crate::queue_stats(&down, sale).await;
+    assert_eq!(stats.accepted, 0, "a refused request is not counted as accepted");
+    Broker::connect(&prefix).await.delete_queues().await;
+}

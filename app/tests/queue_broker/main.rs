@@ -1,0 +1,160 @@
+//! `queue` across a broker restart, on a RabbitMQ node this test owns (its
+//! own name, ports and directories beside the shared broker): no request
+//! that got a `202` is lost, and no order is written twice.
+//!
+//! A binary of its own: it starts and stops a broker, which takes seconds,
+//! and nothing else should share those seconds.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod node;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::node::OwnedBroker;
+use crate::support::{ADMIN_TOKEN, TestApp};
+
+const STOCK: i64 = 1000;
+const BUYERS: i64 = 1500;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_order() {
+    let mut broker = OwnedBroker::start().await;
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let url = broker.url();
+    let app = TestApp::spawn_with(move |config| {
+        config.amqp_url = url;
+        config.amqp_prefix = prefix;
+        config.queue_partitions = 1;
+        config.queue_consume = true;
+        config.queue_batch_size = 10;
+    })
+    .await;
+    let sale = app
+        .create_sale(
+            json!({ "name": "restart", "stock": STOCK, "strategy": "queue", "work_ms": 20 }),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    // The first purchase declares the quorum queue; a fresh node needs a few
+    // seconds before its queue leader survives a stop.
+    assert_eq!(app.buy(sale, 1).await.status(), StatusCode::ACCEPTED);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // Buyers keep coming through the restart, retrying `503 busy`: ten at a
+    // time, each taking ~25 ms per buyer, so the sale lasts longer than the
+    // moment the broker stops.
+    let accepted = Arc::new(Mutex::new(vec![(1_i64, String::new())]));
+    let next = Arc::new(std::sync::atomic::AtomicI64::new(2));
+    let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let (client, base) = (app.client.clone(), app.base.clone());
+        let (accepted, next, refused) = (accepted.clone(), next.clone(), refused.clone());
+        workers.spawn(async move {
+            loop {
+                let user = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if user > BUYERS {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                for _ in 0..400 {
+                    let response = client
+                        .post(format!("{base}/sales/{sale}/orders"))
+                        .json(&json!({ "user_id": user }))
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = response.status();
+                    let body: Value = response.json().await.unwrap_or(Value::Null);
+                    match status {
+                        StatusCode::ACCEPTED => {
+                            let id = body["request_id"].as_str().unwrap().to_owned();
+                            accepted.lock().unwrap().push((user, id));
+                            break;
+                        }
+                        StatusCode::CONFLICT => break,
+                        StatusCode::SERVICE_UNAVAILABLE => {
+                            assert_eq!(body["type"], "/problems/busy", "{body}");
+                            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        other => panic!("unexpected {other}: {body}"),
+                    }
+                }
+            }
+        });
+    }
+    // Stop the broker once the sale is under way.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while accepted.lock().unwrap().len() < 50 {
+        assert!(tokio::time::Instant::now() < deadline, "the sale got under way");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker.stop();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    broker.restart().await;
+    workers.join_all().await;
+    let refused = refused.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(refused > 0, "the restart happened while buyers were buying");
+
+    let accepted = accepted.lock().unwrap().clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let stats: Value = app
+            .client
+            .get(app.url(&format!("/admin/sales/{sale}/queue")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if stats["accepted_unresolved"] == 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still unresolved: {stats}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every 202 has a final result (the first buyer's id was not kept).
+    let mut placed = HashSet::new();
+    for (user, id) in accepted.iter().filter(|(_, id)| !id.is_empty()) {
+        let result: Value = app
+            .client
+            .get(app.url(&format!("/sales/{sale}/requests/{id}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let status = result["status"].as_str().unwrap();
+        assert!(["placed", "sold_out"].contains(&status), "user {user}: {result}");
+        if status == "placed" {
+            assert!(placed.insert(result["order_id"].as_i64().unwrap()), "an order twice");
+        }
+    }
+    let audit = app.audit(sale).await;
+    assert_eq!(
+        (audit.units_sold, audit.oversold, audit.ledger_drift, audit.duplicate_orders),
+        (STOCK, 0, 0, 0),
+        "{audit:?}"
+    );
+    let requests_placed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM purchase_requests WHERE sale_id = $1 AND status = 'placed'",
+    )
+    .bind(sale)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(requests_placed, STOCK, "one placed request per order");
+    broker.stop();
+}

@@ -1,0 +1,118 @@
+//! A RabbitMQ node the test owns: its own node name, AMQP and distribution
+//! ports, and directories under a temporary directory, beside the shared
+//! broker. Stopped (and its directories removed) when dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub struct OwnedBroker {
+    pub port: u16,
+    dist_port: u16,
+    name: String,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl OwnedBroker {
+    /// Starts the node and waits (up to 60 s) until it accepts AMQP.
+    pub async fn start() -> OwnedBroker {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let dir = std::env::temp_dir().join(format!("seckill-rabbit-{id}"));
+        for sub in ["mnesia", "log"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        std::fs::write(dir.join("plugins"), "[].\n").unwrap();
+        // Started as root, the Debian server drops to the `rabbitmq` user,
+        // which must own its directories.
+        let _ = Command::new("chown")
+            .args(["-R", "rabbitmq:rabbitmq"])
+            .arg(&dir)
+            .stderr(Stdio::null())
+            .status();
+        let port = free_port();
+        // Its own configuration: the machine's may pin the listener to 5672.
+        std::fs::write(
+            dir.join("rabbitmq.conf"),
+            format!("listeners.tcp.local = 127.0.0.1:{port}\n"),
+        )
+        .unwrap();
+        let mut broker = OwnedBroker {
+            port,
+            dist_port: free_port(),
+            name: format!("seckill-test-{}", &id[..12]),
+            dir,
+            child: None,
+        };
+        broker.launch().await;
+        broker
+    }
+
+    pub fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    fn node(&self) -> String {
+        let host = Command::new("hostname").arg("-s").output().unwrap();
+        format!("{}@{}", self.name, String::from_utf8_lossy(&host.stdout).trim())
+    }
+
+    /// Stops the node (`rabbitmqctl stop`: a clean shutdown, messages kept).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("rabbitmqctl")
+                .args(["-n", &self.node(), "stop"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the node again on the same ports and directories.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.launch().await;
+    }
+
+    async fn launch(&mut self) {
+        let child = Command::new("rabbitmq-server")
+            .env("RABBITMQ_NODENAME", &self.name)
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
+            .env("RABBITMQ_MNESIA_BASE", self.dir.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", self.dir.join("log"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", self.dir.join("plugins"))
+            .env("RABBITMQ_FEATURE_FLAGS_FILE", self.dir.join("feature_flags"))
+            .env("RABBITMQ_CONFIG_FILE", self.dir.join("rabbitmq.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rabbitmq-server starts");
+        self.child = Some(child);
+        let url = self.url();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let props = lapin::ConnectionProperties::default();
+            if let Ok(conn) = lapin::Connection::connect(&url, props).await {
+                let _ = conn.close(200, "ready".into()).await;
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the owned RabbitMQ node started");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Drop for OwnedBroker {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

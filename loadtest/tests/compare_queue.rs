@@ -1,0 +1,62 @@
+//! End to end: `loadtest compare --strategies sql,queue` on a small sale and
+//! two real instances: the `queue` run resolves every accepted request, keeps
+//! exact books, and fills its queue fields, its cost in AMQP messages and the
+//! two queue ceilings (docs/report-format.md).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const STOCK: i64 = 200;
+
+#[test]
+fn compare_reports_the_queue_strategy_with_its_ceilings_and_queue_fields() {
+    let out = std::env::temp_dir().join(format!("loadtest-queue-{}", std::process::id()));
+    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args(["compare", "--strategies", "sql,queue", "--stock", &STOCK.to_string()])
+        .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
+        .args(["--ceiling-duration", "1", "--quiet", "--out"])
+        .arg(&out)
+        .status()
+        .expect("loadtest runs");
+    assert!(status.success(), "loadtest compare exited with {status}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+
+    let ceilings = &report["ceilings"];
+    assert!(ceilings["amqp_rps"]["value"].as_f64().unwrap() > 0.0, "{ceilings}");
+    let drain = &ceilings["queue_drain_units_per_s"];
+    assert_eq!(drain["units"], 20_000, "{drain}");
+    assert!(drain["value"].as_f64().unwrap() > 0.0, "{drain}");
+    assert!(drain["ratio_vs_sql_tps"].as_f64().unwrap() > 0.0, "{drain}");
+
+    let runs = report["runs"].as_array().unwrap();
+    let sql = runs.iter().find(|r| r["strategy"] == "sql").unwrap();
+    assert!(sql["accepted_unresolved"].is_null() && sql["batch_sizes"].is_null(), "{sql}");
+    assert!(sql["cost"]["amqp_messages_per_unit"].is_null());
+    let queue = runs.iter().find(|r| r["strategy"] == "queue").unwrap();
+    assert_eq!(
+        (&queue["expected"], &queue["verdict"]),
+        (&"correct".into(), &"ok".into()),
+        "{queue}"
+    );
+    assert_eq!(queue["units_sold"], STOCK);
+    assert_eq!((queue["oversold"].as_i64(), queue["undersold"].as_i64()), (Some(0), Some(0)));
+    assert_eq!((queue["ledger_drift"].as_i64(), queue["errors_5xx"].as_i64()), (Some(0), Some(0)));
+    assert_eq!(queue["accepted_unresolved"], 0, "{queue}");
+    let accepted = queue["outcomes"]["accepted"].as_i64().unwrap();
+    assert!(accepted >= STOCK, "{queue}");
+    assert_eq!(queue["outcomes"]["placed"], 0, "queue purchases are answered 202, not 201");
+    assert_eq!(queue["outcomes"]["rejected"], 0);
+    for key in ["p50", "p95", "p99", "max"] {
+        assert!(queue["e2e_latency_ms"][key].as_f64().unwrap() >= 0.0, "{queue}");
+    }
+    let batches = &queue["batch_sizes"];
+    assert!(batches["max"].as_f64().unwrap() >= 1.0 && batches["mean"].as_f64().unwrap() >= 1.0);
+    // Every unit sold was published and consumed at least once.
+    let messages = queue["cost"]["amqp_messages_per_unit"].as_f64().unwrap();
+    assert!(messages >= 2.0, "amqp_messages_per_unit {messages}");
+    assert!(queue["sell_through_per_s"].as_f64().unwrap() > 0.0);
+    assert!(queue["ratio"]["sell_through_vs_sql_strategy"].as_f64().unwrap() > 0.0);
+    let _ = std::fs::remove_dir_all(&out);
+}
