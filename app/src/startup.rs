@@ -25,10 +25,10 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 pub async fn prepare_database(url: &str) -> anyhow::Result<()> {
     if !Postgres::database_exists(url).await.context("connecting to Postgres")? {
         // Two instances may both see it missing; the loser's error is harmless.
-        if let Err(err) = Postgres::create_database(url).await {
-            if !Postgres::database_exists(url).await.unwrap_or(false) {
-                return Err(err).context("creating the database");
-            }
+        if let Err(err) = Postgres::create_database(url).await
+            && !Postgres::database_exists(url).await.unwrap_or(false)
+        {
+            return Err(err).context("creating the database");
         }
     }
     let pool = PgPoolOptions::new().max_connections(1).connect(url).await?;

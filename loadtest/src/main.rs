@@ -28,6 +28,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start; boxing the flags would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run every strategy × profile × repeat and write report.json, report.md

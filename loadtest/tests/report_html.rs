@@ -86,10 +86,10 @@ fn chromium() -> PathBuf {
         return PathBuf::from(path);
     }
     for name in ["chromium", "chromium-browser", "google-chrome"] {
-        if let Ok(out) = Command::new("which").arg(name).output() {
-            if out.status.success() {
-                return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-            }
+        if let Ok(out) = Command::new("which").arg(name).output()
+            && out.status.success()
+        {
+            return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         }
     }
     panic!(

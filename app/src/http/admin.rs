@@ -54,10 +54,10 @@ impl NewSale {
         if !(1..=1_000_000).contains(&per_user_limit) {
             return Err(InvalidInput::new("per_user_limit", "must be between 1 and 1000000"));
         }
-        if let (Some(start), Some(end)) = (self.starts_at, self.ends_at) {
-            if start >= end {
-                return Err(InvalidInput::new("ends_at", "must be after starts_at"));
-            }
+        if let (Some(start), Some(end)) = (self.starts_at, self.ends_at)
+            && start >= end
+        {
+            return Err(InvalidInput::new("ends_at", "must be after starts_at"));
         }
         let ms = |field: &'static str, value: Option<i32>, default: i32, min: i32| {
             let value = value.unwrap_or(default);

@@ -74,7 +74,7 @@ pub fn number(value: f64) -> String {
         let digits = rounded.unsigned_abs().to_string();
         let mut grouped = String::new();
         for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
                 grouped.push('\u{202f}');
             }
             grouped.push(c);
@@ -144,7 +144,7 @@ pub fn bars(
     let height = TOP + ROW * rows.len() as f64 + BOTTOM;
     let values = rows.iter().filter_map(|r| r.value).chain(reference.map(|r| r.value));
     let (mut lo, mut hi) = values.fold((0.0f64, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    if hi - lo < f64::EPSILON {
+    if (hi - lo).abs() < f64::EPSILON {
         hi = lo + 1.0;
     }
     let pad = (hi - lo) * 0.04;
