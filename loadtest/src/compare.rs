@@ -43,9 +43,8 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     progress.stage("starting the instances");
     let instances = Instances::start(&args, redlock.as_ref()).await?;
     let result = compare(&args, &instances, &mut progress).await;
-    let own_queues = (args.target.is_empty()
-        && args.strategies.iter().any(|s| s.needs().contains(&Backend::Rabbitmq)))
-    .then(|| instances.amqp_prefix.clone());
+    // Instances started here declare their queues whatever is compared.
+    let own_queues = args.target.is_empty().then(|| instances.amqp_prefix.clone());
     instances.stop().await;
     if let Some(prefix) = own_queues {
         // The run's quorum queues would otherwise outlive it on the broker.

@@ -38,6 +38,7 @@ async fn killing_the_instance_with_the_active_consumer_hands_the_sale_to_another
         ("AMQP_URL", SHARED_AMQP.to_owned()),
         ("SECKILL_AMQP_PREFIX", prefix.clone()),
         ("SECKILL_QUEUE_PARTITIONS", "1".into()),
+        ("SECKILL_QUEUE_CONSUME", "true".into()),
         ("SECKILL_QUEUE_BATCH_SIZE", "3".into()),
     ])
     .await;

@@ -87,6 +87,9 @@ impl ChildService {
             .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
             .env("SECKILL_ADMIN_TOKEN", crate::support::ADMIN_TOKEN)
             .env("RUST_LOG", "error")
+            // No `queue` consumers (their quorum queues would outlive the
+            // test) unless a test's `env` turns them on.
+            .env("SECKILL_QUEUE_CONSUME", "false")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         for (key, value) in env {
