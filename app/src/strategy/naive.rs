@@ -92,7 +92,11 @@ pub enum Attempt {
 /// The write of [`read_check_write`]: set the stock to the value computed
 /// from the read (`$2`, not a relative decrement) and insert the order, in one
 /// statement, so that a duplicate buyer's failed insert also undoes its stock
-/// write. With a fencing token (`$5`), the stock row is written only while the
+/// write. Units a restock added since the read (`total_stock` grew past `$6`,
+/// the total that was read) are carried into the written value: a restock is
+/// an administrative write that no purchase lock covers, and it must never be
+/// lost; purchases between the read and the write still are, which is what a
+/// lock must prevent. With a fencing token (`$5`), the stock row is written only while the
 /// sale is still claimed by that token, and the claim stays share-locked until
 /// the statement commits; with `$5` NULL the fence is not consulted. No row
 /// back means the fence refused the write.
@@ -100,7 +104,7 @@ const WRITE: &str = "
     WITH fence AS (
         SELECT 1 FROM sale_fences WHERE sale_id = $1 AND token = $5 FOR SHARE
     ), stock AS (
-        UPDATE sales SET remaining_stock = $2
+        UPDATE sales SET remaining_stock = $2 + (total_stock - $6)
         WHERE id = $1 AND ($5::bigint IS NULL OR EXISTS (SELECT 1 FROM fence))
         RETURNING id
     )
@@ -111,12 +115,13 @@ const WRITE: &str = "
 /// The naive steps: read `remaining_stock`; answer `SoldOut` when fewer than
 /// `quantity` units remain; run the sale's simulated work
 /// (`Knobs::simulate_work`); ask `guard`; then, in one statement, write
-/// `remaining − quantity` (the value computed from the read) and insert the
-/// order. Two round trips to Postgres and no transaction around them, which
-/// is the point: nothing stops another writer between the read and the write.
+/// `remaining − quantity` (the value computed from the read, plus whatever a
+/// restock added meanwhile) and insert the order. Two round trips to Postgres
+/// and no transaction around them, which is the point: nothing stops another
+/// purchase between the read and the write.
 ///
-/// Safe only when nothing else writes the sale's stock between the read and
-/// the write — which is what a lock, or a fencing guard, must ensure.
+/// Safe only when no other purchase writes the sale's stock between the read
+/// and the write — which is what a lock, or a fencing guard, must ensure.
 ///
 /// Errors: Postgres failures as in `From<sqlx::Error>`; a duplicate buyer is
 /// `Ok(Attempt::Done(Outcome::AlreadyPurchased))` and leaves the stock as it was.
@@ -127,10 +132,11 @@ pub async fn read_check_write(
     quantity: Quantity,
     guard: &dyn WriteGuard,
 ) -> Result<Attempt, StrategyError> {
-    let remaining: i64 = sqlx::query_scalar("SELECT remaining_stock FROM sales WHERE id = $1")
-        .bind(sale.id.0)
-        .fetch_one(db)
-        .await?;
+    let (remaining, total): (i64, i64) =
+        sqlx::query_as("SELECT remaining_stock, total_stock FROM sales WHERE id = $1")
+            .bind(sale.id.0)
+            .fetch_one(db)
+            .await?;
     let wanted = i64::from(quantity.get());
     if remaining < wanted {
         return Ok(Attempt::Done(Outcome::SoldOut));
@@ -145,6 +151,7 @@ pub async fn read_check_write(
         .bind(user.get())
         .bind(quantity.get())
         .bind(guard.fence().map(|token| token.0))
+        .bind(total)
         .fetch_optional(db)
         .await;
     match written {

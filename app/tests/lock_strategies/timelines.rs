@@ -171,6 +171,42 @@ async fn t1_fencing_refuses_the_write_of_a_holder_paused_past_its_lease() {
     t1(true).await;
 }
 
+/// A restock is an administrative write that no purchase lock covers: when it
+/// lands while a holder is between its read and its write, the holder's
+/// write must carry the restocked units forward, not overwrite them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_between_a_holders_read_and_write_is_not_lost() {
+    for fenced in [false, true] {
+        let app = spawn(&unique_prefix(), 1000).await;
+        let id = sale_with(&app, StrategyName::LockFenced.as_str(), 10, json!({})).await;
+        let sale = fake_sale(id, StrategyName::LockFenced, Knobs::default());
+        let (reached, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let guard = StallBeforeWrite {
+            reached: reached.clone(),
+            resume: resume.clone(),
+            inner: guard_of(claim_if(&app.db, &sale, fenced).await),
+        };
+        let holder = {
+            let (db, sale) = (app.db.clone(), sale.clone());
+            tokio::spawn(async move {
+                read_check_write(&db, &sale, user(1), seckill::sale::Quantity::ONE, &guard).await
+            })
+        };
+        reached.notified().await;
+        let restocked = app.restock(id, json!({ "units": 5 })).await;
+        assert_eq!(restocked.status(), StatusCode::OK);
+        resume.notify_one();
+        assert!(placed(&holder.await.unwrap().unwrap()), "fenced: {fenced}");
+
+        let audit = app.audit(id).await;
+        assert_eq!(
+            (audit.total_stock, audit.remaining_stock, audit.units_sold, audit.ledger_drift),
+            (15, 14, 1, 0),
+            "fenced: {fenced}: {audit:?}"
+        );
+    }
+}
+
 /// T2: a `seckill` process holding a `lock/fenced` lock (watchdog included)
 /// is SIGSTOPped inside its critical section; its lease runs out, another
 /// instance sells; the process is continued and must not write.
