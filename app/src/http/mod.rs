@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use axum_prometheus::PrometheusMetricLayer;
+use axum_prometheus::{EndpointLabel, PrometheusMetricLayerBuilder};
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -45,6 +45,10 @@ pub struct AppState {
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
 const BODY_LIMIT_BYTES: usize = 16 * 1024;
 
+/// The `endpoint` label of `/metrics` request series for a request that
+/// matched no route.
+pub const UNMATCHED_ENDPOINT: &str = "unmatched";
+
 /// How long `/readyz` waits for each backing server.
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -65,7 +69,15 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { AppError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
-        .layer(PrometheusMetricLayer::new())
+        .layer(
+            // Requests that match no route are counted under one label, not
+            // their raw path: a client must not be able to mint series.
+            PrometheusMetricLayerBuilder::new()
+                .with_endpoint_label_type(EndpointLabel::MatchedPathWithFallbackFn(|_| {
+                    UNMATCHED_ENDPOINT.to_owned()
+                }))
+                .build(),
+        )
         // Failures are logged where they are understood (AppError); a 503
         // `busy` is designed back-pressure, not an error worth a log line.
         .layer(

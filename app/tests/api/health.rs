@@ -52,3 +52,25 @@ async fn metrics_count_requests_by_route_and_purchase_outcomes_by_strategy() {
     }
     assert!(has("axum_http_requests_duration_seconds_bucket", &[]), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_match_no_route_share_one_metrics_label() {
+    let app = TestApp::spawn().await;
+    let paths: Vec<String> =
+        (0..3).map(|_| format!("/no-such-route-{}", uuid::Uuid::new_v4().simple())).collect();
+    for path in &paths {
+        let response = app.client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    }
+
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for path in &paths {
+        assert!(!text.contains(path.as_str()), "{path} became a label:\n{text}");
+    }
+    assert!(
+        text.lines().any(|line| line.starts_with("axum_http_requests_total{")
+            && line.contains(r#"endpoint="unmatched""#)
+            && line.contains(r#"status="404""#)),
+        "no unmatched series:\n{text}"
+    );
+}
