@@ -43,6 +43,9 @@ impl NewSale {
         if name.is_empty() || name.chars().count() > 200 {
             return Err(InvalidInput::new("name", "must be 1 to 200 characters"));
         }
+        if name.chars().any(char::is_control) {
+            return Err(InvalidInput::new("name", "must not contain control characters"));
+        }
         if !(0..=MAX_UNITS).contains(&self.stock) {
             return Err(InvalidInput::new("stock", format!("must be between 0 and {MAX_UNITS}")));
         }
@@ -54,7 +57,9 @@ impl NewSale {
         if !(1..=1_000_000).contains(&per_user_limit) {
             return Err(InvalidInput::new("per_user_limit", "must be between 1 and 1000000"));
         }
-        if let (Some(start), Some(end)) = (self.starts_at, self.ends_at)
+        let starts_at = self.starts_at.map(|t| storable("starts_at", t)).transpose()?;
+        let ends_at = self.ends_at.map(|t| storable("ends_at", t)).transpose()?;
+        if let (Some(start), Some(end)) = (starts_at, ends_at)
             && start >= end
         {
             return Err(InvalidInput::new("ends_at", "must be after starts_at"));
@@ -77,9 +82,21 @@ impl NewSale {
             pause_ms: ms("pause_ms", self.pause_ms, 0, 0)?,
             pause_ratio,
         };
-        let window = Window { starts_at: self.starts_at, ends_at: self.ends_at };
+        let window = Window { starts_at, ends_at };
         Ok((name, self.stock, strategy, per_user_limit, knobs, window))
     }
+}
+
+/// `t` as Postgres stores it: truncated to whole microseconds, and within
+/// the years 1 to 9999 (Postgres's `timestamptz` reaches further back and
+/// forward, but not as far as RFC 3339 parsing does). Errors name `field`.
+fn storable(field: &'static str, t: DateTime<Utc>) -> Result<DateTime<Utc>, InvalidInput> {
+    use chrono::{Datelike, DurationRound, TimeDelta};
+    if !(1..=9999).contains(&t.year()) {
+        return Err(InvalidInput::new(field, "must be between the years 1 and 9999"));
+    }
+    t.duration_trunc(TimeDelta::microseconds(1))
+        .map_err(|_| InvalidInput::new(field, "is not a storable time"))
 }
 
 struct Window {

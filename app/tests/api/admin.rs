@@ -100,6 +100,13 @@ async fn invalid_sale_bodies_are_refused_with_422_and_create_nothing() {
         json!({ "name": "", "stock": 5, "strategy": "sql" }),
         json!({ "name": "   ", "stock": 5, "strategy": "sql" }),
         json!({ "name": "n".repeat(201), "stock": 5, "strategy": "sql" }),
+        // Postgres cannot store these: refused as input, not a 500.
+        json!({ "name": format!("{name}\u{0}"), "stock": 5, "strategy": "sql" }),
+        json!({ "name": name, "stock": 5, "strategy": "sql",
+                "ends_at": "-4714-11-23T00:00:00Z" }),
+        json!({ "name": name, "stock": 5, "strategy": "sql",
+                "starts_at": "2030-01-01T00:00:00.0000001Z",
+                "ends_at": "2030-01-01T00:00:00.0000009Z" }),
     ];
     for body in cases {
         let response = app.try_create_sale(body.clone()).await;
