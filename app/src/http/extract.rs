@@ -51,8 +51,9 @@ impl<S: Send + Sync> FromRequestParts<S> for SalePath {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         match axum::extract::Path::<i64>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(id)) => Ok(SalePath(SaleId(id))),
-            Err(PathRejection::FailedToDeserializePathParams(err)) => {
-                Err(AppError::NotFound(format!("no sale with id {}", err.body_text())))
+            // The id is not echoed back: it may be anything, of any length.
+            Err(PathRejection::FailedToDeserializePathParams(_)) => {
+                Err(AppError::NotFound("no such sale: a sale id is a 64-bit integer".to_owned()))
             }
             Err(err) => Err(AppError::BadRequest(err.body_text())),
         }
@@ -72,7 +73,9 @@ impl FromRequestParts<AppState> for Admin {
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
+            .and_then(|value| value.split_once(' '))
+            // The scheme name is case-insensitive (RFC 9110, section 11.1).
+            .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token))
             .ok_or(AppError::Unauthorized)?;
         let (expected, _) = state.config.admin_token();
         if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {

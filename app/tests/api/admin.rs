@@ -48,6 +48,22 @@ async fn admin_routes_without_a_bearer_token_are_401_with_www_authenticate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_name_is_case_insensitive() {
+    let app = TestApp::spawn().await;
+    let sale = app.sale("sql", 1).await;
+    for scheme in ["bearer", "BEARER"] {
+        let response = app
+            .client
+            .get(app.url(&format!("/admin/sales/{sale}/audit")))
+            .header("authorization", format!("{scheme} {ADMIN_TOKEN}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{scheme}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_routes_with_a_wrong_token_are_403() {
     let app = TestApp::spawn().await;
     let sale = app.sale("sql", 1).await;
