@@ -49,15 +49,7 @@ pub async fn sale_with(app: &TestApp, strategy: &str, stock: i64, knobs: Value) 
 
 /// `GET /admin/sales/{id}/lock-stats` on `app`.
 pub async fn lock_stats(app: &TestApp, sale: i64) -> LockStats {
-    let response = app
-        .client
-        .get(app.url(&format!("/admin/sales/{sale}/lock-stats")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    response.json().await.unwrap()
+    app.admin(reqwest::Method::GET, &format!("/admin/sales/{sale}/lock-stats")).await
 }
 
 /// The lock stats after every app has flushed its intervals.
@@ -94,16 +86,12 @@ pub async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
 }
 
 /// Polls `check` every 10 ms until it is true; panics after `timeout`.
-pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F)
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert!(crate::support::eventually(timeout, check).await, "timed out waiting until {what}");
 }
 
 /// A free TCP port on the loopback interface (free when asked; a race with

@@ -20,7 +20,6 @@ mod failover;
 mod faults;
 mod purchase;
 
-use std::future::Future;
 use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
@@ -31,7 +30,8 @@ use seckill::config::Config;
 use seckill::strategy::queue::{PurchaseMessage, QueueStats, Topology};
 use serde_json::Value;
 
-use crate::support::{ADMIN_TOKEN, TestApp};
+use crate::support::TestApp;
+pub use crate::support::eventually;
 
 pub const SHARED_AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
@@ -96,15 +96,7 @@ pub async fn resolved(app: &TestApp, sale: i64, id: &str, within: Duration) -> V
 
 /// `GET /admin/sales/{id}/queue`; panics unless `200`.
 pub async fn queue_stats(app: &TestApp, sale: i64) -> QueueStats {
-    let response = app
-        .client
-        .get(app.url(&format!("/admin/sales/{sale}/queue")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    response.json().await.unwrap()
+    app.admin(reqwest::Method::GET, &format!("/admin/sales/{sale}/queue")).await
 }
 
 /// Waits until the sale has no unresolved request; panics after `within`.
@@ -115,24 +107,6 @@ pub async fn drained(app: &TestApp, sale: i64, within: Duration) -> QueueStats {
     let stats = queue_stats(app, sale).await;
     assert!(done, "requests still unresolved: {stats:?}");
     stats
-}
-
-/// Polls `check` every 50 ms until it holds or `within` has passed.
-pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A raw AMQP client on the shared broker, for what the service never does

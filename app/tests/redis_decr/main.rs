@@ -27,6 +27,7 @@ use seckill::strategy::Reconciliation;
 use seckill::strategy::redis_decr::counter::SaleCounter;
 use serde_json::{Value, json};
 
+pub use crate::support::eventually;
 use crate::support::{ADMIN_TOKEN, TestApp};
 
 pub const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
@@ -119,15 +120,7 @@ pub async fn buy_until_answered(app: &TestApp, sale: i64, user: i64, tries: u32)
 
 /// `POST /admin/sales/{id}/reconcile`; panics unless `200`.
 pub async fn reconcile(app: &TestApp, sale: i64) -> Reconciliation {
-    let response = app
-        .client
-        .post(app.url(&format!("/admin/sales/{sale}/reconcile")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    response.json().await.unwrap()
+    app.admin(reqwest::Method::POST, &format!("/admin/sales/{sale}/reconcile")).await
 }
 
 /// `POST /admin/sales/{id}/restock`; panics unless `200`.
@@ -141,24 +134,6 @@ pub async fn restock(app: &TestApp, sale: i64, units: i64) {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-}
-
-/// Polls `check` every 50 ms until it holds or `within` has passed.
-pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 pub const SOLD_OUT: &str = "/problems/sold-out";

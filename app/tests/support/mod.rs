@@ -105,14 +105,24 @@ impl TestApp {
 
     /// `GET /admin/sales/{id}/audit`; panics unless `200`.
     pub async fn audit(&self, sale: i64) -> Audit {
+        self.admin(reqwest::Method::GET, &format!("/admin/sales/{sale}/audit")).await
+    }
+
+    /// `method path` with the admin token and no body, read as JSON; panics
+    /// unless `200`.
+    pub async fn admin<T: serde::de::DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+    ) -> T {
         let response = self
             .client
-            .get(self.url(&format!("/admin/sales/{sale}/audit")))
+            .request(method, self.url(path))
             .bearer_auth(ADMIN_TOKEN)
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
         response.json().await.unwrap()
     }
 
@@ -191,4 +201,23 @@ impl TestApp {
 pub async fn assert_problem(response: Response, status: StatusCode, kind: &str) {
     assert_eq!(response.status(), status, "expected {status} /problems/{kind}");
     assert_eq!(problem_type(response).await, format!("/problems/{kind}"));
+}
+
+/// Polls `check` every 10 ms until it holds (`true`) or `within` has passed
+/// (`false`).
+pub async fn eventually<F, Fut>(within: std::time::Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
