@@ -167,6 +167,13 @@ fn latencies(report: &Report, runs: &[(&Run, String)]) -> Vec<RangeRow> {
         .collect()
 }
 
+const OVERSOLD: &str = "Units sold beyond the stock (audit of Postgres). Red: a strategy \
+expected to be correct; orange: a baseline that is expected to break.";
+const UNDERSOLD: &str = "Units wanted and in stock that did not sell.";
+const DRIFT: &str = "total − remaining − sold: 0 for exact books, negative after lost updates.";
+const LATENCY: &str = "Sale-phase purchase latency p50 (filled), p95, p99, in ms on a \
+logarithmic axis (the maximum is in each mark's tooltip).";
+
 /// The report's charts: oversold, undersold, drift, sell-through against
 /// `sql_tps`, rejections against `http_rps`, latency percentiles.
 pub fn charts(report: &Report) -> Vec<Chart> {
@@ -174,61 +181,30 @@ pub fn charts(report: &Report) -> Vec<Chart> {
     let c = &report.ceilings;
     let sql_tps = Reference { label: "sql_tps".to_owned(), value: c.sql_tps.value };
     let http_rps = Reference { label: "http_rps".to_owned(), value: c.http_rps.value };
-    let spec =
-        |id, title, unit, caption: &str| Spec { id, title, unit, caption: caption.to_owned() };
+    let spec = |id, title, unit, caption: String| Spec { id, title, unit, caption };
+    let sell_through = format!(
+        "Units sold per second of the sale phase; the dashed line is this machine's sql_tps \
+         ceiling ({} transactions/s).",
+        svg::number(c.sql_tps.value)
+    );
+    let rejections = format!(
+        "Answers per second to fresh buyers of the sold-out sale; the dashed line is the \
+         http_rps ceiling ({} answers/s of a trivial endpoint).",
+        svg::number(c.http_rps.value)
+    );
     vec![
-        spec(
-            "oversold",
-            "Oversold units",
-            "units",
-            "Units sold beyond the stock (audit of Postgres). Red: a strategy expected to be \
-             correct; orange: a baseline that is expected to break.",
-        )
-        .bars(&books(&runs, |r| r.oversold), None),
-        spec(
-            "undersold",
-            "Undersold units",
-            "units",
-            "Units wanted and in stock that did not sell.",
-        )
-        .bars(&books(&runs, |r| r.undersold), None),
-        spec(
-            "drift",
-            "Ledger drift",
-            "units",
-            "total − remaining − sold: 0 for exact books, negative after lost updates.",
-        )
-        .bars(&books(&runs, |r| r.ledger_drift), None),
-        spec(
-            "sell-through",
-            "Sell-through",
-            "units/s",
-            &format!(
-                "Units sold per second of the sale phase; the dashed line is this machine's \
-             sql_tps ceiling ({} transactions/s).",
-                svg::number(c.sql_tps.value)
-            ),
-        )
-        .bars(&rates(report, &runs, |r| r.sell_through_per_s), Some(&sql_tps)),
-        spec(
-            "rejections",
-            "Rejection throughput",
-            "answers/s",
-            &format!(
-                "Answers per second to fresh buyers of the sold-out sale; the dashed line is \
-             the http_rps ceiling ({} answers/s of a trivial endpoint).",
-                svg::number(c.http_rps.value)
-            ),
-        )
-        .bars(&rates(report, &runs, |r| r.rejection_rps), Some(&http_rps)),
-        spec(
-            "latency",
-            "Purchase latency",
-            "ms",
-            "Sale-phase purchase latency p50 (filled), p95, p99, in ms on a logarithmic axis \
-             (the maximum is in each mark's tooltip).",
-        )
-        .ranges(&latencies(report, &runs)),
+        spec("oversold", "Oversold units", "units", OVERSOLD.to_owned())
+            .bars(&books(&runs, |r| r.oversold), None),
+        spec("undersold", "Undersold units", "units", UNDERSOLD.to_owned())
+            .bars(&books(&runs, |r| r.undersold), None),
+        spec("drift", "Ledger drift", "units", DRIFT.to_owned())
+            .bars(&books(&runs, |r| r.ledger_drift), None),
+        spec("sell-through", "Sell-through", "units/s", sell_through)
+            .bars(&rates(report, &runs, |r| r.sell_through_per_s), Some(&sql_tps)),
+        spec("rejections", "Rejection throughput", "answers/s", rejections)
+            .bars(&rates(report, &runs, |r| r.rejection_rps), Some(&http_rps)),
+        spec("latency", "Purchase latency", "ms", LATENCY.to_owned())
+            .ranges(&latencies(report, &runs)),
     ]
 }
 
