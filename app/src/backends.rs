@@ -83,7 +83,8 @@ fn redis_unavailable(err: redis::RedisError) -> StrategyError {
 /// the load test divides it by units sold. Call it once per command, pipeline
 /// or script invocation actually sent.
 pub fn count_redis_round_trips(strategy: &'static str, n: u64) {
-    metrics::counter!("seckill_redis_round_trips_total", "strategy" => strategy).increment(n);
+    metrics::counter!(crate::metric_names::REDIS_ROUND_TRIPS_TOTAL, "strategy" => strategy)
+        .increment(n);
 }
 
 /// Lazily connected RabbitMQ: one AMQP connection per process, shared by the
@@ -205,5 +206,6 @@ pub fn amqp_unavailable(err: anyhow::Error) -> StrategyError {
 /// (`seckill_amqp_messages_total{direction}`, direction `published` or
 /// `consumed`); the load test divides the sum by units sold.
 pub fn count_amqp_messages(direction: &'static str, n: u64) {
-    metrics::counter!("seckill_amqp_messages_total", "direction" => direction).increment(n);
+    metrics::counter!(crate::metric_names::AMQP_MESSAGES_TOTAL, "direction" => direction)
+        .increment(n);
 }

@@ -14,6 +14,7 @@ pub mod backends;
 pub mod config;
 pub mod http;
 pub mod lock;
+pub mod metric_names;
 pub mod purchase;
 pub mod sale;
 pub mod startup;

@@ -54,7 +54,7 @@ pub async fn purchase(
         Err(StrategyError::Unavailable { .. }) => "unavailable",
         Err(StrategyError::Internal(_)) => "internal",
     };
-    counter!("seckill_purchase_outcomes_total", "strategy" => strategy, "outcome" => label)
+    counter!(crate::metric_names::PURCHASE_OUTCOMES_TOTAL, "strategy" => strategy, "outcome" => label)
         .increment(1);
     Ok(result?)
 }

@@ -82,23 +82,7 @@ impl Instances {
         redlock: Option<&RedlockNodes>,
     ) -> anyhow::Result<Instances> {
         if !args.target.is_empty() {
-            let urls: Vec<String> =
-                args.target.iter().map(|u| u.trim_end_matches('/').to_owned()).collect();
-            let admin_token = std::env::var("SECKILL_ADMIN_TOKEN")
-                .unwrap_or_else(|_| seckill::config::DEV_ADMIN_TOKEN.to_owned());
-            for url in &urls {
-                wait_ready(url, Duration::from_secs(10)).await?;
-            }
-            let pool_connections = args.pool_size * urls.len() as u32;
-            let amqp_prefix =
-                std::env::var("SECKILL_AMQP_PREFIX").unwrap_or_else(|_| "seckill".to_owned());
-            return Ok(Instances {
-                urls,
-                admin_token,
-                pool_connections,
-                amqp_prefix,
-                children: vec![],
-            });
+            return Instances::adopt(args).await;
         }
         let bin = seckill_binary(args.seckill_bin.as_deref())?;
         std::fs::create_dir_all(&args.out)?;
@@ -144,6 +128,23 @@ impl Instances {
         }
         let pool_connections = args.pool_size * args.instances as u32;
         Ok(Instances { urls, admin_token, pool_connections, amqp_prefix, children })
+    }
+
+    /// The running services of `--target`, once each answers `/readyz`; the
+    /// admin token and AMQP prefix are the environment's (else the service's
+    /// defaults).
+    async fn adopt(args: &CompareArgs) -> anyhow::Result<Instances> {
+        let urls: Vec<String> =
+            args.target.iter().map(|u| u.trim_end_matches('/').to_owned()).collect();
+        let admin_token = std::env::var("SECKILL_ADMIN_TOKEN")
+            .unwrap_or_else(|_| seckill::config::DEV_ADMIN_TOKEN.to_owned());
+        for url in &urls {
+            wait_ready(url, Duration::from_secs(10)).await?;
+        }
+        let pool_connections = args.pool_size * urls.len() as u32;
+        let amqp_prefix =
+            std::env::var("SECKILL_AMQP_PREFIX").unwrap_or_else(|_| "seckill".to_owned());
+        Ok(Instances { urls, admin_token, pool_connections, amqp_prefix, children: vec![] })
     }
 
     /// Process ids of the started instances (empty with `--target`).

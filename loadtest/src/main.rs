@@ -3,14 +3,17 @@
 //! the throughput and latency it sustained, against this machine's own
 //! ceilings measured in the same invocation.
 
+mod admin;
 mod ceilings;
 mod compare;
 mod cost;
+mod expectation;
 mod instances;
 mod preflight;
 mod profile;
 mod progress;
 mod report;
+mod run;
 mod scenario;
 mod scrape;
 

@@ -7,8 +7,8 @@
 //! other parameter (users, demand, instances, retries of `busy`) comes from
 //! the flags and is the same for every profile, so two profiles differ only
 //! in what this table says (the knob flags, when given, override every
-//! profile's knobs alike). The profile's name is also what
-//! `seckill::strategy::expectation` is asked about.
+//! profile's knobs alike). The profile is also a key of the expectation
+//! table (`crate::expectation`).
 //!
 //! Adding a profile: a variant with a doc comment (it becomes the `--help`
 //! text), then one arm in each `match` below.

@@ -79,6 +79,28 @@ impl OutcomeCounters {
     }
 }
 
+impl OutcomeCounters {
+    /// Counts one answer of `kind` with HTTP `status`.
+    fn count(&self, kind: Kind, status: u16) {
+        let counter = match kind {
+            Kind::Placed => &self.placed,
+            Kind::Accepted => &self.accepted,
+            Kind::SoldOut => &self.sold_out,
+            Kind::AlreadyPurchased => &self.already_purchased,
+            Kind::Busy => &self.busy,
+            Kind::Unavailable => &self.unavailable,
+            Kind::NotStarted => &self.not_started,
+            Kind::Ended => &self.ended,
+            Kind::Invalid => &self.invalid,
+            Kind::Other => &self.other,
+        };
+        counter.fetch_add(1, Relaxed);
+        if status >= 500 && kind != Kind::Busy {
+            self.errors_5xx.fetch_add(1, Relaxed);
+        }
+    }
+}
+
 /// The kind of one answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -94,6 +116,19 @@ enum Kind {
     Other,
 }
 
+impl Kind {
+    /// A designed answer that goose must count as a success, although its
+    /// status is not 2xx: the sale said no (`409`) or asked to retry
+    /// (`503 busy`).
+    fn is_expected(self) -> bool {
+        matches!(
+            self,
+            Kind::SoldOut | Kind::AlreadyPurchased | Kind::NotStarted | Kind::Ended | Kind::Busy
+        )
+    }
+}
+
+/// The kind of an answer, from its status and its problem `type`.
 fn classify(status: u16, body: &[u8]) -> Kind {
     match status {
         201 => return Kind::Placed,
@@ -171,8 +206,7 @@ impl Attack {
     }
 
     /// One buyer's purchase from `sale`, retrying a `busy` answer up to
-    /// `retries` times after `max(Retry-After, 20 ms · 2^attempt)`, ±50 %
-    /// jitter.
+    /// `retries` times after [`backoff_s`], ±50 % jitter.
     async fn purchase(&self, user: &mut GooseUser, sale: i64, buyer: i64) -> TransactionResult {
         let path = format!("sales/{sale}/orders");
         for attempt in 0..=self.retries {
@@ -188,58 +222,42 @@ impl Attack {
                 .build();
             let mut goose = user.request(request).await?;
             let status = goose.request.status_code;
-            let mut retry_after_s = 0.0;
-            let body = match goose.response {
-                Ok(response) => {
-                    retry_after_s = response
-                        .headers()
-                        .get("retry-after")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse::<f64>().ok())
-                        .unwrap_or(0.0);
-                    response.bytes().await.unwrap_or_default()
-                }
-                Err(_) => Default::default(),
-            };
+            let (retry_after_s, body) = read_answer(goose.response).await;
             self.answers.fetch_add(1, Relaxed);
             self.last_answer_ns.fetch_max(start.elapsed().as_nanos() as u64, Relaxed);
             let kind = classify(status, &body);
-            let c = &self.counters;
-            match kind {
-                Kind::Placed => c.placed.fetch_add(1, Relaxed),
-                Kind::Accepted => c.accepted.fetch_add(1, Relaxed),
-                Kind::SoldOut => c.sold_out.fetch_add(1, Relaxed),
-                Kind::AlreadyPurchased => c.already_purchased.fetch_add(1, Relaxed),
-                Kind::Busy => c.busy.fetch_add(1, Relaxed),
-                Kind::Unavailable => c.unavailable.fetch_add(1, Relaxed),
-                Kind::NotStarted => c.not_started.fetch_add(1, Relaxed),
-                Kind::Ended => c.ended.fetch_add(1, Relaxed),
-                Kind::Invalid => c.invalid.fetch_add(1, Relaxed),
-                Kind::Other => c.other.fetch_add(1, Relaxed),
-            };
-            if status >= 500 && kind != Kind::Busy {
-                c.errors_5xx.fetch_add(1, Relaxed);
-            }
-            if matches!(
-                kind,
-                Kind::SoldOut
-                    | Kind::AlreadyPurchased
-                    | Kind::NotStarted
-                    | Kind::Ended
-                    | Kind::Busy
-            ) {
+            self.counters.count(kind, status);
+            if kind.is_expected() {
                 user.set_success(&mut goose.request)?;
             }
             if kind != Kind::Busy || attempt == self.retries {
                 break;
             }
-            // A polite client: wait at least what `Retry-After` asks.
-            let backoff_s = (0.02 * 2f64.powi(attempt as i32)).max(retry_after_s);
-            let jittered = backoff_s * rand::rng().random_range(0.5..1.5);
+            let jittered = backoff_s(attempt, retry_after_s) * rand::rng().random_range(0.5..1.5);
             tokio::time::sleep(Duration::from_secs_f64(jittered)).await;
         }
         Ok(())
     }
+}
+
+/// The `Retry-After` seconds (0 when absent or not a number) and the body
+/// of an answer; nothing of a request that got no answer.
+async fn read_answer(response: Result<reqwest::Response, reqwest::Error>) -> (f64, Vec<u8>) {
+    let Ok(response) = response else { return (0.0, Vec::new()) };
+    let retry_after_s = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    (retry_after_s, response.bytes().await.map(|b| b.to_vec()).unwrap_or_default())
+}
+
+/// Seconds before retry `attempt + 1` of a `busy` answer, before jitter:
+/// `20 ms · 2^attempt`, but never less than `Retry-After` asks (a polite
+/// client).
+fn backoff_s(attempt: u32, retry_after_s: f64) -> f64 {
+    (0.02 * 2f64.powi(attempt as i32)).max(retry_after_s)
 }
 
 /// Latency percentiles in milliseconds (goose times to the first byte).
@@ -421,4 +439,61 @@ pub async fn http_ceiling(urls: &[String], users: u64, seconds: u64) -> anyhow::
 /// `count / seconds`, 0 for an empty interval.
 pub fn per_second(count: u64, seconds: f64) -> f64 {
     if seconds > 0.0 { count as f64 / seconds } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(kind: &str) -> Vec<u8> {
+        json!({ "type": format!("/problems/{kind}"), "status": 409 }).to_string().into_bytes()
+    }
+
+    #[test]
+    fn answers_are_classified_by_status_and_problem_type() {
+        assert_eq!(classify(201, b""), Kind::Placed);
+        assert_eq!(classify(202, b"{}"), Kind::Accepted);
+        assert_eq!(classify(409, &problem("sold-out")), Kind::SoldOut);
+        assert_eq!(classify(409, &problem("already-purchased")), Kind::AlreadyPurchased);
+        assert_eq!(classify(503, &problem("busy")), Kind::Busy);
+        assert_eq!(classify(503, &problem("unavailable")), Kind::Unavailable);
+        assert_eq!(classify(422, &problem("invalid")), Kind::Invalid);
+        assert_eq!(classify(409, b"not json"), Kind::Other);
+        assert_eq!(classify(500, b""), Kind::Other);
+    }
+
+    #[test]
+    fn designed_refusals_count_as_goose_successes_and_failures_do_not() {
+        assert!(Kind::SoldOut.is_expected() && Kind::Busy.is_expected());
+        assert!(!Kind::Unavailable.is_expected() && !Kind::Other.is_expected());
+    }
+
+    #[test]
+    fn a_5xx_is_counted_unless_it_is_the_designed_busy() {
+        let counters = OutcomeCounters::default();
+        counters.count(Kind::Busy, 503);
+        counters.count(Kind::Unavailable, 503);
+        counters.count(Kind::Other, 500);
+        counters.count(Kind::Placed, 201);
+        let outcomes = counters.snapshot();
+        assert_eq!((outcomes.busy, outcomes.unavailable, outcomes.other), (1, 1, 1));
+        assert_eq!(outcomes.placed, 1);
+        assert_eq!(counters.errors_5xx.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn backoff_doubles_and_honours_retry_after() {
+        assert_eq!(backoff_s(0, 0.0), 0.02);
+        assert_eq!(backoff_s(3, 0.0), 0.16);
+        assert_eq!(backoff_s(0, 1.0), 1.0);
+    }
+
+    #[test]
+    fn buyers_cover_every_sale_and_resubmit_a_fraction() {
+        let buyers = buyers(100, &[7, 8], 1, 0.1);
+        assert_eq!(buyers.len(), 110);
+        let on = |sale| buyers.iter().filter(|b| b.sale == sale && b.sends == 1).count();
+        assert!(on(7) >= 50 && on(8) >= 50);
+        assert!(buyers.iter().all(|b| b.sale == if b.user % 2 == 1 { 7 } else { 8 }));
+    }
 }

@@ -10,9 +10,6 @@
 //! `orders_sale_user_key` (one order per user per sale). What differs is how
 //! the stock is guarded; the audit (`crate::audit`) judges the result from
 //! Postgres alone.
-//!
-//! This module also holds [`expectation`], the one table of which strategies
-//! are expected to be correct and which are demonstrations that break.
 
 use std::fmt;
 use std::str::FromStr;
@@ -435,48 +432,6 @@ impl Strategies {
             StrategyName::LockRedlock => self.lock_redlock.as_ref(),
             StrategyName::Queue => self.queue.as_ref(),
         }
-    }
-}
-
-/// Whether a strategy is expected to keep the books exact in a scenario.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Expectation {
-    /// No oversell, no undersell, no drift, no unexpected 5xx.
-    Correct,
-    /// A demonstration: the run is expected to show oversell or drift.
-    Breaks,
-}
-
-/// The expected result of `strategy` under load `profile` on `instances` app
-/// processes. The one table of expectations: the load test's verdicts and
-/// `docs/strategies.md` both follow it.
-///
-/// | strategy | any profile, any instance count |
-/// |---|---|
-/// | `naive` | breaks (lost updates: read-check-write without protection) |
-/// | `sql` | correct |
-/// | `sql/for-update` | correct |
-/// | `redis-decr` | correct (the Postgres guard backs the Redis gate) |
-/// | `lock/local` | correct on 1 instance; breaks on more (one mutex per process) |
-/// | `lock/setnx` | correct (it breaks only when a holder dies: the sale is stuck, shown by its test) |
-/// | `lock/ttl`, `lock/token` | correct in `burst`; break in `slow` (holders stall past the lease) |
-/// | `lock/watchdog`, `lock/fenced`, `lock/redlock` | correct (renewed through stalls; fenced against whole-process pauses) |
-/// | `queue` | correct (one active consumer per partition settles in Postgres; every accepted request is resolved) |
-pub fn expectation(strategy: StrategyName, profile: &str, instances: usize) -> Expectation {
-    match strategy {
-        StrategyName::Naive => Expectation::Breaks,
-        StrategyName::Sql | StrategyName::SqlForUpdate | StrategyName::RedisDecr => {
-            Expectation::Correct
-        }
-        StrategyName::LockLocal if instances > 1 => Expectation::Breaks,
-        StrategyName::LockLocal | StrategyName::LockSetnx => Expectation::Correct,
-        StrategyName::LockTtl | StrategyName::LockToken if profile == "slow" => Expectation::Breaks,
-        StrategyName::LockTtl | StrategyName::LockToken => Expectation::Correct,
-        StrategyName::LockWatchdog
-        | StrategyName::LockFenced
-        | StrategyName::LockRedlock
-        | StrategyName::Queue => Expectation::Correct,
     }
 }
 

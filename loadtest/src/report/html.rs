@@ -8,11 +8,9 @@
 
 use std::fmt::Write;
 
-use seckill::strategy::Expectation;
-
-use super::markdown::{SUMMARY_COLUMNS, cell, num, verdict};
+use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells};
 use super::svg::{self, RangeRow, Reference, Row, escape};
-use super::{Report, Run};
+use super::{Report, Run, Verdict};
 
 /// One colour per strategy, in order of first appearance (Okabe–Ito
 /// palette, distinguishable with the common colour-vision deficiencies).
@@ -23,6 +21,17 @@ const RED: &str = "#C0392B";
 /// A broken figure of a baseline that is expected to break.
 const ORANGE: &str = "#E69F00";
 const GREY: &str = "#9E9E9E";
+
+/// One chart of the page, also written alone as `charts/<id>.svg`.
+pub struct Chart {
+    /// `data-chart` and file name, e.g. `sell-through`.
+    pub id: &'static str,
+    pub title: &'static str,
+    /// What the chart shows, in a sentence or two (plain text).
+    pub caption: String,
+    /// The standalone SVG document.
+    pub svg: String,
+}
 
 /// `data-run` of a run: `strategy|profile|repeat`.
 pub fn run_id(run: &Run) -> String {
@@ -78,60 +87,72 @@ fn strategy_colour(report: &Report, strategy: &str) -> &'static str {
 fn detail(run: &Run) -> String {
     format!(
         "expected {}, verdict {}; sold {} of {} units",
-        expected(run),
-        verdict(run),
+        run.expected.as_str(),
+        run.verdict.label(),
         run.units_sold,
         run.total_stock
     )
 }
 
-fn expected(run: &Run) -> &'static str {
-    match run.expected {
-        Expectation::Correct => "correct",
-        Expectation::Breaks => "breaks",
+/// Title, unit and caption of a chart, before its rows.
+struct Spec {
+    id: &'static str,
+    title: &'static str,
+    unit: &'static str,
+    caption: String,
+}
+
+impl Spec {
+    fn bars(self, rows: &[Row], reference: Option<&Reference>) -> Chart {
+        let svg = svg::bars(self.id, self.title, self.unit, rows, reference);
+        Chart { id: self.id, title: self.title, caption: self.caption, svg }
+    }
+
+    fn ranges(self, rows: &[RangeRow]) -> Chart {
+        let svg = svg::ranges(self.id, self.title, self.unit, rows);
+        Chart { id: self.id, title: self.title, caption: self.caption, svg }
     }
 }
 
-/// The report's charts as `(id, title, caption, svg)`: oversold, undersold,
-/// drift, sell-through against `sql_tps`, rejections against `http_rps`,
-/// latency percentiles.
-pub fn charts(report: &Report) -> Vec<(&'static str, &'static str, String, String)> {
-    let runs = chart_runs(report);
-    let books = |pick: fn(&Run) -> i64| -> Vec<Row> {
-        runs.iter()
-            .map(|(run, label)| {
-                let value = pick(run);
-                let colour = match (value, run.expected) {
-                    (0, _) => GREY,
-                    (_, Expectation::Breaks) => ORANGE,
-                    (_, Expectation::Correct) => RED,
-                };
-                Row {
-                    run: run_id(run),
-                    label: label.clone(),
-                    value: Some(value as f64),
-                    colour,
-                    detail: detail(run),
-                }
-            })
-            .collect()
-    };
-    let rates = |pick: fn(&Run) -> Option<f64>| -> Vec<Row> {
-        runs.iter()
-            .map(|(run, label)| Row {
+/// One bar per run of a figure of the books: grey at 0, orange where a
+/// baseline was meant to break them, red where a strategy that should be
+/// correct broke them.
+fn books(runs: &[(&Run, String)], pick: fn(&Run) -> i64) -> Vec<Row> {
+    runs.iter()
+        .map(|(run, label)| {
+            let value = pick(run);
+            let colour = match value {
+                0 => GREY,
+                _ if run.expected.tolerates_broken_books() => ORANGE,
+                _ => RED,
+            };
+            Row {
                 run: run_id(run),
                 label: label.clone(),
-                value: pick(run),
-                colour: strategy_colour(report, &run.strategy),
+                value: Some(value as f64),
+                colour,
                 detail: detail(run),
-            })
-            .collect()
-    };
-    let c = &report.ceilings;
-    let sql_tps = Reference { label: "sql_tps".to_owned(), value: c.sql_tps.value };
-    let http_rps = Reference { label: "http_rps".to_owned(), value: c.http_rps.value };
-    let latency: Vec<RangeRow> = runs
-        .iter()
+            }
+        })
+        .collect()
+}
+
+/// One bar per run of a rate, in the strategy's colour.
+fn rates(report: &Report, runs: &[(&Run, String)], pick: fn(&Run) -> Option<f64>) -> Vec<Row> {
+    runs.iter()
+        .map(|(run, label)| Row {
+            run: run_id(run),
+            label: label.clone(),
+            value: pick(run),
+            colour: strategy_colour(report, &run.strategy),
+            detail: detail(run),
+        })
+        .collect()
+}
+
+/// One range of latency percentiles per run.
+fn latencies(report: &Report, runs: &[(&Run, String)]) -> Vec<RangeRow> {
+    runs.iter()
         .map(|(run, label)| RangeRow {
             run: run_id(run),
             label: label.clone(),
@@ -143,68 +164,47 @@ pub fn charts(report: &Report) -> Vec<(&'static str, &'static str, String, Strin
             colour: strategy_colour(report, &run.strategy),
             detail: format!("max {} ms; {}", svg::number(run.latency_ms.max), detail(run)),
         })
-        .collect();
+        .collect()
+}
+
+const OVERSOLD: &str = "Units sold beyond the stock (audit of Postgres). Red: a strategy \
+expected to be correct; orange: a baseline that is expected to break.";
+const UNDERSOLD: &str = "Units wanted and in stock that did not sell.";
+const DRIFT: &str = "total − remaining − sold: 0 for exact books, negative after lost updates.";
+const LATENCY: &str = "Sale-phase purchase latency p50 (filled), p95, p99, in ms on a \
+logarithmic axis (the maximum is in each mark's tooltip).";
+
+/// The report's charts: oversold, undersold, drift, sell-through against
+/// `sql_tps`, rejections against `http_rps`, latency percentiles.
+pub fn charts(report: &Report) -> Vec<Chart> {
+    let runs = chart_runs(report);
+    let c = &report.ceilings;
+    let sql_tps = Reference { label: "sql_tps".to_owned(), value: c.sql_tps.value };
+    let http_rps = Reference { label: "http_rps".to_owned(), value: c.http_rps.value };
+    let spec = |id, title, unit, caption: String| Spec { id, title, unit, caption };
+    let sell_through = format!(
+        "Units sold per second of the sale phase; the dashed line is this machine's sql_tps \
+         ceiling ({} transactions/s).",
+        svg::number(c.sql_tps.value)
+    );
+    let rejections = format!(
+        "Answers per second to fresh buyers of the sold-out sale; the dashed line is the \
+         http_rps ceiling ({} answers/s of a trivial endpoint).",
+        svg::number(c.http_rps.value)
+    );
     vec![
-        (
-            "oversold",
-            "Oversold units",
-            "Units sold beyond the stock (audit of Postgres). Red: a strategy expected to be \
-             correct; orange: a baseline that is expected to break."
-                .to_owned(),
-            svg::bars("oversold", "Oversold units", "units", &books(|r| r.oversold), None),
-        ),
-        (
-            "undersold",
-            "Undersold units",
-            "Units wanted and in stock that did not sell.".to_owned(),
-            svg::bars("undersold", "Undersold units", "units", &books(|r| r.undersold), None),
-        ),
-        (
-            "drift",
-            "Ledger drift",
-            "total − remaining − sold: 0 for exact books, negative after lost updates.".to_owned(),
-            svg::bars("drift", "Ledger drift", "units", &books(|r| r.ledger_drift), None),
-        ),
-        (
-            "sell-through",
-            "Sell-through",
-            format!(
-                "Units sold per second of the sale phase; the dashed line is this machine's \
-                 sql_tps ceiling ({} transactions/s).",
-                svg::number(c.sql_tps.value)
-            ),
-            svg::bars(
-                "sell-through",
-                "Sell-through",
-                "units/s",
-                &rates(|r| r.sell_through_per_s),
-                Some(&sql_tps),
-            ),
-        ),
-        (
-            "rejections",
-            "Rejection throughput",
-            format!(
-                "Answers per second to fresh buyers of the sold-out sale; the dashed line is \
-                 the http_rps ceiling ({} answers/s of a trivial endpoint).",
-                svg::number(c.http_rps.value)
-            ),
-            svg::bars(
-                "rejections",
-                "Rejection throughput",
-                "answers/s",
-                &rates(|r| r.rejection_rps),
-                Some(&http_rps),
-            ),
-        ),
-        (
-            "latency",
-            "Purchase latency",
-            "Sale-phase purchase latency p50 (filled), p95, p99, in ms on a logarithmic axis \
-             (the maximum is in each mark's tooltip)."
-                .to_owned(),
-            svg::ranges("latency", "Purchase latency", "ms", &latency),
-        ),
+        spec("oversold", "Oversold units", "units", OVERSOLD.to_owned())
+            .bars(&books(&runs, |r| r.oversold), None),
+        spec("undersold", "Undersold units", "units", UNDERSOLD.to_owned())
+            .bars(&books(&runs, |r| r.undersold), None),
+        spec("drift", "Ledger drift", "units", DRIFT.to_owned())
+            .bars(&books(&runs, |r| r.ledger_drift), None),
+        spec("sell-through", "Sell-through", "units/s", sell_through)
+            .bars(&rates(report, &runs, |r| r.sell_through_per_s), Some(&sql_tps)),
+        spec("rejections", "Rejection throughput", "answers/s", rejections)
+            .bars(&rates(report, &runs, |r| r.rejection_rps), Some(&http_rps)),
+        spec("latency", "Purchase latency", "ms", LATENCY.to_owned())
+            .ranges(&latencies(report, &runs)),
     ]
 }
 
@@ -219,8 +219,41 @@ code{background:#f4f4f4;padding:0 .2rem}";
 
 /// The whole page.
 pub fn render(report: &Report) -> String {
-    let m = &report.machine;
     let mut page = String::new();
+    head(&mut page, report);
+    verdicts(&mut page, report);
+    page.push_str("<h2>Charts</h2><p>One mark per run; hover a mark for its figures.</p>");
+    for chart in charts(report) {
+        let _ = write!(
+            page,
+            "<figure id=\"chart-{id}\" data-chart=\"{id}\"><figcaption><strong>{}</strong> — {}\
+             </figcaption><div class=\"scroll\">{}</div></figure>",
+            escape(chart.title),
+            escape(&chart.caption),
+            chart.svg,
+            id = chart.id,
+        );
+    }
+    page.push_str(
+        "<h2>Summary over repeats</h2><p>Median (min–max) over each strategy's repeats.</p>",
+    );
+    table(&mut page, SUMMARY_COLUMNS, report.summary.iter().map(|s| (s, "")));
+    page.push_str("<h2>Every run</h2>");
+    let runs = chart_runs(report);
+    table(&mut page, RUN_COLUMNS, runs.iter().map(|(run, _)| (*run, verdict_class(run))));
+    let _ = write!(
+        page,
+        "<h2>Ceilings of this machine</h2><p>{}</p>",
+        escape(&super::markdown::ceilings_line(report))
+    );
+    parameters(&mut page, report);
+    page.push_str("</body></html>\n");
+    page
+}
+
+/// The document head, the title and the line about the machine.
+fn head(page: &mut String, report: &Report) {
+    let m = &report.machine;
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -234,7 +267,10 @@ pub fn render(report: &Report) -> String {
         escape(&m.os),
         report.runs.len(),
     );
+}
 
+/// The verdicts in words, one per (strategy, profile).
+fn verdicts(page: &mut String, report: &Report) {
     page.push_str("<h2>Verdicts</h2><ul class=\"verdicts\">");
     for s in &report.summary {
         let class = if s.verdicts.broke > 0 {
@@ -244,10 +280,6 @@ pub fn render(report: &Report) -> String {
         } else {
             ""
         };
-        let expected = match s.expected {
-            Expectation::Correct => "expected correct",
-            Expectation::Breaks => "expected to break",
-        };
         let verdicts = if s.verdicts.ok == s.runs {
             String::new()
         } else {
@@ -256,7 +288,12 @@ pub fn render(report: &Report) -> String {
                 s.verdicts.ok, s.verdicts.broke, s.verdicts.unexpected
             )
         };
-        let _ = write!(page, "<li{class}>{} — {expected}{verdicts}</li>", escape(&s.broke_line()));
+        let _ = write!(
+            page,
+            "<li{class}>{} — {}{verdicts}</li>",
+            escape(&s.broke_line()),
+            s.expected.phrase()
+        );
     }
     page.push_str(
         "</ul><p>Verdict <code>ok</code>: the run matched its expectation (a <code>correct</code> \
@@ -264,125 +301,50 @@ pub fn render(report: &Report) -> String {
          undersold and drift come from an audit of Postgres, never from the strategy's own \
          counters.</p>",
     );
+}
 
-    page.push_str("<h2>Charts</h2><p>One mark per run; hover a mark for its figures.</p>");
-    for (id, title, caption, chart) in charts(report) {
-        let _ = write!(
-            page,
-            "<figure id=\"chart-{id}\" data-chart=\"{id}\"><figcaption><strong>{}</strong> — {}\
-             </figcaption><div class=\"scroll\">{chart}</div></figure>",
-            escape(title),
-            escape(&caption),
-        );
+/// The row class of a run whose verdict needs the reader's eye.
+fn verdict_class(run: &Run) -> &'static str {
+    match run.verdict {
+        Verdict::Ok => "",
+        Verdict::Broke => "broke",
+        Verdict::Unexpected => "unexpected",
     }
+}
 
-    page.push_str(
-        "<h2>Summary over repeats</h2><p>Median (min–max) over each strategy's repeats.</p>",
-    );
-    page.push_str("<div class=\"scroll\"><table><tr><th class=\"l\">strategy</th><th class=\"l\">profile</th><th>runs</th><th>broken</th><th class=\"l\">oversold per repeat</th><th class=\"l\">drift per repeat</th>");
-    for (header, _, _) in SUMMARY_COLUMNS {
-        let _ = write!(page, "<th>{}</th>", escape(header));
+/// `rows` (each with its row class, `""` for none) under `columns`, in a
+/// box that scrolls sideways.
+fn table<'a, T: 'a>(
+    page: &mut String,
+    columns: &[Column<T>],
+    rows: impl Iterator<Item = (&'a T, &'static str)>,
+) {
+    let align = |column: &Column<T>| match column.align {
+        Align::Left => " class=\"l\"",
+        Align::Right => "",
+    };
+    page.push_str("<div class=\"scroll\"><table><tr>");
+    for column in columns {
+        let _ = write!(page, "<th{}>{}</th>", align(column), escape(column.header));
     }
     page.push_str("</tr>");
-    for s in &report.summary {
-        let list = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
-        let _ = write!(
-            page,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td>",
-            escape(&s.strategy),
-            escape(&s.profile),
-            s.runs,
-            s.broken_runs,
-            list(&s.oversold),
-            list(&s.ledger_drift),
-        );
-        for (_, path, digits) in SUMMARY_COLUMNS {
-            let _ = write!(page, "<td>{}</td>", escape(&cell(s, path, *digits)));
+    for (row, class) in rows {
+        match class {
+            "" => page.push_str("<tr>"),
+            class => {
+                let _ = write!(page, "<tr class=\"{class}\">");
+            }
+        }
+        for (column, cell) in columns.iter().zip(cells(columns, row)) {
+            let _ = write!(page, "<td{}>{}</td>", align(column), escape(&cell));
         }
         page.push_str("</tr>");
     }
     page.push_str("</table></div>");
+}
 
-    page.push_str("<h2>Every run</h2><div class=\"scroll\"><table><tr>");
-    for header in [
-        "strategy",
-        "profile",
-        "#",
-        "sales",
-        "expected",
-        "verdict",
-        "sold",
-        "oversold",
-        "undersold",
-        "drift",
-        "5xx",
-        "sell-through/s",
-        "× sql_tps",
-        "× sql",
-        "rejections/s",
-        "× http_rps",
-        "p50 ms",
-        "p99 ms",
-        "unresolved",
-        "e2e p50 ms",
-        "e2e p99 ms",
-        "batch mean",
-        "pg xacts/unit",
-        "redis rt/unit",
-        "amqp msgs/unit",
-        "peak RSS MiB",
-    ] {
-        let _ = write!(page, "<th>{}</th>", escape(header));
-    }
-    page.push_str("</tr>");
-    for (run, _) in chart_runs(report) {
-        let class = match verdict(run) {
-            "BROKE" => " class=\"broke\"",
-            "unexpected" => " class=\"unexpected\"",
-            _ => "",
-        };
-        let cells = [
-            run.strategy.clone(),
-            run.profile.clone(),
-            run.repeat.to_string(),
-            run.sales.to_string(),
-            expected(run).to_owned(),
-            verdict(run).to_owned(),
-            run.units_sold.to_string(),
-            run.oversold.to_string(),
-            run.undersold.to_string(),
-            run.ledger_drift.to_string(),
-            run.errors_5xx.to_string(),
-            num(run.sell_through_per_s, 0),
-            num(run.ratio.sell_through_vs_sql_tps, 2),
-            num(run.ratio.sell_through_vs_sql_strategy, 2),
-            num(run.rejection_rps, 0),
-            num(run.ratio.rejection_vs_http_rps, 2),
-            format!("{:.1}", run.latency_ms.p50),
-            format!("{:.1}", run.latency_ms.p99),
-            run.accepted_unresolved.map_or_else(|| "–".to_owned(), |n| n.to_string()),
-            num(run.e2e_latency_ms.as_ref().map(|l| l.p50), 1),
-            num(run.e2e_latency_ms.as_ref().map(|l| l.p99), 1),
-            num(run.batch_sizes.as_ref().map(|b| b.mean), 1),
-            num(run.cost.pg_xacts_per_unit, 2),
-            num(run.cost.redis_round_trips_per_unit, 1),
-            num(run.cost.amqp_messages_per_unit, 1),
-            num(run.cost.peak_rss_mb, 0),
-        ];
-        let _ = write!(page, "<tr{class}>");
-        for (i, value) in cells.iter().enumerate() {
-            let align = if i < 2 || i == 4 || i == 5 { " class=\"l\"" } else { "" };
-            let _ = write!(page, "<td{align}>{}</td>", escape(value));
-        }
-        page.push_str("</tr>");
-    }
-    page.push_str("</table></div>");
-
-    let _ = write!(
-        page,
-        "<h2>Ceilings of this machine</h2><p>{}</p>",
-        escape(&super::markdown::ceilings_line(report))
-    );
+/// Every flag of the invocation.
+fn parameters(page: &mut String, report: &Report) {
     page.push_str("<h2>Parameters</h2><table>");
     if let Some(config) = report.config.as_object() {
         for (key, value) in config {
@@ -398,6 +360,101 @@ pub fn render(report: &Report) -> String {
             );
         }
     }
-    page.push_str("</table></body></html>\n");
-    page
+    page.push_str("</table>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{fixture, markdown};
+
+    /// The header cells of the first table after `heading` in report.html.
+    fn html_headers(page: &str, heading: &str) -> Vec<String> {
+        let section = page.split(heading).nth(1).expect("the section exists");
+        let header_row = section.split("</tr>").next().unwrap();
+        header_row
+            .split("<th")
+            .skip(1)
+            .map(|th| th.split_once('>').unwrap().1.split("</th>").next().unwrap().to_owned())
+            .collect()
+    }
+
+    /// The header cells of the first table after `heading` in report.md.
+    fn markdown_headers(page: &str, heading: &str) -> Vec<String> {
+        let section = page.split(heading).nth(1).expect("the section exists");
+        let header_row = section.lines().find(|l| l.starts_with('|')).unwrap();
+        header_row.split('|').map(str::trim).filter(|h| !h.is_empty()).map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn both_renderers_show_the_same_columns_in_the_same_order() {
+        let report = fixture::report();
+        let (html, md) = (render(&report), markdown::render(&report));
+        let runs: Vec<&str> = RUN_COLUMNS.iter().map(|c| c.header).collect();
+        assert_eq!(html_headers(&html, "<h2>Every run</h2>"), runs);
+        assert_eq!(markdown_headers(&md, "## Every run"), runs);
+        let summary: Vec<&str> = SUMMARY_COLUMNS.iter().map(|c| c.header).collect();
+        assert_eq!(html_headers(&html, "<h2>Summary over repeats</h2>"), summary);
+        assert_eq!(markdown_headers(&md, "## Summary over repeats"), summary);
+    }
+
+    #[test]
+    fn report_md_keeps_every_column_it_had() {
+        let before = [
+            "strategy",
+            "profile",
+            "#",
+            "expected",
+            "verdict",
+            "sold",
+            "oversold",
+            "undersold",
+            "drift",
+            "5xx",
+            "sell-through/s",
+            "× sql_tps",
+            "× sql",
+            "rejections/s",
+            "× http_rps",
+            "p50 ms",
+            "p99 ms",
+            "unresolved",
+            "e2e p50 ms",
+            "e2e p99 ms",
+            "batch mean",
+            "redis drift",
+            "redis rt/unit",
+            "pg xacts/unit",
+            "amqp msgs/unit",
+            "peak RSS MiB",
+        ];
+        let now = markdown_headers(&markdown::render(&fixture::report()), "## Every run");
+        let kept: Vec<&str> =
+            now.iter().map(String::as_str).filter(|h| before.contains(h)).collect();
+        assert_eq!(kept, before, "in the same order");
+        assert_eq!(now.len(), before.len() + 1, "plus `sales`, which only report.html had");
+    }
+
+    #[test]
+    fn every_run_is_one_row_marked_by_its_verdict() {
+        let mut report = fixture::report();
+        report.runs[1].verdict = Verdict::Broke;
+        let html = render(&report);
+        let runs = html.split("<h2>Every run</h2>").nth(1).unwrap().split("</table>").next();
+        let runs = runs.unwrap();
+        assert_eq!(runs.matches("<tr").count(), 1 + report.runs.len());
+        assert_eq!(runs.matches("<tr class=\"broke\">").count(), 1);
+        assert!(runs.contains("<td class=\"l\">BROKE</td>"));
+    }
+
+    #[test]
+    fn charts_colour_broken_books_by_what_was_expected() {
+        let mut report = fixture::report();
+        let sql = report.runs.iter_mut().find(|r| r.strategy == "sql").unwrap();
+        sql.oversold = 2;
+        let oversold = &charts(&report)[0];
+        assert_eq!(oversold.id, "oversold");
+        assert_eq!(oversold.svg.matches(RED).count(), 1, "the correct strategy that oversold");
+        assert_eq!(oversold.svg.matches(ORANGE).count(), 2, "the baseline, twice");
+    }
 }

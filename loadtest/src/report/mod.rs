@@ -3,6 +3,7 @@
 //! apply is `null`, never a made-up 0. `schema_version` changes when a
 //! field's meaning does.
 
+mod columns;
 pub mod html;
 pub mod markdown;
 pub mod summary;
@@ -11,10 +12,10 @@ mod svg;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use seckill::strategy::Expectation;
 use serde::{Deserialize, Serialize};
 
 use crate::ceilings::Ceilings;
+use crate::expectation::Expectation;
 use crate::scenario::{Latency, Outcomes};
 pub use seckill::strategy::queue::results::BatchSizes;
 
@@ -71,6 +72,18 @@ pub enum Verdict {
     Broke,
     /// Expected to break, but came out clean (reported, not an error).
     Unexpected,
+}
+
+impl Verdict {
+    /// `ok`, `BROKE` (shouted: the one that fails the comparison) or
+    /// `unexpected`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Broke => "BROKE",
+            Verdict::Unexpected => "unexpected",
+        }
+    }
 }
 
 /// One strategy × profile × repeat.
@@ -141,7 +154,7 @@ pub struct Run {
 }
 
 /// What a lock strategy's lock did during a run.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LockStats {
     /// Most purchases inside the critical section at once, across every
     /// instance (from the intervals the instances record; 1 for a correct lock).
@@ -207,12 +220,7 @@ impl Run {
     /// The verdict against `expected`. A run expected to break must show it
     /// in the books (oversold or drift), not merely in its error count.
     pub fn judge(&self) -> Verdict {
-        match self.expected {
-            Expectation::Correct if self.is_broken() => Verdict::Broke,
-            Expectation::Correct => Verdict::Ok,
-            Expectation::Breaks if self.oversold > 0 || self.ledger_drift != 0 => Verdict::Ok,
-            Expectation::Breaks => Verdict::Unexpected,
-        }
+        self.expected.verdict(self.is_broken(), self.oversold > 0 || self.ledger_drift != 0)
     }
 }
 
@@ -233,5 +241,67 @@ pub fn relate_to_sql(runs: &mut [Run]) {
             (Some(value), Some(base)) if base > 0.0 => Some(value / base),
             _ => None,
         };
+    }
+}
+
+/// A small report for the unit tests of the views: `naive`, `sql` and
+/// `queue` in `burst`, two repeats each.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use serde_json::{Value, json};
+
+    use super::{Report, summary};
+
+    fn run(strategy: &str, repeat: u64) -> Value {
+        let breaks = strategy == "naive";
+        let queue = strategy == "queue";
+        let oversold = if breaks { 30 + repeat as i64 } else { 0 };
+        let sold = 1000 + oversold;
+        json!({
+            "strategy": strategy, "profile": "burst", "repeat": repeat,
+            "expected": if breaks { "breaks" } else { "correct" }, "verdict": "ok",
+            "instances": 2, "sales": 1, "total_stock": 1000, "buyers": 3000,
+            "demanded_units": 3000, "requests": 3300, "duration_s": 2.5, "throughput_rps": 1320.0,
+            "sell_through_per_s": 800.0 + repeat as f64, "rejection_rps": 2100.0,
+            "units_sold": sold, "orders": sold, "remaining_stock": 0, "oversold": oversold,
+            "undersold": 0, "ledger_drift": -oversold, "duplicate_orders": 0, "errors_5xx": 0,
+            "outcomes": { "placed": sold, "sold_out": 2000, "already_purchased": 300,
+                          "busy": 0, "unavailable": 0, "not_started": 0, "ended": 0,
+                          "invalid": 0, "other": 0 },
+            "status_counts": { "201": sold, "409": 2300 },
+            "latency_ms": { "p50": 2.25, "p95": 20.0, "p99": 80.0, "max": 400.0 },
+            "ratio": { "sell_through_vs_sql_tps": 0.4, "rejection_vs_http_rps": 0.3,
+                       "sell_through_vs_sql_strategy": if strategy == "sql" { json!(1.0) }
+                                                       else { json!(0.9) } },
+            "redis_drift": null, "reconcile_fixes": null, "lock_stats": null,
+            "accepted_unresolved": if queue { json!(0) } else { Value::Null },
+            "e2e_latency_ms": if queue {
+                json!({ "p50": 45.3, "p95": 70.0, "p99": 81.7, "max": 90.0 })
+            } else { Value::Null },
+            "batch_sizes": if queue { json!({ "p50": 100.0, "max": 200.0, "mean": 112.8 }) }
+                           else { Value::Null },
+            "cost": { "redis_round_trips_per_unit": null, "pg_xacts_per_unit": 2.2,
+                      "amqp_messages_per_unit": if queue { json!(2.1) } else { Value::Null },
+                      "peak_rss_mb": 38.0 }
+        })
+    }
+
+    pub fn report() -> Report {
+        let runs: Vec<Value> =
+            (1..=2).flat_map(|repeat| ["naive", "sql", "queue"].map(|s| run(s, repeat))).collect();
+        let mut report: Report = serde_json::from_value(json!({
+            "schema_version": 1,
+            "generated_at": "2026-11-29T21:00:00Z",
+            "machine": { "cpus": 2, "os": "Debian GNU/Linux 12", "memory_gb": 23.4 },
+            "config": { "strategies": ["naive", "sql", "queue"], "repeat": 2 },
+            "ceilings": {
+                "http_rps": { "value": 7000.0, "users": 200, "instances": 2, "duration_s": 5.0 },
+                "sql_tps": { "value": 2000.0, "connections": 20, "duration_s": 5.0 }
+            },
+            "runs": runs
+        }))
+        .expect("the fixture is a report.json");
+        report.summary = summary::summarize(&report.runs);
+        report
     }
 }

@@ -10,11 +10,11 @@
 
 use std::collections::BTreeMap;
 
-use seckill::strategy::Expectation;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Run, Verdict};
+use crate::expectation::Expectation;
 
 /// The aggregate of one (strategy, profile) over its repeats.
 #[derive(Debug, Clone, Serialize, Deserialize)]

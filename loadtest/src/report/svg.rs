@@ -132,6 +132,25 @@ fn tooltip(run_label: &str, value: &str, detail: &str) -> String {
     format!("<title>{}</title>", escape(&text))
 }
 
+/// The plot's x coordinate of `v` on the linear axis `[lo, hi]`.
+fn linear_x(lo: f64, hi: f64) -> impl Fn(f64) -> f64 {
+    move |v: f64| PLOT_LEFT + (v - lo) / (hi - lo) * (PLOT_RIGHT - PLOT_LEFT)
+}
+
+/// The linear axis of a bar chart: it always includes 0 (and the
+/// reference), never has zero width, and is padded by 4 % on the side(s)
+/// away from 0 so that no bar ends on the frame.
+fn linear_domain(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (mut lo, mut hi) = values.fold((0.0f64, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if (hi - lo).abs() < f64::EPSILON {
+        hi = lo + 1.0;
+    }
+    let pad = (hi - lo) * 0.04;
+    hi += if hi > 0.0 { pad } else { 0.0 };
+    lo -= if lo < 0.0 { pad } else { 0.0 };
+    (lo, hi)
+}
+
 /// A horizontal bar per row on a linear axis that always includes 0 (bars
 /// grow left for negative values), with an optional reference line.
 pub fn bars(
@@ -143,69 +162,97 @@ pub fn bars(
 ) -> String {
     let height = TOP + ROW * rows.len() as f64 + BOTTOM;
     let values = rows.iter().filter_map(|r| r.value).chain(reference.map(|r| r.value));
-    let (mut lo, mut hi) = values.fold((0.0f64, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    if (hi - lo).abs() < f64::EPSILON {
-        hi = lo + 1.0;
-    }
-    let pad = (hi - lo) * 0.04;
-    hi += if hi > 0.0 { pad } else { 0.0 };
-    lo -= if lo < 0.0 { pad } else { 0.0 };
-    let x = |v: f64| PLOT_LEFT + (v - lo) / (hi - lo) * (PLOT_RIGHT - PLOT_LEFT);
-
+    let (lo, hi) = linear_domain(values);
+    let x = linear_x(lo, hi);
     let mut out = String::new();
     header(&mut out, id, title, height);
-    axis(&mut out, &ticks(lo, hi), x, unit, height, false);
+    axis(&mut out, &ticks(lo, hi), &x, unit, height, false);
     for (i, row) in rows.iter().enumerate() {
-        let y = TOP + ROW * i as f64;
-        row_label(&mut out, y, &row.label);
-        let shown = row.value.map_or_else(|| "n/a".to_owned(), number);
-        let _ = write!(
-            out,
-            r#"<g class="mark" data-run="{run}" data-value="{value}">{tip}"#,
-            run = escape(&row.run),
-            value = row.value.map_or_else(String::new, |v| v.to_string()),
-            tip = tooltip(&row.label, &format!("{shown} {unit}"), &row.detail),
-        );
-        match row.value {
-            Some(v) => {
-                let (x0, x1) = if v < 0.0 { (x(v), x(0.0)) } else { (x(0.0), x(v)) };
-                let _ = write!(
-                    out,
-                    r##"<rect x="{x0:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="{fill}"/><text x="{tx:.1}" y="{ty:.1}" fill="#333">{shown}</text>"##,
-                    y = y + 3.0,
-                    w = (x1 - x0).max(0.0),
-                    h = ROW - 6.0,
-                    fill = row.colour,
-                    tx = x1.max(x(0.0)) + 4.0,
-                    ty = y + ROW * 0.68,
-                    shown = escape(&shown),
-                );
-            }
-            None => {
-                let _ = write!(
-                    out,
-                    r##"<text x="{tx:.1}" y="{ty:.1}" fill="#999">n/a</text>"##,
-                    tx = x(0.0) + 4.0,
-                    ty = y + ROW * 0.68,
-                );
-            }
-        }
-        out.push_str("</g>");
+        bar(&mut out, row, TOP + ROW * i as f64, &x, unit);
     }
     if let Some(reference) = reference {
-        let rx = x(reference.value);
-        let _ = write!(
-            out,
-            r##"<g class="reference"><line x1="{rx:.1}" x2="{rx:.1}" y1="{y0}" y2="{y1}" stroke="#000" stroke-dasharray="4 3"/><text x="{rx:.1}" y="{ty}" text-anchor="middle" fill="#000">{label} {value}</text></g>"##,
-            y0 = TOP - 4.0,
-            y1 = height - BOTTOM,
-            ty = height - 2.0,
-            label = escape(&reference.label),
-            value = escape(&number(reference.value)),
-        );
+        reference_line(&mut out, reference, x(reference.value), height);
     }
     out.push_str("</svg>");
     out
+}
+
+/// The mark of one bar row at `y`: its bar and value, or "n/a".
+fn bar(out: &mut String, row: &Row, y: f64, x: &impl Fn(f64) -> f64, unit: &str) {
+    row_label(out, y, &row.label);
+    let shown = row.value.map_or_else(|| "n/a".to_owned(), number);
+    let _ = write!(
+        out,
+        r#"<g class="mark" data-run="{run}" data-value="{value}">{tip}"#,
+        run = escape(&row.run),
+        value = row.value.map_or_else(String::new, |v| v.to_string()),
+        tip = tooltip(&row.label, &format!("{shown} {unit}"), &row.detail),
+    );
+    match row.value {
+        Some(v) => {
+            let (x0, x1) = if v < 0.0 { (x(v), x(0.0)) } else { (x(0.0), x(v)) };
+            let _ = write!(
+                out,
+                r##"<rect x="{x0:.1}" y="{y:.1}" width="{w:.1}" height="{h:.1}" fill="{fill}"/><text x="{tx:.1}" y="{ty:.1}" fill="#333">{shown}</text>"##,
+                y = y + 3.0,
+                w = (x1 - x0).max(0.0),
+                h = ROW - 6.0,
+                fill = row.colour,
+                tx = x1.max(x(0.0)) + 4.0,
+                ty = y + ROW * 0.68,
+                shown = escape(&shown),
+            );
+        }
+        None => {
+            let _ = write!(
+                out,
+                r##"<text x="{tx:.1}" y="{ty:.1}" fill="#999">n/a</text>"##,
+                tx = x(0.0) + 4.0,
+                ty = y + ROW * 0.68,
+            );
+        }
+    }
+    out.push_str("</g>");
+}
+
+/// A dashed vertical line at `rx` across the plot, labelled below it.
+fn reference_line(out: &mut String, reference: &Reference, rx: f64, height: f64) {
+    let _ = write!(
+        out,
+        r##"<g class="reference"><line x1="{rx:.1}" x2="{rx:.1}" y1="{y0}" y2="{y1}" stroke="#000" stroke-dasharray="4 3"/><text x="{rx:.1}" y="{ty}" text-anchor="middle" fill="#000">{label} {value}</text></g>"##,
+        y0 = TOP - 4.0,
+        y1 = height - BOTTOM,
+        ty = height - 2.0,
+        label = escape(&reference.label),
+        value = escape(&number(reference.value)),
+    );
+}
+
+/// The logarithmic axis of a range chart, as whole decades `(lo, hi)` of
+/// log10 covering every positive value (at least one decade wide);
+/// `(0, 1)` when no value is positive.
+fn log_domain(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let positive: Vec<f64> = values.filter(|v| *v > 0.0).collect();
+    if positive.is_empty() {
+        return (0.0, 1.0);
+    }
+    let lo = positive.iter().copied().fold(f64::INFINITY, f64::min).log10().floor();
+    let hi = positive.iter().copied().fold(0.0f64, f64::max).log10().ceil();
+    (lo, hi.max(lo + 1.0))
+}
+
+/// Ticks 1, 2, 5 × 10^k from decade `lo` up to `10^hi`.
+fn decade_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut ticks = Vec::new();
+    for k in lo as i32..=hi as i32 {
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * 10f64.powi(k);
+            if v.log10() <= hi + 1e-9 {
+                ticks.push(v);
+            }
+        }
+    }
+    ticks
 }
 
 /// A row of points per run (e.g. p50, p95, p99) joined by a line, on a
@@ -213,79 +260,66 @@ pub fn bars(
 /// one chart. Values ≤ 0 are drawn at the axis' low end.
 pub fn ranges(id: &str, title: &str, unit: &str, rows: &[RangeRow]) -> String {
     let height = TOP + ROW * rows.len() as f64 + BOTTOM;
-    let positive: Vec<f64> =
-        rows.iter().flat_map(|r| r.points.iter().map(|p| p.1)).filter(|v| *v > 0.0).collect();
-    let lo = positive.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = positive.iter().copied().fold(0.0f64, f64::max);
-    let (lo, hi) = if positive.is_empty() {
-        (0.0, 1.0)
-    } else {
-        (lo.log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0))
-    };
-    let x = |v: f64| {
+    let (lo, hi) = log_domain(rows.iter().flat_map(|r| r.points.iter().map(|p| p.1)));
+    let x = move |v: f64| {
         let l = if v > 0.0 { v.log10().clamp(lo, hi) } else { lo };
         PLOT_LEFT + (l - lo) / (hi - lo) * (PLOT_RIGHT - PLOT_LEFT)
     };
-    let mut decade_ticks = Vec::new();
-    for k in lo as i32..=hi as i32 {
-        for m in [1.0, 2.0, 5.0] {
-            let v = m * 10f64.powi(k);
-            if v.log10() <= hi + 1e-9 {
-                decade_ticks.push(v);
-            }
-        }
-    }
-
     let mut out = String::new();
     header(&mut out, id, title, height);
-    axis(&mut out, &decade_ticks, x, unit, height, true);
+    axis(&mut out, &decade_ticks(lo, hi), x, unit, height, true);
     for (i, row) in rows.iter().enumerate() {
-        let y = TOP + ROW * i as f64;
-        let cy = y + ROW / 2.0;
-        row_label(&mut out, y, &row.label);
-        let shown = row
-            .points
-            .iter()
-            .map(|(name, v)| format!("{name} {}", number(*v)))
-            .collect::<Vec<_>>()
-            .join(" · ");
-        let _ = write!(
-            out,
-            r#"<g class="mark" data-run="{run}">{tip}"#,
-            run = escape(&row.run),
-            tip = tooltip(&row.label, &format!("{shown} ({unit})"), &row.detail),
-        );
-        if let (Some(first), Some(last)) = (row.points.first(), row.points.last()) {
-            let _ = write!(
-                out,
-                r#"<line x1="{:.1}" x2="{:.1}" y1="{cy:.1}" y2="{cy:.1}" stroke="{}" stroke-width="3"/>"#,
-                x(first.1),
-                x(last.1),
-                row.colour,
-            );
-        }
-        for (k, (name, v)) in row.points.iter().enumerate() {
-            let r = 3.0 + k as f64;
-            let _ = write!(
-                out,
-                r##"<circle class="pct" data-pct="{name}" cx="{:.1}" cy="{cy:.1}" r="{r}" fill="{}" stroke="#333" stroke-width="0.5"/>"##,
-                x(*v),
-                if k == 0 { row.colour } else { "#fff" },
-            );
-        }
-        if let Some(last) = row.points.last() {
-            let _ = write!(
-                out,
-                r##"<text x="{:.1}" y="{:.1}" fill="#333">{}</text>"##,
-                x(last.1) + 9.0,
-                y + ROW * 0.68,
-                escape(&row.points.iter().map(|p| number(p.1)).collect::<Vec<_>>().join(" / ")),
-            );
-        }
-        out.push_str("</g>");
+        range(&mut out, row, TOP + ROW * i as f64, &x, unit);
     }
     out.push_str("</svg>");
     out
+}
+
+/// The mark of one range row at `y`: the line from its first to its last
+/// point, a circle per point (the first filled), and the values.
+fn range(out: &mut String, row: &RangeRow, y: f64, x: &impl Fn(f64) -> f64, unit: &str) {
+    let cy = y + ROW / 2.0;
+    row_label(out, y, &row.label);
+    let shown = row
+        .points
+        .iter()
+        .map(|(name, v)| format!("{name} {}", number(*v)))
+        .collect::<Vec<_>>()
+        .join(" · ");
+    let _ = write!(
+        out,
+        r#"<g class="mark" data-run="{run}">{tip}"#,
+        run = escape(&row.run),
+        tip = tooltip(&row.label, &format!("{shown} ({unit})"), &row.detail),
+    );
+    if let (Some(first), Some(last)) = (row.points.first(), row.points.last()) {
+        let _ = write!(
+            out,
+            r#"<line x1="{:.1}" x2="{:.1}" y1="{cy:.1}" y2="{cy:.1}" stroke="{}" stroke-width="3"/>"#,
+            x(first.1),
+            x(last.1),
+            row.colour,
+        );
+    }
+    for (k, (name, v)) in row.points.iter().enumerate() {
+        let _ = write!(
+            out,
+            r##"<circle class="pct" data-pct="{name}" cx="{:.1}" cy="{cy:.1}" r="{}" fill="{}" stroke="#333" stroke-width="0.5"/>"##,
+            x(*v),
+            3.0 + k as f64,
+            if k == 0 { row.colour } else { "#fff" },
+        );
+    }
+    if let Some(last) = row.points.last() {
+        let _ = write!(
+            out,
+            r##"<text x="{:.1}" y="{:.1}" fill="#333">{}</text>"##,
+            x(last.1) + 9.0,
+            y + ROW * 0.68,
+            escape(&row.points.iter().map(|p| number(p.1)).collect::<Vec<_>>().join(" / ")),
+        );
+    }
+    out.push_str("</g>");
 }
 
 /// Grid lines and tick labels along the top of the plot area.
@@ -340,6 +374,25 @@ mod tests {
         let svg = bars("x", "X", "units", &[row("a", Some(-3.0)), row("b", None)], None);
         assert_eq!(svg.matches(r#"class="mark""#).count(), 2);
         assert!(svg.contains(r#"data-run="b" data-value="""#));
+    }
+
+    #[test]
+    fn a_linear_axis_includes_zero_and_pads_away_from_it() {
+        let (lo, hi) = linear_domain([].into_iter());
+        assert!(lo == 0.0 && (hi - 1.04).abs() < 1e-9, "an empty axis is one unit wide");
+        let (lo, hi) = linear_domain([10.0, 50.0].into_iter());
+        assert_eq!(lo, 0.0);
+        assert!((hi - 52.0).abs() < 1e-9, "{hi}");
+        let (lo, hi) = linear_domain([-25.0].into_iter());
+        assert_eq!((lo, hi), (-26.0, 0.0));
+    }
+
+    #[test]
+    fn a_log_axis_spans_whole_decades() {
+        assert_eq!(log_domain([0.0, -1.0].into_iter()), (0.0, 1.0));
+        assert_eq!(log_domain([0.3, 0.0, 450.0].into_iter()), (-1.0, 3.0));
+        assert_eq!(log_domain([5.0].into_iter()), (0.0, 1.0));
+        assert_eq!(decade_ticks(0.0, 1.0), vec![1.0, 2.0, 5.0, 10.0]);
     }
 
     #[test]

@@ -166,16 +166,16 @@ impl<L: SaleLock> Locked<L> {
 }
 
 /// `seckill_lock_timeouts_total{strategy}`: lock waits that ran out (`busy`).
-pub const TIMEOUTS: &str = "seckill_lock_timeouts_total";
+pub const TIMEOUTS: &str = crate::metric_names::LOCK_TIMEOUTS_TOTAL;
 /// `seckill_fence_rejections_total{strategy}`: claims and writes refused by the
 /// fence (`busy`).
-pub const FENCE_REJECTIONS: &str = "seckill_fence_rejections_total";
+pub const FENCE_REJECTIONS: &str = crate::metric_names::FENCE_REJECTIONS_TOTAL;
 /// `seckill_lock_losses_total{strategy}`: writes abandoned because the holder
 /// learnt (from its watchdog) that it had lost the lock (`busy`).
-pub const LOSSES: &str = "seckill_lock_losses_total";
+pub const LOSSES: &str = crate::metric_names::LOCK_LOSSES_TOTAL;
 /// `seckill_lock_renewals_total{strategy}`: successful watchdog renewals,
 /// counted when the lock is released.
-pub const RENEWALS: &str = "seckill_lock_renewals_total";
+pub const RENEWALS: &str = crate::metric_names::LOCK_RENEWALS_TOTAL;
 
 /// Adds `renewals` to [`RENEWALS`] for `strategy`.
 pub(crate) fn count_renewals(strategy: StrategyName, renewals: u64) {

@@ -235,7 +235,7 @@ impl Batch {
                     if let Err(err) = settle::mark_rejected(db, &message).await {
                         tracing::warn!(error = %err, "could not record the rejection");
                     }
-                    metrics::counter!("seckill_queue_dead_lettered_total").increment(1);
+                    metrics::counter!(crate::metric_names::QUEUE_DEAD_LETTERED_TOTAL).increment(1);
                     let _ = delivery.reject(BasicRejectOptions { requeue: false }).await;
                 } else {
                     tracing::debug!(request_id = %message.request_id, deliveries, error = %err,
@@ -277,7 +277,7 @@ async fn settle_until_postgres_answers(
 
 /// Metrics of one settled batch.
 fn record_batch(messages: &[PurchaseMessage], settled: &Settled) {
-    metrics::histogram!("seckill_queue_batch_size").record(messages.len() as f64);
+    metrics::histogram!(crate::metric_names::QUEUE_BATCH_SIZE).record(messages.len() as f64);
     for resolution in &settled.resolutions {
         let label = match resolution {
             Resolution::Placed { .. } => "placed",
@@ -285,7 +285,8 @@ fn record_batch(messages: &[PurchaseMessage], settled: &Settled) {
             Resolution::AlreadyPurchased => "already_purchased",
             Resolution::Rejected => "rejected",
         };
-        metrics::counter!("seckill_queue_resolutions_total", "resolution" => label).increment(1);
+        metrics::counter!(crate::metric_names::QUEUE_RESOLUTIONS_TOTAL, "resolution" => label)
+            .increment(1);
     }
 }
 

@@ -235,10 +235,18 @@ impl RedisDecr {
         }
         let returned = u64::try_from(report.returned_units).unwrap_or(0);
         let corrected = u64::try_from(report.corrected_units).unwrap_or(0);
-        counter!("seckill_reconcile_fixes_total", "strategy" => "redis-decr", "kind" => "returned")
-            .increment(returned);
-        counter!("seckill_reconcile_fixes_total", "strategy" => "redis-decr", "kind" => "corrected")
-            .increment(corrected);
+        counter!(
+            crate::metric_names::RECONCILE_FIXES_TOTAL,
+            "strategy" => "redis-decr",
+            "kind" => "returned"
+        )
+        .increment(returned);
+        counter!(
+            crate::metric_names::RECONCILE_FIXES_TOTAL,
+            "strategy" => "redis-decr",
+            "kind" => "corrected"
+        )
+        .increment(corrected);
         sqlx::query(
             "UPDATE sales SET reconcile_fixes = coalesce(reconcile_fixes, 0) + $2 WHERE id = $1",
         )

@@ -1,0 +1,68 @@
+//! The names of the series the service exports at `GET /metrics`, defined
+//! once for the service (every `metrics::counter!` / `histogram!` call site)
+//! and for the load test (which scrapes them and divides them by units sold).
+//!
+//! This module imports nothing of the service, so that any layer may use it.
+//! Renaming a series here renames it everywhere; the load test refuses to
+//! read a series it expects and does not find, so a rename can never turn a
+//! figure of the report into a silent 0. The HTTP request series
+//! (`axum_http_requests_*`) are named by the `axum-prometheus` layer, not here.
+
+/// Counter: round trips the service sent to Redis (one per command, pipeline
+/// or script invocation actually sent). Labels: `strategy` (wire name, e.g.
+/// `redis-decr`, `lock/token`). Emitted by every strategy that talks to Redis
+/// (the `lock/*` strategies register it at 0 when they are built); the load
+/// test's `cost.redis_round_trips_per_unit` divides it by units sold.
+pub const REDIS_ROUND_TRIPS_TOTAL: &str = "seckill_redis_round_trips_total";
+
+/// Counter: AMQP messages published or consumed. Labels: `direction`
+/// (`published` or `consumed`). Emitted by the `queue` strategy's publisher
+/// and consumers; the load test's `cost.amqp_messages_per_unit` divides the
+/// sum over both directions by units sold.
+pub const AMQP_MESSAGES_TOTAL: &str = "seckill_amqp_messages_total";
+
+/// Counter: purchases answered, one per purchase request that reached a
+/// sale. Labels: `strategy` (wire name), `outcome` (`placed`, `accepted`,
+/// `sold_out`, `already_purchased`, `not_started`, `ended`, `busy`,
+/// `unavailable`, `internal`). Emitted by the purchase path common to every
+/// strategy.
+pub const PURCHASE_OUTCOMES_TOTAL: &str = "seckill_purchase_outcomes_total";
+
+/// Counter: lock waits of a `lock/*` strategy that ran out (answered `503
+/// busy`). Labels: `strategy`. Registered at 0 for every `lock/*` strategy.
+pub const LOCK_TIMEOUTS_TOTAL: &str = "seckill_lock_timeouts_total";
+
+/// Counter: claims and writes of a fenced `lock/*` strategy refused by the
+/// fence because a newer holder claimed the sale (answered `503 busy`).
+/// Labels: `strategy`. Registered at 0 for every `lock/*` strategy.
+pub const FENCE_REJECTIONS_TOTAL: &str = "seckill_fence_rejections_total";
+
+/// Counter: writes a `lock/*` strategy abandoned because its watchdog
+/// reported the lock lost (answered `503 busy`). Labels: `strategy`.
+/// Registered at 0 for every `lock/*` strategy.
+pub const LOCK_LOSSES_TOTAL: &str = "seckill_lock_losses_total";
+
+/// Counter: successful watchdog lease renewals of a `lock/*` strategy,
+/// counted when the lock is released. Labels: `strategy`. Registered at 0
+/// for every `lock/*` strategy.
+pub const LOCK_RENEWALS_TOTAL: &str = "seckill_lock_renewals_total";
+
+/// Counter: units of stock the `redis-decr` reconciler fixed. Labels:
+/// `strategy` (`redis-decr`), `kind` (`returned`: abandoned reservations
+/// given back; `corrected`: counter moved towards Postgres). Emitted only
+/// when a pass fixed something.
+pub const RECONCILE_FIXES_TOTAL: &str = "seckill_reconcile_fixes_total";
+
+/// Counter: `queue` messages dead-lettered after their last allowed
+/// delivery failed. No labels. Emitted by the `queue` consumer.
+pub const QUEUE_DEAD_LETTERED_TOTAL: &str = "seckill_queue_dead_lettered_total";
+
+/// Histogram: messages settled per `queue` consumer transaction (a count,
+/// not a duration). No labels. Emitted by the `queue` consumer once per
+/// settled batch.
+pub const QUEUE_BATCH_SIZE: &str = "seckill_queue_batch_size";
+
+/// Counter: accepted `queue` requests resolved by the consumer. Labels:
+/// `resolution` (`placed`, `sold_out`, `already_purchased`, `rejected`).
+/// Emitted by the `queue` consumer.
+pub const QUEUE_RESOLUTIONS_TOTAL: &str = "seckill_queue_resolutions_total";

@@ -1,0 +1,117 @@
+//! The admin API of the instances, as the comparison uses it: create a
+//! sale, audit it, read its queue and lock statistics. Every call is
+//! authenticated with the invocation's admin token; an answer other than
+//! the documented success is an error that carries the service's answer.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use seckill::audit::Audit;
+use seckill::sale::SaleId;
+use seckill::strategy::queue::QueueStats;
+use serde_json::Value;
+
+/// The admin API of the first instance.
+pub struct Admin {
+    /// Also used to scrape `/metrics`.
+    pub client: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Admin {
+    pub fn new(base: &str, token: &str) -> Admin {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("a default client builds");
+        Admin { client, base: base.to_owned(), token: token.to_owned() }
+    }
+
+    pub async fn create_sale(&self, body: Value) -> anyhow::Result<SaleId> {
+        let response = self
+            .client
+            .post(format!("{}/admin/sales", self.base))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await?;
+        let status = response.status();
+        let answer: Value = response.json().await?;
+        if status != reqwest::StatusCode::CREATED {
+            bail!("creating a sale answered {status}: {answer}");
+        }
+        Ok(SaleId(answer["id"].as_i64().context("sale id")?))
+    }
+
+    /// `max_concurrency` inside the critical section across all instances:
+    /// each instance's `lock-stats` call first flushes its own recorded
+    /// intervals, so the last answer covers every instance.
+    pub async fn max_concurrency(&self, urls: &[String], sale: SaleId) -> anyhow::Result<i64> {
+        let mut last = Value::Null;
+        for url in urls {
+            let response = self
+                .client
+                .get(format!("{url}/admin/sales/{}/lock-stats", sale.0))
+                .bearer_auth(&self.token)
+                .send()
+                .await?;
+            let status = response.status();
+            last = response.json().await?;
+            if !status.is_success() {
+                bail!("lock-stats answered {status}: {last}");
+            }
+        }
+        last["max_concurrency"].as_i64().context("lock-stats without max_concurrency")
+    }
+
+    /// The queue statistics of `sales` once none has an unresolved request,
+    /// or as they stand after `within`.
+    pub async fn drained(
+        &self,
+        sales: &[SaleId],
+        within: Duration,
+    ) -> anyhow::Result<Vec<QueueStats>> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let mut all = Vec::with_capacity(sales.len());
+            for &sale in sales {
+                all.push(self.queue_stats(sale).await?);
+            }
+            if all.iter().all(|s| s.accepted_unresolved == 0)
+                || tokio::time::Instant::now() >= deadline
+            {
+                return Ok(all);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn queue_stats(&self, sale: SaleId) -> anyhow::Result<QueueStats> {
+        let response = self
+            .client
+            .get(format!("{}/admin/sales/{}/queue", self.base, sale.0))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("queue stats answered {status}: {}", response.text().await.unwrap_or_default());
+        }
+        Ok(response.json().await?)
+    }
+
+    pub async fn audit(&self, sale: SaleId) -> anyhow::Result<Audit> {
+        let response = self
+            .client
+            .get(format!("{}/admin/sales/{}/audit", self.base, sale.0))
+            .bearer_auth(&self.token)
+            .send()
+            .await?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("audit answered {status}: {}", response.text().await.unwrap_or_default());
+        }
+        Ok(response.json().await?)
+    }
+}

@@ -1,0 +1,633 @@
+//! One run of the comparison (one strategy × profile × repeat), in steps:
+//! prepare its sales and buyers, run the sale and rejection phases with the
+//! readings around the sale phase, audit the sales in Postgres, read the
+//! counters the instances exported, and assemble the run record.
+//!
+//! The steps that talk to the instances only gather inputs; every figure of
+//! the record (undersold, sell-through, costs per unit, ratios, the queue
+//! figures, the verdict) is a pure function of those inputs, tested below.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use seckill::audit::Audit;
+use seckill::sale::SaleId;
+use seckill::strategy::StrategyName;
+use seckill::strategy::queue::QueueStats;
+use serde_json::{Value, json};
+
+use crate::CompareArgs;
+use crate::admin::Admin;
+use crate::ceilings::Ceilings;
+use crate::cost::{PgXacts, RssSampler, Xacts};
+use crate::expectation::{Conditions, Expectation, expected};
+use crate::instances::Instances;
+use crate::profile::{Plan, Profile};
+use crate::progress::Progress;
+use crate::report::{self, BatchSizes, Cost, LockStats, Ratio, Run};
+use crate::scenario::{self, Latency, PhaseResult, per_second};
+use crate::scrape::{self, Counters, Figure};
+
+/// How long the sale phase of a `queue` run waits for every accepted
+/// request to be resolved; what is left then counts as `accepted_unresolved`.
+const QUEUE_DRAIN_WAIT: Duration = Duration::from_secs(120);
+
+/// What the runs of one comparison share.
+pub struct Bench<'a> {
+    pub args: &'a CompareArgs,
+    pub instances: &'a Instances,
+    /// The admin API of the first instance.
+    pub admin: &'a Admin,
+    pub ceilings: &'a Ceilings,
+    pub xacts: &'a PgXacts,
+}
+
+/// Which run: its strategy, profile and repeat (1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunKey {
+    pub strategy: StrategyName,
+    pub profile: Profile,
+    pub repeat: u64,
+}
+
+/// The sales and buyers of a run, created before its phases.
+struct Prepared {
+    plan: Plan,
+    sales: Vec<SaleId>,
+    /// Distinct buyers, ids `1..=buyers`, each wanting one unit.
+    buyers: u64,
+}
+
+/// What the phases measured, with the readings around the sale phase.
+struct Phases {
+    sale: PhaseResult,
+    rejection: PhaseResult,
+    /// The statistics of a `queue` run's sales once drained.
+    queue_stats: Option<Vec<QueueStats>>,
+    /// Postgres transactions before and after the sale phase.
+    xacts: [Xacts; 2],
+    /// The instances' counters before and after the sale phase.
+    counters: [Counters; 2],
+    /// Units sold when the sale phase ended, the divisor of its costs (a
+    /// baseline may go on selling in the rejection phase).
+    sold_in_sale_phase: i64,
+    peak_rss_mb: Option<f64>,
+}
+
+/// Figures the instances counted over the sale phase; `None` where a figure
+/// does not apply to the strategy.
+#[derive(Debug, Default, PartialEq)]
+struct Counted {
+    redis_round_trips: Option<f64>,
+    amqp_messages: Option<f64>,
+    /// `max_concurrency` is read from the instances afterwards.
+    lock: Option<LockStats>,
+}
+
+/// Everything a run measured: the input of [`assemble`].
+struct Measured {
+    key: RunKey,
+    conditions: Conditions,
+    expected: Expectation,
+    prepared: Prepared,
+    phases: Phases,
+    /// The run's sales' audits, added up.
+    audit: Audit,
+    undersold: i64,
+    counted: Counted,
+}
+
+/// Runs `key` on the bench and answers its record, verdict included.
+pub async fn run_one(
+    bench: &Bench<'_>,
+    key: RunKey,
+    progress: &mut Progress,
+) -> anyhow::Result<Run> {
+    let conditions = Conditions { profile: key.profile, instances: bench.instances.urls.len() };
+    let expected = expected(key.strategy, &conditions)?;
+    let prepared = prepare(bench, key).await?;
+    let phases = run_phases(bench, key, &prepared, progress).await?;
+    progress.phase("audit");
+    let mut audits = Vec::with_capacity(prepared.sales.len());
+    for &sale in &prepared.sales {
+        audits.push(bench.admin.audit(sale).await?);
+    }
+    let undersold = undersold(&audits, &split_demand(prepared.buyers, prepared.sales.len()));
+    let mut counted = Counted::of(key.strategy, &phases.counters)?;
+    if let Some(lock) = &mut counted.lock {
+        lock.max_concurrency = max_concurrency(bench, &prepared.sales).await?;
+    }
+    let audit = add_up(&audits);
+    let measured =
+        Measured { key, conditions, expected, prepared, phases, audit, undersold, counted };
+    Ok(assemble(measured, bench.ceilings))
+}
+
+/// Creates the run's sales with the profile's plan and knobs.
+async fn prepare(bench: &Bench<'_>, key: RunKey) -> anyhow::Result<Prepared> {
+    let plan = key.profile.plan(bench.args);
+    let knobs = serde_json::to_value(plan.knobs)?;
+    let mut sales = Vec::new();
+    for (i, stock) in plan.stock_per_sale().into_iter().enumerate() {
+        sales.push(bench.admin.create_sale(sale_body(key, i, stock, &knobs)).await?);
+    }
+    let buyers = ((plan.stock as f64) * bench.args.demand).round().max(1.0) as u64;
+    Ok(Prepared { plan, sales, buyers })
+}
+
+/// `POST /admin/sales` body of the run's sale `i` (0-based): its name says
+/// which run it belongs to, and the profile's knobs are merged in.
+fn sale_body(key: RunKey, i: usize, stock: u64, knobs: &Value) -> Value {
+    let RunKey { strategy, profile, repeat } = key;
+    let mut body = json!({
+        "name": format!("{strategy} / {profile} / {repeat} / sale {}", i + 1),
+        "stock": stock,
+        "strategy": strategy.as_str(),
+    });
+    if let (Some(body), Value::Object(knobs)) = (body.as_object_mut(), knobs) {
+        body.extend(knobs.clone());
+    }
+    body
+}
+
+/// The sale phase (with the queue's drain for `queue`), the readings around
+/// it, and the rejection phase; the RSS sampler covers all of it.
+async fn run_phases(
+    bench: &Bench<'_>,
+    key: RunKey,
+    prepared: &Prepared,
+    progress: &mut Progress,
+) -> anyhow::Result<Phases> {
+    let (urls, args) = (&bench.instances.urls, bench.args);
+    let ids: Vec<i64> = prepared.sales.iter().map(|s| s.0).collect();
+    let plan = &prepared.plan;
+    let buyers = scenario::buyers(prepared.buyers, &ids, plan.submissions, plan.resubmit);
+    let rss = RssSampler::start(bench.instances.pids());
+    progress.phase("settling statistics");
+    let (xacts_before, counters_before) = readings(bench).await?;
+    progress.phase(&format!("sale phase ({} buyers)", buyers.len()));
+    let goose_report =
+        args.out.join(format!("goose-{}-{}-{}.html", key.strategy.slug(), key.profile, key.repeat));
+    let sale =
+        scenario::sale_phase(urls, &ids, args.users, args.retries, buyers, goose_report).await?;
+    let queue_stats = if key.strategy == StrategyName::Queue {
+        progress.phase("waiting for the queue to drain");
+        Some(bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?)
+    } else {
+        None
+    };
+    progress.phase("settling statistics");
+    let (xacts_after, counters_after) = readings(bench).await?;
+    let mut sold_in_sale_phase = 0;
+    for &sale in &prepared.sales {
+        sold_in_sale_phase += bench.admin.audit(sale).await?.units_sold;
+    }
+    progress.phase("rejection phase");
+    let first_fresh = prepared.buyers as i64 + 1;
+    let rejection =
+        scenario::rejection_phase(urls, &ids, args.users, first_fresh, args.rejection_phase)
+            .await?;
+    Ok(Phases {
+        sale,
+        rejection,
+        queue_stats,
+        xacts: [xacts_before, xacts_after],
+        counters: [counters_before, counters_after],
+        sold_in_sale_phase,
+        peak_rss_mb: rss.stop().await,
+    })
+}
+
+/// Settled Postgres transactions and the instances' counters, now.
+async fn readings(bench: &Bench<'_>) -> anyhow::Result<(Xacts, Counters)> {
+    let xacts = bench.xacts.settle().await?;
+    let counters = Counters::scrape(&bench.admin.client, &bench.instances.urls).await?;
+    Ok((xacts, counters))
+}
+
+/// The most purchases inside a lock's critical section at once, over the
+/// run's sales.
+async fn max_concurrency(bench: &Bench<'_>, sales: &[SaleId]) -> anyhow::Result<i64> {
+    let mut most = 0;
+    for &sale in sales {
+        most = most.max(bench.admin.max_concurrency(&bench.instances.urls, sale).await?);
+    }
+    Ok(most)
+}
+
+impl Counted {
+    /// The sale phase's deltas of the figures that apply to `strategy`.
+    /// Errors: a series the service exports for the strategy is missing.
+    fn of(strategy: StrategyName, [before, after]: &[Counters; 2]) -> anyhow::Result<Counted> {
+        let delta = |figure: &Figure| Counters::delta(before, after, figure, strategy);
+        let count = |figure: &Figure| delta(figure).map(|d| d.map(|d| d as u64));
+        let lock = match (
+            count(&scrape::LOCK_RENEWALS)?,
+            count(&scrape::LOCK_TIMEOUTS)?,
+            count(&scrape::FENCE_REJECTIONS)?,
+        ) {
+            (Some(renewals), Some(lock_timeouts), Some(fence_rejections)) => {
+                Some(LockStats { max_concurrency: 0, renewals, lock_timeouts, fence_rejections })
+            }
+            _ => None,
+        };
+        Ok(Counted {
+            redis_round_trips: delta(&scrape::REDIS_ROUND_TRIPS)?,
+            amqp_messages: delta(&scrape::AMQP_MESSAGES)?,
+            lock,
+        })
+    }
+}
+
+/// Buyer `i` buys from sale `(i − 1) mod sales`: each sale's demand is
+/// `buyers / sales`, the remainder going one each to the first sales.
+fn split_demand(buyers: u64, sales: usize) -> Vec<u64> {
+    let n = sales.max(1) as u64;
+    (0..n).map(|j| buyers / n + u64::from(j < buyers % n)).collect()
+}
+
+/// Units wanted and in stock that did not sell, added up over the sales:
+/// `min(total_stock, demand) − units_sold` of each sale when positive.
+fn undersold(audits: &[Audit], demand: &[u64]) -> i64 {
+    audits
+        .iter()
+        .zip(demand)
+        .map(|(audit, &wanted)| (audit.total_stock.min(wanted as i64) - audit.units_sold).max(0))
+        .sum()
+}
+
+/// The audits of a run's sales, added up. Per-sale figures are summed
+/// (oversell in one sale is never offset by undersell in another: each
+/// audit's `oversold` is already clamped at 0), the order times are the
+/// earliest and latest over the sales, and a Redis figure is `null` only
+/// when it is `null` for every sale.
+fn add_up(audits: &[Audit]) -> Audit {
+    let sum_opt = |pick: fn(&Audit) -> Option<i64>| {
+        audits.iter().filter_map(pick).fold(None, |acc: Option<i64>, v| Some(acc.unwrap_or(0) + v))
+    };
+    Audit {
+        sale_id: audits[0].sale_id,
+        strategy: audits[0].strategy.clone(),
+        total_stock: audits.iter().map(|a| a.total_stock).sum(),
+        remaining_stock: audits.iter().map(|a| a.remaining_stock).sum(),
+        orders: audits.iter().map(|a| a.orders).sum(),
+        units_sold: audits.iter().map(|a| a.units_sold).sum(),
+        oversold: audits.iter().map(|a| a.oversold).sum(),
+        ledger_drift: audits.iter().map(|a| a.ledger_drift).sum(),
+        duplicate_orders: audits.iter().map(|a| a.duplicate_orders).sum(),
+        first_order_at: audits.iter().filter_map(|a| a.first_order_at).min(),
+        last_order_at: audits.iter().filter_map(|a| a.last_order_at).max(),
+        redis_drift: sum_opt(|a| a.redis_drift),
+        reconcile_fixes: sum_opt(|a| a.reconcile_fixes),
+    }
+}
+
+/// Units sold ÷ (commit of the last unit − send of the first purchase);
+/// `None` when nothing sold or the interval is empty.
+fn sell_through(
+    units_sold: i64,
+    first_send: Option<DateTime<Utc>>,
+    last_order: Option<DateTime<Utc>>,
+) -> Option<f64> {
+    let (first, last) = first_send.zip(last_order)?;
+    let seconds = (last - first).num_microseconds().unwrap_or(0) as f64 / 1e6;
+    (units_sold > 0 && seconds > 0.0).then(|| units_sold as f64 / seconds)
+}
+
+/// `value ÷ ceiling`, `None` when either is missing or the ratio is not
+/// finite.
+fn ratio_to(value: Option<f64>, ceiling: f64) -> Option<f64> {
+    value.map(|v| v / ceiling).filter(|v| v.is_finite())
+}
+
+/// The sale phase's costs per unit it sold.
+fn cost(counted: &Counted, phases: &Phases) -> Cost {
+    let sold = phases.sold_in_sale_phase;
+    let per_unit = |total: f64| (sold > 0).then(|| total / sold as f64);
+    let [xacts_before, xacts_after] = phases.xacts;
+    Cost {
+        redis_round_trips_per_unit: counted.redis_round_trips.and_then(per_unit),
+        pg_xacts_per_unit: per_unit(PgXacts::between(xacts_before, xacts_after) as f64),
+        amqp_messages_per_unit: counted.amqp_messages.and_then(per_unit),
+        peak_rss_mb: phases.peak_rss_mb,
+    }
+}
+
+/// The queue figures of a run, over its sales: unresolved requests added up,
+/// and for latency and batch sizes the largest of each figure over the sales
+/// (the batch mean weighted by the batches), which is the sale's own figure
+/// for a single-sale run.
+#[derive(Debug, PartialEq)]
+struct QueueFigures {
+    unresolved: i64,
+    e2e: Option<Latency>,
+    batches: Option<BatchSizes>,
+}
+
+impl QueueFigures {
+    fn of(stats: &[QueueStats]) -> QueueFigures {
+        let unresolved = stats.iter().map(|s| s.accepted_unresolved).sum();
+        let e2e = stats.iter().filter_map(|s| s.e2e_latency_ms.as_ref()).fold(None, |acc, l| {
+            let acc: Latency = acc.unwrap_or_default();
+            Some(Latency {
+                p50: acc.p50.max(l.p50),
+                p95: acc.p95.max(l.p95),
+                p99: acc.p99.max(l.p99),
+                max: acc.max.max(l.max),
+            })
+        });
+        let with_batches: Vec<(&BatchSizes, i64)> =
+            stats.iter().filter_map(|s| s.batch_sizes.as_ref().map(|b| (b, s.batches))).collect();
+        let batches = (!with_batches.is_empty()).then(|| {
+            let total: i64 = with_batches.iter().map(|(_, n)| n).sum();
+            let weighted: f64 = with_batches.iter().map(|(b, n)| b.mean * *n as f64).sum();
+            BatchSizes {
+                p50: with_batches.iter().map(|(b, _)| b.p50).fold(0.0, f64::max),
+                max: with_batches.iter().map(|(b, _)| b.max).fold(0.0, f64::max),
+                mean: if total > 0 {
+                    (weighted / total as f64 * 100.0).round() / 100.0
+                } else {
+                    0.0
+                },
+            }
+        });
+        QueueFigures { unresolved, e2e, batches }
+    }
+}
+
+/// The run record of what was measured, judged against its expectation
+/// (`ratio.sell_through_vs_sql_strategy` is filled in once every run is in,
+/// by [`report::relate_to_sql`]).
+fn assemble(m: Measured, ceilings: &Ceilings) -> Run {
+    let cost = cost(&m.counted, &m.phases);
+    let Measured { key, conditions, expected, prepared, phases, audit, undersold, counted } = m;
+    let (sale, rejection) = (phases.sale, phases.rejection);
+    let sell_through_per_s = sell_through(audit.units_sold, sale.first_send, audit.last_order_at);
+    let rejection_rps = Some(per_second(rejection.requests, rejection.duration_s));
+    let mut outcomes = sale.outcomes;
+    if let Some(stats) = &phases.queue_stats {
+        outcomes.rejected = stats.iter().map(|s| s.rejected.max(0) as u64).sum();
+    }
+    let queue = phases.queue_stats.as_deref().map(QueueFigures::of);
+    let mut run = Run {
+        strategy: key.strategy.as_str().to_owned(),
+        profile: key.profile.name().to_owned(),
+        repeat: key.repeat,
+        expected,
+        verdict: report::Verdict::Ok,
+        instances: conditions.instances,
+        sales: prepared.plan.sales,
+        total_stock: audit.total_stock,
+        buyers: prepared.buyers,
+        demanded_units: prepared.buyers,
+        requests: sale.requests,
+        duration_s: sale.duration_s,
+        throughput_rps: per_second(sale.requests, sale.duration_s),
+        sell_through_per_s,
+        rejection_rps,
+        units_sold: audit.units_sold,
+        orders: audit.orders,
+        remaining_stock: audit.remaining_stock,
+        oversold: audit.oversold,
+        undersold,
+        ledger_drift: audit.ledger_drift,
+        duplicate_orders: audit.duplicate_orders,
+        errors_5xx: sale.errors_5xx + rejection.errors_5xx,
+        outcomes,
+        status_counts: sale.status_counts,
+        latency_ms: sale.latency_ms,
+        ratio: Ratio {
+            sell_through_vs_sql_tps: ratio_to(sell_through_per_s, ceilings.sql_tps.value),
+            rejection_vs_http_rps: ratio_to(rejection_rps, ceilings.http_rps.value),
+            sell_through_vs_sql_strategy: None,
+        },
+        redis_drift: audit.redis_drift,
+        reconcile_fixes: audit.reconcile_fixes,
+        lock_stats: counted.lock,
+        accepted_unresolved: queue.as_ref().map(|q| q.unresolved),
+        e2e_latency_ms: queue.as_ref().and_then(|q| q.e2e.clone()),
+        batch_sizes: queue.and_then(|q| q.batches),
+        cost,
+    };
+    run.verdict = run.judge();
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use seckill::strategy::queue::results::E2eLatency;
+
+    use super::*;
+    use crate::ceilings::{HttpCeiling, SqlCeiling};
+    use crate::profile::SaleKnobs;
+    use crate::report::Verdict;
+    use crate::scenario::Outcomes;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
+    }
+
+    fn audit(total_stock: i64, units_sold: i64) -> Audit {
+        Audit {
+            sale_id: SaleId(1),
+            strategy: "sql".to_owned(),
+            total_stock,
+            remaining_stock: (total_stock - units_sold).max(0),
+            orders: units_sold,
+            units_sold,
+            oversold: (units_sold - total_stock).max(0),
+            ledger_drift: 0,
+            duplicate_orders: 0,
+            first_order_at: Some(at(100)),
+            last_order_at: Some(at(2_100)),
+            redis_drift: None,
+            reconcile_fixes: None,
+        }
+    }
+
+    fn key(strategy: &str) -> RunKey {
+        RunKey { strategy: strategy.parse().unwrap(), profile: Profile::Burst, repeat: 2 }
+    }
+
+    #[test]
+    fn demand_is_split_round_robin_over_the_sales() {
+        assert_eq!(split_demand(10, 4), vec![3, 3, 2, 2]);
+        assert_eq!(split_demand(10, 1), vec![10]);
+        assert_eq!(split_demand(2, 3), vec![1, 1, 0]);
+    }
+
+    #[test]
+    fn undersold_counts_per_sale_what_was_wanted_and_in_stock() {
+        // Sale 1 sold 4 of 5 wanted (1 undersold); sale 2 oversold, which
+        // must not offset sale 1; sale 3 had less demand than stock.
+        let audits = [audit(5, 4), audit(5, 7), audit(5, 2)];
+        assert_eq!(undersold(&audits, &[6, 6, 2]), 1);
+    }
+
+    #[test]
+    fn audits_add_up_without_offsetting_and_keep_null_redis_figures_null() {
+        let mut first = audit(5, 7);
+        first.ledger_drift = -2;
+        first.first_order_at = Some(at(50));
+        let mut second = audit(5, 5);
+        second.last_order_at = Some(at(9_000));
+        second.redis_drift = Some(0);
+        let total = add_up(&[first, second]);
+        assert_eq!((total.total_stock, total.units_sold, total.oversold), (10, 12, 2));
+        assert_eq!(total.ledger_drift, -2);
+        assert_eq!((total.first_order_at, total.last_order_at), (Some(at(50)), Some(at(9_000))));
+        assert_eq!((total.redis_drift, total.reconcile_fixes), (Some(0), None));
+    }
+
+    #[test]
+    fn sell_through_needs_units_and_a_positive_interval() {
+        assert_eq!(sell_through(100, Some(at(0)), Some(at(2_000))), Some(50.0));
+        assert_eq!(sell_through(0, Some(at(0)), Some(at(2_000))), None);
+        assert_eq!(sell_through(100, Some(at(2_000)), Some(at(2_000))), None);
+        assert_eq!(sell_through(100, None, Some(at(2_000))), None);
+        assert_eq!(ratio_to(Some(50.0), 200.0), Some(0.25));
+        assert_eq!(ratio_to(Some(50.0), 0.0), None);
+        assert_eq!(ratio_to(None, 200.0), None);
+    }
+
+    #[test]
+    fn a_sale_body_names_its_run_and_carries_the_knobs() {
+        let knobs = serde_json::to_value(SaleKnobs { work_ms: Some(5), ..Default::default() });
+        let body = sale_body(key("sql/for-update"), 1, 250, &knobs.unwrap());
+        assert_eq!(
+            body,
+            json!({ "name": "sql/for-update / burst / 2 / sale 2", "stock": 250,
+                    "strategy": "sql/for-update", "work_ms": 5 })
+        );
+    }
+
+    const EXPOSITION: &str = "\
+seckill_redis_round_trips_total{strategy=\"lock/token\"} 30
+seckill_lock_renewals_total{strategy=\"lock/token\"} 0
+seckill_lock_timeouts_total{strategy=\"lock/token\"} 4
+seckill_fence_rejections_total{strategy=\"lock/token\"} 0
+seckill_amqp_messages_total{direction=\"published\"} 12
+";
+
+    #[test]
+    fn counted_figures_are_the_sale_phases_deltas_of_what_applies() {
+        let counters = [Counters::default(), Counters::parse(EXPOSITION)];
+        let token = Counted::of(key("lock/token").strategy, &counters).unwrap();
+        assert_eq!(token.redis_round_trips, Some(30.0));
+        assert_eq!(token.amqp_messages, None, "lock/token does not use RabbitMQ");
+        let lock = token.lock.expect("a lock strategy has lock stats");
+        assert_eq!((lock.renewals, lock.lock_timeouts, lock.fence_rejections), (0, 4, 0));
+        assert_eq!(Counted::of(key("sql").strategy, &counters).unwrap(), Counted::default());
+        // A Redis strategy whose series is missing fails the run.
+        let err = Counted::of(key("redis-decr").strategy, &counters).unwrap_err();
+        assert!(err.to_string().contains("strategy=\"redis-decr\""), "{err}");
+    }
+
+    fn queue_stats(unresolved: i64, p99: f64, batches: i64, mean: f64) -> QueueStats {
+        QueueStats {
+            sale_id: SaleId(1),
+            accepted: 10,
+            accepted_unresolved: unresolved,
+            placed: 5,
+            sold_out: 5,
+            already_purchased: 0,
+            rejected: 1,
+            e2e_latency_ms: Some(E2eLatency { p50: 1.0, p95: 2.0, p99, max: p99 + 1.0 }),
+            batches,
+            batch_sizes: Some(BatchSizes { p50: mean, max: mean * 2.0, mean }),
+        }
+    }
+
+    #[test]
+    fn queue_figures_take_the_worst_latency_and_weight_batch_means() {
+        let figures =
+            QueueFigures::of(&[queue_stats(1, 9.0, 1, 10.0), queue_stats(2, 4.0, 3, 2.0)]);
+        assert_eq!(figures.unresolved, 3);
+        assert_eq!(figures.e2e.map(|l| (l.p99, l.max)), Some((9.0, 10.0)));
+        let batches = figures.batches.unwrap();
+        assert_eq!((batches.p50, batches.max, batches.mean), (10.0, 20.0, 4.0));
+        assert_eq!(QueueFigures::of(&[]), QueueFigures { unresolved: 0, e2e: None, batches: None });
+    }
+
+    fn phase(requests: u64, duration_s: f64, first_send: Option<DateTime<Utc>>) -> PhaseResult {
+        PhaseResult {
+            requests,
+            duration_s,
+            first_send,
+            outcomes: Outcomes { placed: 100, sold_out: 200, ..Outcomes::default() },
+            errors_5xx: 0,
+            status_counts: Default::default(),
+            latency_ms: Latency { p50: 1.0, p95: 2.0, p99: 3.0, max: 4.0 },
+        }
+    }
+
+    fn ceilings() -> Ceilings {
+        Ceilings {
+            http_rps: HttpCeiling { value: 1000.0, users: 10, instances: 2, duration_s: 1.0 },
+            sql_tps: SqlCeiling { value: 200.0, connections: 20, duration_s: 1.0 },
+            redis_ops: None,
+            amqp_rps: None,
+            queue_drain_units_per_s: None,
+        }
+    }
+
+    fn measured(strategy: &str, sold: i64) -> Measured {
+        let key = key(strategy);
+        let conditions = Conditions { profile: key.profile, instances: 2 };
+        let plan = Plan {
+            stock: 100,
+            sales: 1,
+            submissions: 1,
+            resubmit: 0.0,
+            knobs: SaleKnobs::default(),
+        };
+        let mut total = audit(100, sold);
+        total.first_order_at = Some(at(0));
+        total.last_order_at = Some(at(2_000));
+        Measured {
+            key,
+            conditions,
+            expected: expected(key.strategy, &conditions).unwrap(),
+            prepared: Prepared { plan, sales: vec![SaleId(7)], buyers: 300 },
+            phases: Phases {
+                sale: phase(400, 2.0, Some(at(0))),
+                rejection: phase(500, 1.0, None),
+                queue_stats: None,
+                xacts: [Xacts { total: 1_000, nudges: 0 }, Xacts { total: 1_330, nudges: 30 }],
+                counters: [Counters::default(), Counters::default()],
+                sold_in_sale_phase: sold,
+                peak_rss_mb: Some(40.0),
+            },
+            undersold: undersold(std::slice::from_ref(&total), &[300]),
+            audit: total,
+            counted: Counted { redis_round_trips: Some(250.0), ..Counted::default() },
+        }
+    }
+
+    #[test]
+    fn a_run_record_holds_the_ratios_costs_and_verdict_of_its_measurements() {
+        let run = assemble(measured("sql", 100), &ceilings());
+        assert_eq!((run.strategy.as_str(), run.profile.as_str(), run.repeat), ("sql", "burst", 2));
+        assert_eq!((run.expected, run.verdict), (Expectation::Correct, Verdict::Ok));
+        assert_eq!((run.buyers, run.demanded_units, run.sales, run.instances), (300, 300, 1, 2));
+        assert_eq!((run.throughput_rps, run.rejection_rps), (200.0, Some(500.0)));
+        assert_eq!(run.sell_through_per_s, Some(50.0));
+        assert_eq!(run.ratio.sell_through_vs_sql_tps, Some(0.25));
+        assert_eq!(run.ratio.rejection_vs_http_rps, Some(0.5));
+        assert_eq!(run.cost.pg_xacts_per_unit, Some(3.0), "330 transactions − 30 nudges");
+        assert_eq!(run.cost.redis_round_trips_per_unit, Some(2.5));
+        assert_eq!(run.cost.amqp_messages_per_unit, None);
+        assert_eq!(run.accepted_unresolved, None);
+        assert_eq!(run.undersold, 0);
+    }
+
+    #[test]
+    fn a_correct_strategy_that_undersold_is_judged_broke() {
+        let run = assemble(measured("sql", 90), &ceilings());
+        assert_eq!((run.undersold, run.verdict), (10, Verdict::Broke));
+        // A baseline that kept exact books did not demonstrate anything.
+        let run = assemble(measured("naive", 100), &ceilings());
+        assert_eq!((run.expected, run.verdict), (Expectation::Breaks, Verdict::Unexpected));
+    }
+}
