@@ -321,7 +321,8 @@ async fn run_one(
     progress.phase("settling statistics");
     let xacts_before = xacts.settle().await?;
     let counters_before = Counters::scrape(&admin.client, &instances.urls).await?;
-    progress.phase(&format!("sale phase ({} buyers)", buyers.len()));
+    let resubmissions = buyers.len() as u64 - distinct;
+    progress.phase(&format!("sale phase ({distinct} buyers + {resubmissions} resubmissions)"));
     let goose_report = args.out.join(format!("goose-{}-{profile}-{repeat}.html", strategy.slug()));
     let sale_phase = scenario::sale_phase(
         &instances.urls,
