@@ -1,9 +1,29 @@
 #!/usr/bin/env bash
-# The main job: bring up the services if needed, build in release mode, and
-# run the strategy comparison. Every argument goes to `loadtest compare`
-# (see `scripts/compare.sh --help`).
+# The main job: bring up the services if needed, build in release mode (only
+# what changed), and run the strategy comparison. Every argument goes to
+# `loadtest compare` (see `scripts/compare.sh --help`, which answers at once
+# from the built binary, without starting services or building).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/release-build.sh
+
+help=false
+quiet=()
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help|-V|--version) help=true ;;
+    --quiet) quiet=(--quiet) ;;
+  esac
+done
+
+if $help; then
+  if [ ! -x target/release/loadtest ]; then
+    echo "the help comes from the loadtest binary, which is not built yet: building it first" >&2
+    release_build
+  fi
+  exec target/release/loadtest compare "$@"
+fi
+
 bash scripts/services.sh up >&2
-cargo build --release --workspace --quiet
+release_build "${quiet[@]}"
 exec target/release/loadtest compare "$@"

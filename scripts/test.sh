@@ -4,4 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/services.sh up >&2
+if [ ! -x target/debug/loadtest ] || [ ! -x target/debug/seckill ]; then
+  echo "building the test binaries for the first time (about 6 minutes on a 2-core machine; cargo's progress follows), then running the tests (about 6 more)" >&2
+fi
 cargo test --workspace "$@"

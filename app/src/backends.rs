@@ -94,10 +94,23 @@ pub fn count_redis_round_trips(strategy: &'static str, n: u64) {
 /// re-established and its topology, QoS and consumers replayed, retrying
 /// every 100 ms to 1 s for about a minute). While it recovers, callers get
 /// `Unavailable` at once instead of waiting; when recovery gives up (the
-/// connection ends closed or errored), the next caller opens a new one.
+/// connection ends closed or errored), the next caller opens a new one. A
+/// loss and a recovery are logged once each (WARN, INFO): a broker that
+/// restarts is expected to cause both, and nothing is lost meanwhile.
+///
+/// [`AmqpHandle::close`] closes the connection of this handle and of every
+/// handle made from it by [`AmqpHandle::separate`], for a clean shutdown.
 #[derive(Clone)]
 pub struct AmqpHandle {
     inner: Arc<AmqpInner>,
+    family: Arc<AmqpFamily>,
+}
+
+/// The handles made from one [`AmqpHandle::new`], closed together.
+#[derive(Default)]
+struct AmqpFamily {
+    members: std::sync::Mutex<Vec<Arc<AmqpInner>>>,
+    closed: std::sync::atomic::AtomicBool,
 }
 
 struct AmqpInner {
@@ -122,21 +135,49 @@ const AMQP_RECONNECT_PAUSE: Duration = Duration::from_millis(250);
 impl AmqpHandle {
     /// No connection yet; the URL is parsed on first use.
     pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> Self {
-        Self {
-            inner: Arc::new(AmqpInner {
-                url: url.into(),
-                current: RwLock::new(None),
-                connecting: tokio::sync::Mutex::new(None),
-                prefix: prefix.into(),
-            }),
-        }
+        Self::member_of(Arc::default(), url.into(), prefix.into())
+    }
+
+    fn member_of(family: Arc<AmqpFamily>, url: String, prefix: String) -> Self {
+        let inner = Arc::new(AmqpInner {
+            url,
+            current: RwLock::new(None),
+            connecting: tokio::sync::Mutex::new(None),
+            prefix,
+        });
+        family.members.lock().expect("amqp family lock").push(inner.clone());
+        Self { inner, family }
     }
 
     /// Another handle to the same broker with a connection of its own, so
     /// that what closes one connection (the broker closes a connection when
-    /// one of its channels crashes) leaves the other alone.
+    /// one of its channels crashes) leaves the other alone. [`Self::close`]
+    /// on either closes both.
     pub fn separate(&self) -> Self {
-        Self::new(self.inner.url.clone(), self.inner.prefix.clone())
+        let (url, prefix) = (self.inner.url.clone(), self.inner.prefix.clone());
+        Self::member_of(self.family.clone(), url, prefix)
+    }
+
+    /// Whether [`Self::close`] was called on this handle's family: the
+    /// background tasks that use it stop instead of reconnecting.
+    pub fn is_closed(&self) -> bool {
+        self.family.closed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Shutdown: closes the connection of this handle and of its separate
+    /// handles (`200`, so the broker hands their queues' unacknowledged
+    /// messages to another consumer at once), waiting at most 2 s for each;
+    /// from then on [`Self::connection`] answers `Unavailable`.
+    pub async fn close(&self) {
+        self.family.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let members = self.family.members.lock().expect("amqp family lock").clone();
+        for member in members {
+            let current = member.current.write().expect("amqp handle lock").take();
+            if let Some(conn) = current.filter(|conn| conn.status().connected()) {
+                let closing = conn.close(200, "shutting down".into());
+                let _ = tokio::time::timeout(AMQP_CONNECT_TIMEOUT, closing).await;
+            }
+        }
     }
 
     /// Namespace of this service's queues and exchanges.
@@ -150,6 +191,9 @@ impl AmqpHandle {
     /// Errors: `Unavailable { backend: Rabbitmq }` while the connection is
     /// recovering, or when the broker cannot be reached within 2 s.
     pub async fn connection(&self) -> Result<Arc<Connection>, StrategyError> {
+        if self.is_closed() {
+            return Err(amqp_unavailable(anyhow::anyhow!("the service is shutting down")));
+        }
         if let Some(conn) = self.usable()? {
             return Ok(conn);
         }
@@ -179,6 +223,7 @@ impl AmqpHandle {
         .map_err(|_| amqp_unavailable(anyhow::anyhow!("no connection within 2 s")))?
         .map_err(|err| amqp_unavailable(err.into()))?;
         let conn = Arc::new(conn);
+        tokio::spawn(watch(Arc::downgrade(&conn)));
         *self.inner.current.write().expect("amqp handle lock") = Some(conn.clone());
         Ok(conn)
     }
@@ -193,6 +238,37 @@ impl AmqpHandle {
                 Err(amqp_unavailable(anyhow::anyhow!("the RabbitMQ connection is recovering")))
             }
             _ => Ok(None),
+        }
+    }
+}
+
+/// How often [`watch`] looks at a connection's state.
+const AMQP_WATCH_PERIOD: Duration = Duration::from_millis(250);
+
+/// Logs a connection's losses (WARN) and recoveries (INFO), once each, until
+/// the connection is dropped or ends. lapin's own report of the broker's
+/// close is left out of the logs when it is the broker's shutdown notice
+/// (see [`crate::telemetry`]), so this line is what explains the loss.
+async fn watch(conn: std::sync::Weak<Connection>) {
+    let mut lost = false;
+    loop {
+        tokio::time::sleep(AMQP_WATCH_PERIOD).await;
+        let Some(conn) = conn.upgrade() else { return };
+        let status = conn.status();
+        if status.reconnecting() && !lost {
+            tracing::warn!(
+                "the RabbitMQ connection was lost (the broker closed it or went away, as it \
+                 does when it restarts); reconnecting, requests answer 503 meanwhile"
+            );
+            lost = true;
+        } else if status.connected() && lost {
+            tracing::info!("the RabbitMQ connection is back");
+            lost = false;
+        } else if status.closed() || status.errored() {
+            if lost {
+                tracing::warn!("gave up reconnecting to RabbitMQ; the next use opens a connection");
+            }
+            return;
         }
     }
 }

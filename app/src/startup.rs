@@ -99,17 +99,21 @@ impl Application {
         self.listener.local_addr().expect("a bound listener has an address")
     }
 
-    /// Serves until `shutdown` completes, then drains in-flight requests and
-    /// closes the pool.
+    /// Serves until `shutdown` completes, then drains in-flight requests,
+    /// closes the RabbitMQ connections (the `queue` consumers stop, and the
+    /// broker hands their unacknowledged messages on at once) and closes the
+    /// pool.
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let db = self.state.db.clone();
+        let (db, amqp) = (self.state.db.clone(), self.state.amqp.clone());
         let app = http::router(self.state);
         tracing::info!(addr = %self.listener.local_addr()?, "listening");
         axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
+        amqp.close().await;
         db.close().await;
+        tracing::info!("stopped");
         Ok(())
     }
 }

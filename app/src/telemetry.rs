@@ -1,9 +1,22 @@
 //! Logging and the process-wide Prometheus recorder.
+//!
+//! A healthy service logs nothing at ERROR: an event the service expects and
+//! recovers from is logged at WARN (or lower) with a message that says so.
+//! The library reports that break this rule — lapin's ERRORs for a
+//! connection the broker closed on shutdown (`CONNECTION_FORCED`) or reset —
+//! are left out here, and [`crate::backends::AmqpHandle`] logs the lost
+//! connection itself, at WARN.
 
+use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Installs a `tracing` subscriber writing to stderr, filtered by `RUST_LOG`
 /// (default `info,sqlx=warn,lapin=warn`). Safe to call more than once.
@@ -14,8 +27,69 @@ pub fn init_tracing() {
 /// As [`init_tracing`], with `default` as the filter when `RUST_LOG` is unset.
 pub fn init_tracing_or(default: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(LostAmqpConnection)
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // Colours on a terminal only, not in log files.
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
+        .try_init();
+}
+
+/// Leaves out lapin's ERROR reports of a connection lost the way a broker
+/// restart loses it: the broker's `Connection.Close` with reply code 320
+/// (`CONNECTION_FORCED`: it is shutting down) and the reset socket that
+/// follows. Auto-recovery reconnects, and the AMQP handle logs the loss at
+/// WARN; every other report (another close code, a protocol error) stays an
+/// ERROR.
+struct LostAmqpConnection;
+
+impl<S: Subscriber> Layer<S> for LostAmqpConnection {
+    fn event_enabled(&self, event: &Event<'_>, _: Context<'_, S>) -> bool {
+        let meta = event.metadata();
+        if !meta.target().starts_with("lapin") || *meta.level() != Level::ERROR {
+            return true;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        !is_lost_connection_report(&fields.message, &fields.method, &fields.error)
+    }
+}
+
+/// The `message`, `method` and `error` fields of an event, as text.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    method: String,
+    error: String,
+}
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => write!(self.message, "{value:?}"),
+            "method" => write!(self.method, "{value:?}"),
+            "error" => write!(self.error, "{value:?}"),
+            _ => Ok(()),
+        }
+        .expect("writing to a String cannot fail");
+    }
+}
+
+/// Whether a lapin ERROR event with these fields (in lapin's `Debug` form)
+/// reports a connection lost to a broker restart: the close the broker sends
+/// when it shuts down, or the socket it resets.
+fn is_lost_connection_report(message: &str, method: &str, error: &str) -> bool {
+    match message {
+        "Connection closed" => method.contains("reply_code: 320"),
+        "error doing IO" => ["ConnectionReset", "ConnectionAborted", "BrokenPipe", "UnexpectedEof"]
+            .iter()
+            .any(|kind| error.contains(&format!("kind: {kind}"))),
+        _ => false,
+    }
 }
 
 /// Latency buckets in seconds, 0.5 ms to 10 s.
@@ -39,4 +113,31 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .expect("the Prometheus recorder is installed once per process")
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_lost_connection_report;
+
+    // The fields as lapin 4.12 logs them on a broker restart and on a
+    // broker's internal error.
+    const FORCED: &str = r#"Close { reply_code: 320, reply_text: ShortString("CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'"), class_id: 0, method_id: 0 }"#;
+    const INTERNAL: &str = r#"Close { reply_code: 541, reply_text: ShortString("INTERNAL_ERROR"), class_id: 0, method_id: 0 }"#;
+    const RESET: &str = r#"Error { kind: IOError(Os { code: 104, kind: ConnectionReset, message: "Connection reset by peer" }), notifier: None }"#;
+    const PARSE: &str = r#"Error { kind: ParsingError(..), notifier: None }"#;
+
+    #[test]
+    fn a_broker_restart_is_left_out_of_lapins_errors() {
+        assert!(is_lost_connection_report("Connection closed", FORCED, ""));
+        assert!(is_lost_connection_report("error doing IO", "", RESET));
+    }
+
+    #[test]
+    fn other_closes_and_io_errors_stay_errors() {
+        assert!(!is_lost_connection_report("Connection closed", INTERNAL, ""));
+        assert!(!is_lost_connection_report("Channel closed", FORCED, ""));
+        assert!(!is_lost_connection_report("Connection closed", "", ""));
+        assert!(!is_lost_connection_report("error doing IO", "", PARSE));
+        assert!(!is_lost_connection_report("parse error", "", RESET));
+    }
 }

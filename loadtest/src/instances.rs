@@ -92,6 +92,7 @@ impl Instances {
         let redis_prefix = format!("loadtest-{:016x}", rand::random::<u64>());
         // Likewise for queue and exchange names on RabbitMQ.
         let amqp_prefix = format!("loadtest-{:016x}", rand::random::<u64>());
+        declare_queues(&amqp_prefix, &args.amqp_url).await;
         let mut urls = Vec::new();
         let mut children = Vec::new();
         for i in 0..args.instances {
@@ -162,6 +163,27 @@ impl Instances {
         for child in &mut self.children {
             let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
         }
+    }
+}
+
+/// Declares the queues of the instances' `prefix` before they start, so that
+/// they find them ready instead of racing to create them (RabbitMQ 3.10
+/// closes a connection that subscribes to a quorum queue another is still
+/// creating). Best effort: a comparison without `queue` needs no broker, and
+/// the instances declare what is missing themselves.
+async fn declare_queues(prefix: &str, amqp_url: &str) {
+    let defaults = seckill::config::Config::from_env();
+    let topology = seckill::strategy::queue::Topology::new(
+        prefix,
+        defaults.queue_partitions,
+        defaults.queue_max_length,
+        defaults.queue_delivery_limit,
+    );
+    let declared = tokio::time::timeout(Duration::from_secs(10), topology.declare_at(amqp_url));
+    match declared.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::debug!(error = %err, "could not declare the run's queues"),
+        Err(_) => tracing::debug!("declaring the run's queues took more than 10 s"),
     }
 }
 

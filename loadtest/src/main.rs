@@ -19,7 +19,8 @@ mod scrape;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use seckill::strategy::StrategyName;
 
 use crate::profile::Profile;
@@ -129,7 +130,11 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub repeat: u64,
 
-    /// Use running services at these base URLs instead of starting instances (repeatable).
+    /// Use running services at these base URLs instead of starting instances
+    /// (repeatable). Their admin token is read from `SECKILL_ADMIN_TOKEN`
+    /// (default: the development token), and their database is
+    /// `--database-url`, which then defaults to `DATABASE_URL` (the database
+    /// the services run on: the comparison's sales are created there).
     #[arg(long)]
     pub target: Vec<String>,
 
@@ -137,12 +142,12 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 10)]
     pub pool_size: u32,
 
-    /// Postgres URL the instances use (and the `sql_tps` ceiling).
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/seckill"
-    )]
+    /// Postgres database of the comparison: the instances it starts create
+    /// it if it is missing and write their sales there; the `sql_tps` ceiling
+    /// and the cost figures read it. A database of its own, so that a
+    /// comparison never writes into the database a service runs on (with
+    /// `--target`, see there).
+    #[arg(long, env = "LOADTEST_DATABASE_URL", default_value = LOADTEST_DATABASE_URL)]
     pub database_url: String,
 
     /// Redis URL passed to the instances.
@@ -168,6 +173,12 @@ pub struct CompareArgs {
     pub quiet: bool,
 }
 
+/// Default of `--database-url`: the comparison's own database.
+const LOADTEST_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/seckill_loadtest";
+
+/// Default database of `--target` services: the service's own default.
+const SERVICE_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/seckill";
+
 fn parse_strategy(s: &str) -> Result<StrategyName, String> {
     s.parse().map_err(|err: seckill::strategy::UnknownStrategy| err.to_string())
 }
@@ -183,11 +194,19 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     seckill::telemetry::init_tracing_or("warn,loadtest=info");
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let database_given = matches.subcommand_matches("compare").is_some_and(|m| {
+        m.value_source("database_url").is_some_and(|source| source != ValueSource::DefaultValue)
+    });
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let result = match cli.command {
         Command::Compare(mut args) => {
             if args.strategies.is_empty() {
                 args.strategies = StrategyName::ALL.to_vec();
+            }
+            if !args.target.is_empty() && !database_given {
+                args.database_url = std::env::var("DATABASE_URL")
+                    .unwrap_or_else(|_| SERVICE_DATABASE_URL.to_owned());
             }
             compare::run(args).await
         }

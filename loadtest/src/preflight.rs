@@ -29,15 +29,15 @@ pub async fn check(args: &CompareArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Connects to the server's `postgres` database: the service's own database
-/// may not exist yet (the service creates it).
+/// Connects to the server's `postgres` database: the comparison's own
+/// database may not exist yet (the instances create it).
 async fn postgres(url: &str) -> anyhow::Result<()> {
     let options: PgConnectOptions = url.parse()?;
     let options = options.database("postgres");
     match tokio::time::timeout(Duration::from_secs(5), options.connect()).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(err)) => bail!("Postgres is not answering at DATABASE_URL ({err}); {HINT}"),
-        Err(_) => bail!("Postgres did not answer within 5 s at DATABASE_URL; {HINT}"),
+        Ok(Err(err)) => bail!("Postgres is not answering at --database-url ({err}); {HINT}"),
+        Err(_) => bail!("Postgres did not answer within 5 s at --database-url; {HINT}"),
     }
 }
 

@@ -165,7 +165,11 @@ async fn run_phases(
     let rss = RssSampler::start(bench.instances.pids());
     progress.phase("settling statistics");
     let (xacts_before, counters_before) = readings(bench).await?;
-    progress.phase(&format!("sale phase ({} buyers)", buyers.len()));
+    let resubmissions = buyers.len() as u64 - prepared.buyers;
+    progress.phase(&format!(
+        "sale phase ({} buyers + {resubmissions} resubmissions)",
+        prepared.buyers
+    ));
     let goose_report =
         args.out.join(format!("goose-{}-{}-{}.html", key.strategy.slug(), key.profile, key.repeat));
     let sale =

@@ -10,6 +10,13 @@ use serde_json::Value;
 
 const STOCK: i64 = 200;
 
+/// The test suite's database (`TEST_DATABASE_URL`, as for every test), never
+/// the comparison's or a service's.
+fn test_database_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
+}
+
 #[test]
 fn compare_writes_a_schema_v1_report_and_judges_every_profile() {
     let out = std::env::temp_dir().join(format!("loadtest-{}", std::process::id()));
@@ -17,6 +24,7 @@ fn compare_writes_a_schema_v1_report_and_judges_every_profile() {
         .args(["compare", "--strategies", "naive,sql"])
         .args(["--profile", "burst,retry-storm,multi-sale", "--stock", &STOCK.to_string()])
         .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
+        .args(["--database-url", &test_database_url()])
         .args(["--ceiling-duration", "1", "--storm", "3", "--sales", "4", "--quiet", "--out"])
         .arg(&out)
         .status()

@@ -1,7 +1,8 @@
 //! End to end: `loadtest compare --strategies sql,queue` on a small sale and
 //! two real instances: the `queue` run resolves every accepted request, keeps
 //! exact books, and fills its queue fields, its cost in AMQP messages and the
-//! two queue ceilings (docs/report-format.md).
+//! two queue ceilings (docs/report-format.md); and it writes into the
+//! database `--database-url` names.
 
 use std::process::Command;
 
@@ -9,17 +10,64 @@ use serde_json::Value;
 
 const STOCK: i64 = 200;
 
+/// The test suite's database (`TEST_DATABASE_URL`, as for every test), never
+/// the comparison's or a service's.
+fn test_database_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
+}
+
+/// Sales of the test database with an id above `after` and `name`.
+fn sales_named(after: i64, name: &str) -> i64 {
+    use sqlx::Connection as _;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        // No database yet: the comparison's instances create it.
+        let Ok(mut conn) = sqlx::PgConnection::connect(&test_database_url()).await else {
+            return 0;
+        };
+        sqlx::query_scalar("SELECT count(*) FROM sales WHERE id > $1 AND name = $2")
+            .bind(after)
+            .bind(name)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap_or(0)
+    })
+}
+
+/// The largest sale id of the test database (0 when there is none yet).
+fn last_sale_id() -> i64 {
+    use sqlx::Connection as _;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let Ok(mut conn) = sqlx::PgConnection::connect(&test_database_url()).await else {
+            return 0;
+        };
+        let last: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM sales")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap_or(None);
+        last.unwrap_or(0)
+    })
+}
+
 #[test]
 fn compare_reports_the_queue_strategy_with_its_ceilings_and_queue_fields() {
     let out = std::env::temp_dir().join(format!("loadtest-queue-{}", std::process::id()));
+    let before = last_sale_id();
     let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .args(["compare", "--strategies", "sql,queue", "--stock", &STOCK.to_string()])
         .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
+        .args(["--database-url", &test_database_url()])
         .args(["--ceiling-duration", "1", "--quiet", "--out"])
         .arg(&out)
         .status()
         .expect("loadtest runs");
     assert!(status.success(), "loadtest compare exited with {status}");
+    // `--database-url` chose where the comparison writes: the test database.
+    for name in ["sql / burst / 1 / sale 1", "queue / burst / 1 / sale 1"] {
+        assert!(sales_named(before, name) >= 1, "{name} is not in the test database");
+    }
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
 

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{TestApp, problem_type, test_database_url};
+use crate::support::{TestApp, problem_type, provoking, test_database_url};
 
 /// A TCP forwarder on a fixed local port that can be cut and restored.
 struct Proxy {
@@ -82,6 +82,7 @@ async fn assert_postgres_unavailable(response: reqwest::Response, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_unreachable_is_503_unavailable_and_the_service_recovers() {
+    provoking("a Postgres outage (pool timeouts, 503 unavailable)");
     let mut url = Url::parse(&test_database_url()).unwrap();
     let host = url.host_str().unwrap().to_owned();
     let port = url.port().unwrap_or(5432);

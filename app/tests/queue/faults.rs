@@ -5,7 +5,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use seckill::strategy::queue::{PurchaseMessage, Topology};
 
-use crate::support::assert_problem;
+use crate::support::{assert_problem, provoking};
 use crate::{
     Broker, SHARED_AMQP, buy, drained, eventually, queue_stats, request_id, resolved, spawn_app,
     unique_prefix,
@@ -50,6 +50,7 @@ async fn a_message_delivered_twice_yields_one_order_and_one_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_message_is_dead_lettered_after_bounded_retries_and_the_sale_continues() {
+    provoking("an unreadable and a poison message (failed batches, dead letters)");
     let prefix = unique_prefix();
     let app = spawn_app(&prefix, |_| {}).await;
     let sale = app.sale("queue", 3).await;

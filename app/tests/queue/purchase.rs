@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{ADMIN_TOKEN, assert_problem};
+use crate::support::{ADMIN_TOKEN, assert_problem, provoking};
 use crate::{Broker, buy, drained, request, request_id, resolved, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,6 +123,7 @@ async fn unknown_requests_are_404_and_a_long_poll_is_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
+    provoking("a broker out of reach (503 unavailable)");
     let prefix = unique_prefix();
     let app = spawn_app(&prefix, |_| {}).await;
     let ready: Value =

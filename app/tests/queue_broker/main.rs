@@ -18,13 +18,14 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::node::OwnedBroker;
-use crate::support::{ADMIN_TOKEN, TestApp};
+use crate::support::{ADMIN_TOKEN, TestApp, provoking};
 
 const STOCK: i64 = 1000;
 const BUYERS: i64 = 1500;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_order() {
+    provoking("a restart of its own RabbitMQ node (lost connections, 503 busy)");
     let mut broker = OwnedBroker::start().await;
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
     let url = broker.url();

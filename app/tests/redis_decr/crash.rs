@@ -13,6 +13,7 @@ use crate::{RedisView, SHARED_REDIS, eventually, reconcile, spawn_app, unique_pr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period() {
+    crate::support::provoking("a crash between decrement and insert (an abandoned reservation)");
     const GRACE_MS: u64 = 3000;
     let prefix = unique_prefix();
     // The survivor runs the background reconciler.

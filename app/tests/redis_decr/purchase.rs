@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::servers::free_port;
-use crate::support::problem_type;
+use crate::support::{problem_type, provoking};
 use crate::{
     ALREADY_PURCHASED, RedisView, SHARED_REDIS, SOLD_OUT, UNAVAILABLE, buy, spawn_app,
     unique_prefix,
@@ -104,6 +104,7 @@ async fn a_repeated_buyer_does_not_consume_a_unit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_failure_after_the_decrement_returns_the_unit() {
+    provoking("a Postgres failure after the decrement (an armed failpoint, 503)");
     let prefix = unique_prefix();
     let failing = spawn_app(SHARED_REDIS, &prefix, |config| {
         config.failpoints = Some("redis-decr-after-reserve=error".into());
@@ -130,6 +131,7 @@ async fn a_postgres_failure_after_the_decrement_returns_the_unit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_answers_503_unavailable_not_500() {
+    provoking("a Redis that does not answer (503 unavailable)");
     let nothing_there = format!("redis://127.0.0.1:{}", free_port());
     let app = spawn_app(&nothing_there, &unique_prefix(), |_| {}).await;
     // Creating the sale succeeds: the first purchase would warm the counter.

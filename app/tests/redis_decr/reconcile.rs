@@ -7,6 +7,7 @@ use crate::{RedisView, SHARED_REDIS, buy, reconcile, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciliation_corrects_a_counter_that_disagrees_with_postgres() {
+    crate::support::provoking("a Redis counter that disagrees with Postgres (corrections)");
     let prefix = unique_prefix();
     let app = spawn_app(SHARED_REDIS, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 10).await;
@@ -43,6 +44,7 @@ async fn reconciliation_corrects_a_counter_that_disagrees_with_postgres() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciliation_leaves_alone_keys_warmed_for_another_database() {
+    crate::support::provoking("Redis keys warmed for another database's sale");
     let prefix = unique_prefix();
     let app = spawn_app(SHARED_REDIS, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 5).await;

@@ -8,6 +8,7 @@ use crate::{RedisView, buy_until_answered, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redis_restart_mid_sale_rebuilds_the_counter_from_postgres() {
+    crate::support::provoking("a restart of its own Redis (lost connections, 503)");
     let mut redis_server = OwnedRedis::start().await;
     let prefix = unique_prefix();
     let app = spawn_app(&redis_server.url(), &prefix, |_| {}).await;

@@ -221,3 +221,16 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+/// Says on the test run's output that the running test provokes `what` on
+/// purpose, so that the WARN lines the service logs about it (which the test
+/// harness does not capture) read as expected. Written straight to stderr,
+/// past the harness's capture, like those lines.
+pub fn provoking(what: &str) {
+    use std::io::Write as _;
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    let _ = writeln!(
+        std::io::stderr(),
+        "note: {test} provokes {what} on purpose; the WARN lines about it are expected"
+    );
+}

@@ -74,8 +74,26 @@ impl ConsumerSettings {
 /// Pause before reopening a channel after a failure.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
-/// Consumes partition `partition` for ever, reopening its channel after
-/// failures.
+/// Declares the dead-letter queue and every partition queue, retrying every
+/// [`RETRY_PAUSE`] until the broker answers, then closes its channel.
+pub async fn declare_queues(amqp: &AmqpHandle, topology: &Topology) {
+    loop {
+        let declared = async {
+            let channel = amqp.connection().await?.create_channel().await?;
+            topology.declare_queues(&channel).await?;
+            channel.close(200, "declared".into()).await?;
+            Ok::<_, anyhow::Error>(())
+        };
+        match declared.await {
+            Ok(()) => return,
+            Err(err) => tracing::debug!(error = %err, "declaring the queues failed; retrying"),
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+/// Consumes partition `partition` until the service shuts down
+/// ([`AmqpHandle::close`]), reopening its channel after failures.
 pub async fn run(
     db: PgPool,
     amqp: AmqpHandle,
@@ -86,7 +104,12 @@ pub async fn run(
 ) {
     let queue = topology.queue(partition);
     loop {
-        match consume(&db, &amqp, &topology, &queue, settings, &gate).await {
+        let consumed = consume(&db, &amqp, &topology, &queue, settings, &gate).await;
+        if amqp.is_closed() {
+            tracing::debug!(queue, "consumer stopped: the service is shutting down");
+            return;
+        }
+        match consumed {
             Ok(()) => tracing::info!(queue, "consumer cancelled; subscribing again"),
             Err(err) => tracing::debug!(queue, error = %err, "consumer stopped; retrying"),
         }

@@ -123,18 +123,30 @@ impl Queue {
     /// Spawns one consumer per partition (unless `SECKILL_QUEUE_CONSUME` is
     /// off) and the sold-out listener. They reconnect on their own and end
     /// with the runtime.
+    ///
+    /// The queues are declared once, before any consumer subscribes: RabbitMQ
+    /// 3.10 crashes a channel that subscribes to a quorum queue another
+    /// channel is still creating, and closes the whole connection with
+    /// `541 INTERNAL_ERROR` — which concurrent consumers declaring the same
+    /// fresh queues would provoke at every first start.
     pub fn start_background(&self) {
         if self.consume {
-            for partition in 0..self.topology.partitions() {
-                tokio::spawn(consumer::run(
-                    self.db.clone(),
-                    self.background.clone(),
-                    self.topology.clone(),
-                    partition,
-                    self.consumer,
-                    self.gate.clone(),
-                ));
-            }
+            let (db, amqp, topology) =
+                (self.db.clone(), self.background.clone(), self.topology.clone());
+            let (settings, gate) = (self.consumer, self.gate.clone());
+            tokio::spawn(async move {
+                consumer::declare_queues(&amqp, &topology).await;
+                for partition in 0..topology.partitions() {
+                    tokio::spawn(consumer::run(
+                        db.clone(),
+                        amqp.clone(),
+                        topology.clone(),
+                        partition,
+                        settings,
+                        gate.clone(),
+                    ));
+                }
+            });
         }
         tokio::spawn(sold_out::listen(
             self.background.clone(),

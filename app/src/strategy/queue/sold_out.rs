@@ -155,11 +155,15 @@ impl SoldOutGate {
     }
 }
 
-/// Listens to the events exchange for ever (an exclusive queue per
-/// instance), reconnecting after failures.
+/// Listens to the events exchange (an exclusive queue per instance) until
+/// the service shuts down, reconnecting after failures.
 pub async fn listen(amqp: AmqpHandle, topology: Topology, gate: Arc<SoldOutGate>) {
     loop {
-        if let Err(err) = listen_once(&amqp, &topology, &gate).await {
+        let listened = listen_once(&amqp, &topology, &gate).await;
+        if amqp.is_closed() {
+            return; // the service is shutting down
+        }
+        if let Err(err) = listened {
             tracing::debug!(error = %err, "sale event listener stopped; retrying");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -131,6 +131,21 @@ impl Topology {
             .await
     }
 
+    /// Connects to `amqp_url` and declares every queue of this topology (the
+    /// load test's own prefix, before it starts instances that consume them
+    /// all at once: see [`super::Queue::start_background`] for the broker's
+    /// race this avoids).
+    ///
+    /// Errors: the broker cannot be reached or refuses.
+    pub async fn declare_at(&self, amqp_url: &str) -> anyhow::Result<()> {
+        let props = lapin::ConnectionProperties::default();
+        let conn = lapin::Connection::connect(amqp_url, props).await?;
+        let channel = conn.create_channel().await?;
+        self.declare_queues(&channel).await?;
+        let _ = conn.close(200, "declared".into()).await;
+        Ok(())
+    }
+
     /// Connects to `amqp_url` and deletes every queue of this topology (the
     /// load test's own prefix after a run).
     ///
