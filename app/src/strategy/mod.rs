@@ -347,13 +347,13 @@ pub struct Strategies {
     sql_for_update: Arc<sql_for_update::SqlForUpdate>,
     redis_decr: Arc<redis_decr::RedisDecr>,
     locks: Arc<lock::Shared>,
-    lock_local: Arc<lock::Locked<lock::local::LocalLock>>,
+    lock_local: Arc<lock::Locked<lock::process_mutex::LocalLock>>,
     lock_setnx: Arc<lock::Locked<lock::setnx::SetnxLock>>,
     lock_ttl: Arc<lock::Locked<lock::ttl::TtlLock>>,
     lock_token: Arc<lock::Locked<lock::token::TokenLock>>,
-    lock_watchdog: Arc<lock::Locked<lock::watchdog::WatchdogLock>>,
-    lock_fenced: Arc<lock::Locked<lock::watchdog::WatchdogLock>>,
-    lock_redlock: Arc<lock::Locked<lock::redlock::RedlockLock>>,
+    lock_watchdog: Arc<lock::Locked<lock::library_lock::WatchdogLock>>,
+    lock_fenced: Arc<lock::Locked<lock::library_lock::WatchdogLock>>,
+    lock_redlock: Arc<lock::Locked<lock::library_redlock::RedlockLock>>,
     queue: Arc<queue::Queue>,
 }
 
@@ -373,8 +373,8 @@ impl Strategies {
         let db = deps.db.clone();
         let locks = lock::Shared::new(db.clone(), deps.config.lock_wait());
         let redis = &deps.redis;
-        let library = |name| lock::watchdog::WatchdogLock::new(redis, name);
-        let redlock = lock::redlock::RedlockLock::new(
+        let library = |name| lock::library_lock::WatchdogLock::new(redis, name);
+        let redlock = lock::library_redlock::RedlockLock::new(
             &deps.config.redlock_urls,
             &redis.prefix,
             StrategyName::LockRedlock,
@@ -384,7 +384,7 @@ impl Strategies {
             sql: Arc::new(sql::Sql::new(db.clone())),
             sql_for_update: Arc::new(sql_for_update::SqlForUpdate::new(db)),
             redis_decr: Arc::new(redis_decr::RedisDecr::new(deps)),
-            lock_local: locks.locked(StrategyName::LockLocal, lock::local::LocalLock::default()),
+            lock_local: locks.locked(StrategyName::LockLocal, lock::process_mutex::LocalLock::default()),
             lock_setnx: locks
                 .locked(StrategyName::LockSetnx, lock::setnx::SetnxLock::new(redis.clone())),
             lock_ttl: locks.locked(StrategyName::LockTtl, lock::ttl::TtlLock::new(redis.clone())),

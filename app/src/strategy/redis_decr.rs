@@ -3,7 +3,7 @@
 //!
 //! One purchase:
 //! 1. If this instance has flagged the sale sold out, answer so at once — no
-//!    Redis, no Postgres ([`sold_out`]).
+//!    Redis, no Postgres ([`sold_out_pubsub`]).
 //! 2. `reserve.lua`: de-duplicate the buyer and `DECRBY qty` in one atomic
 //!    step, recording a reservation under a random id. "Sold out" and
 //!    "already purchased" are answered here, which is what keeps the hot row
@@ -44,10 +44,10 @@ use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod counter;
 mod reconcile;
-mod sold_out;
+mod sold_out_pubsub;
 
 use counter::{Buyer, ReservationId, Reserve, SaleCounter, sales_index_key};
-use sold_out::SoldOutFlags;
+use sold_out_pubsub::SoldOutFlags;
 
 /// Wire name, and the `strategy` label of this strategy's metrics.
 const NAME: &str = "redis-decr";
@@ -129,7 +129,7 @@ impl RedisDecr {
     /// Spawns the sold-out listener and, unless the interval is zero, the
     /// background reconciler. Both end when the strategy is dropped.
     pub fn start_background(self: &Arc<Self>) {
-        tokio::spawn(sold_out::listen(
+        tokio::spawn(sold_out_pubsub::listen(
             self.redis.client().clone(),
             counter::stock_returned_channel(&self.redis),
             Arc::downgrade(&self.flags),

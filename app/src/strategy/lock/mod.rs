@@ -42,17 +42,17 @@ use crate::sale::{Quantity, Sale, UserId};
 
 pub mod fence;
 pub mod intervals;
-pub mod local;
+pub mod library_lock;
+pub mod library_redlock;
 mod poll;
-pub mod redlock;
+pub mod process_mutex;
 pub mod setnx;
-pub mod sold_out;
+pub mod sold_out_epochs;
 pub mod token;
 pub mod ttl;
-pub mod watchdog;
 
 use intervals::Intervals;
-use sold_out::SoldOutFlags;
+use sold_out_epochs::SoldOutFlags;
 
 /// `Retry-After` of a `busy` answer from a lock strategy.
 pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);

@@ -6,7 +6,7 @@
 //! kill, a deploy): nothing ever deletes its key, so the sale is stuck — every
 //! later buyer times out and the remaining stock is never sold (undersell).
 //! Adding `EXPIRE` in a second command does not help: a crash between the two
-//! leaves the same immortal key (seckill.md §3.3 #22); that is what
+//! leaves the same immortal key (docs/locks.md, generation 3); that is what
 //! generation 4 (`SET NX PX`, one command) fixes.
 
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! takes the lock and both run the read-check-write side by side (lost
 //! updates, oversell). Worse, the first holder's late `DEL` deletes the
 //! *second* holder's key — the lock has no idea whose key it deletes — and
-//! lets a third in (seckill.md §3.3 #20, #21). Generation 5 (`lock/token`)
+//! lets a third in (docs/locks.md, generation 4). Generation 5 (`lock/token`)
 //! fixes the wrong delete; only fencing fixes the side-by-side writes.
 
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! One purchase (the request path, [`Queue::purchase`]):
 //! 1. If this instance knows the sale is sold out, publish nothing: answer
 //!    `409 sold-out`, or the buyer's existing request if they have one (one
-//!    indexed read, no broker; [`sold_out`]).
+//!    indexed read, no broker; [`sold_out_fanout`]).
 //! 2. Register the request in `purchase_requests` (one per sale and user: a
 //!    resubmission finds the same request id and, once settled, its result),
 //!    in groups: one statement for the requests that arrive together
@@ -48,7 +48,7 @@ pub mod publisher;
 mod registrar;
 pub mod results;
 pub mod settle;
-pub mod sold_out;
+pub mod sold_out_fanout;
 pub mod topology;
 
 pub use results::{QueueStats, RequestResult};
@@ -80,7 +80,7 @@ pub struct Queue {
     background: AmqpHandle,
     topology: Topology,
     publisher: publisher::Publisher,
-    gate: Arc<sold_out::SoldOutGate>,
+    gate: Arc<sold_out_fanout::SoldOutGate>,
     consumer: consumer::ConsumerSettings,
     consume: bool,
 }
@@ -102,7 +102,7 @@ impl Queue {
         // declared a moment earlier (`noproc`), and a crashed channel closes
         // its whole connection — it must not take the publishers with it.
         let background = deps.amqp.separate();
-        let gate = Arc::new(sold_out::SoldOutGate::new(
+        let gate = Arc::new(sold_out_fanout::SoldOutGate::new(
             Duration::from_millis(config.sold_out_flag_ttl_ms),
             background.clone(),
             topology.clone(),
@@ -136,7 +136,7 @@ impl Queue {
                 ));
             }
         }
-        tokio::spawn(sold_out::listen(
+        tokio::spawn(sold_out_fanout::listen(
             self.background.clone(),
             self.topology.clone(),
             self.gate.clone(),

@@ -20,8 +20,7 @@
 //! Then commit; the caller acknowledges the messages only after that. With
 //! `B` messages per batch the stock row is updated once per batch instead of
 //! once per unit, which is what lifts the one-unit-per-transaction ceiling
-//! (../shared ceilings: ~3 k units/s one by one, ~120 k units/s in batches of
-//! 100). A sale's simulated work (`work_ms`) runs once per batch, while the
+//! (docs/queue.md gives the measured drain ceiling next to `sql_tps`). A sale's simulated work (`work_ms`) runs once per batch, while the
 //! row is locked.
 
 use std::collections::{BTreeMap, HashMap, HashSet};

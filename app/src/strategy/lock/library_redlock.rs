@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Context;
 use async_trait::async_trait;
 
-use super::watchdog::{lock_error, sale_lock_name};
+use super::library_lock::{lock_error, sale_lock_name};
 use super::{Release, SaleLock, lease};
 use crate::backends::count_redis_round_trips;
 use crate::lock::{LockError, LockOptions, Redlock, RedlockConfig, RedlockGuard};

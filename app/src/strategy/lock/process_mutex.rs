@@ -3,8 +3,8 @@
 //! Fixes the lost update of `naive` within one process: its buyers take turns
 //! through the critical section. Breaks as soon as a second instance serves
 //! the same sale, because each process has its own mutex and they know
-//! nothing of each other (the `synchronized` block of many flash-sale demos,
-//! seckill.md §3.3 #23). Costs no round trip; a waiter is woken in FIFO order
+//! nothing of each other (the `synchronized` block of many flash-sale demos;
+//! docs/locks.md, generation 2). Costs no round trip; a waiter is woken in FIFO order
 //! by Tokio's fair mutex.
 
 use std::collections::HashMap;
