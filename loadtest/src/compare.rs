@@ -33,7 +33,8 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
         .with_context(|| format!("creating {}", args.out.display()))?;
     let total = args.repeat * (args.profile.len() * args.strategies.len()) as u64;
     let mut progress = Progress::new(total, args.quiet);
-    let redlock = if args.strategies.contains(&StrategyName::LockRedlock) && args.target.is_empty()
+    let redlock = if args.strategies.contains(&seckill::strategy::lock::library_redlock::NAME)
+        && args.target.is_empty()
     {
         progress.stage("starting the Redlock nodes");
         Some(RedlockNodes::start(&args.out).await?)
@@ -194,7 +195,7 @@ async fn measure_ceilings(
     } else {
         None
     };
-    let queue_drain_units_per_s = if args.strategies.contains(&StrategyName::Queue) {
+    let queue_drain_units_per_s = if args.strategies.contains(&seckill::strategy::queue::NAME) {
         Some(queue_drain(args, instances, admin, sql).await?)
     } else {
         None
@@ -332,7 +333,7 @@ async fn run_one(
         goose_report,
     )
     .await?;
-    let queue_stats = if strategy == StrategyName::Queue {
+    let queue_stats = if strategy == seckill::strategy::queue::NAME {
         progress.phase("waiting for the queue to drain");
         Some(admin.drained(&sales, QUEUE_DRAIN_WAIT).await?)
     } else {

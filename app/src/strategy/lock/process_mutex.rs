@@ -14,9 +14,21 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::OwnedMutexGuard;
 
-use super::{Release, SaleLock};
+use super::{Release, SaleLock, Shared};
 use crate::sale::{Sale, SaleId};
-use crate::strategy::StrategyError;
+use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+
+/// Wire name, and the `strategy` label of this variant's metrics.
+pub const NAME: StrategyName = StrategyName::declare("lock/local");
+
+/// `lock/local` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "the naive steps inside an in-process mutex per sale",
+    // The in-process mutex needs no Redis; its sold-out flag lives in memory.
+    needs: &[Backend::Postgres],
+    build: |deps| Ok(Shared::of(deps).locked(NAME, LocalLock::default())),
+};
 
 #[derive(Default)]
 pub struct LocalLock {

@@ -28,6 +28,10 @@
 //! a guarded update by the units it grants); one result per request id; a
 //! `202` only for a message the broker confirmed, so every accepted request
 //! ends resolved. The design and its measured numbers are in docs/queue.md.
+//!
+//! Results are read at `GET /sales/{id}/requests/{request_id}` and a sale's
+//! queue statistics at `GET /admin/sales/{id}/queue`, both routes of this
+//! strategy ([`routes`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +42,9 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
-use super::{Deps, Outcome, Strategy, StrategyError};
+use super::{
+    Backend, Deps, Outcome, Registration, Strategy, StrategyError, StrategyName, StrategyRoutes,
+};
 use crate::backends::AmqpHandle;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
@@ -47,6 +53,7 @@ pub mod consumer;
 pub mod publisher;
 mod registrar;
 pub mod results;
+mod routes;
 pub mod settle;
 pub mod sold_out_fanout;
 pub mod topology;
@@ -55,7 +62,16 @@ pub use results::{QueueStats, RequestResult};
 pub use topology::Topology;
 
 /// Wire name, and the `strategy` label of this strategy's metrics.
-pub const NAME: &str = "queue";
+pub const NAME: StrategyName = StrategyName::declare("queue");
+
+/// `queue` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "202 Accepted once a RabbitMQ quorum queue confirmed the request; one active \
+            consumer per partition settles batches in one transaction each",
+    needs: &[Backend::Postgres, Backend::Rabbitmq],
+    build: |deps| Ok(Arc::new(Queue::new(deps)?)),
+};
 
 /// The body of one message: a request to settle. JSON, persistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,8 +82,7 @@ pub struct PurchaseMessage {
     pub quantity: i32,
 }
 
-/// The `queue` strategy; one per process, built by
-/// [`super::Strategies::new`].
+/// The `queue` strategy; one per process.
 pub struct Queue {
     db: PgPool,
     /// Pool for registering requests, with `synchronous_commit = off`: a
@@ -118,29 +133,6 @@ impl Queue {
             topology,
             gate,
         })
-    }
-
-    /// Spawns one consumer per partition (unless `SECKILL_QUEUE_CONSUME` is
-    /// off) and the sold-out listener. They reconnect on their own and end
-    /// with the runtime.
-    pub fn start_background(&self) {
-        if self.consume {
-            for partition in 0..self.topology.partitions() {
-                tokio::spawn(consumer::run(
-                    self.db.clone(),
-                    self.background.clone(),
-                    self.topology.clone(),
-                    partition,
-                    self.consumer,
-                    self.gate.clone(),
-                ));
-            }
-        }
-        tokio::spawn(sold_out_fanout::listen(
-            self.background.clone(),
-            self.topology.clone(),
-            self.gate.clone(),
-        ));
     }
 
     /// Queue names and partitioning of this process.
@@ -212,5 +204,33 @@ impl Strategy for Queue {
     async fn restocked(&self, sale: &Sale, _units: i64) -> Result<(), StrategyError> {
         self.gate.reopen(sale.id).await;
         Ok(())
+    }
+
+    /// Spawns one consumer per partition (unless `SECKILL_QUEUE_CONSUME` is
+    /// off) and the sold-out listener. They reconnect on their own and end
+    /// with the runtime.
+    fn start_background(self: Arc<Self>) {
+        if self.consume {
+            for partition in 0..self.topology.partitions() {
+                tokio::spawn(consumer::run(
+                    self.db.clone(),
+                    self.background.clone(),
+                    self.topology.clone(),
+                    partition,
+                    self.consumer,
+                    self.gate.clone(),
+                ));
+            }
+        }
+        tokio::spawn(sold_out_fanout::listen(
+            self.background.clone(),
+            self.topology.clone(),
+            self.gate.clone(),
+        ));
+    }
+
+    /// Request results and queue statistics.
+    fn routes(self: Arc<Self>, deps: &Deps) -> Option<StrategyRoutes> {
+        Some(routes::routes(self, deps.catalog.clone()))
     }
 }
