@@ -11,7 +11,7 @@ use lapin::{Connection, ConnectionProperties};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
-use crate::strategy::{Backend, StrategyError};
+use crate::outcome::{Backend, StrategyError};
 
 /// Lazily connected Redis, shared by every strategy of the process.
 #[derive(Clone)]

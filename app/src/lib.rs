@@ -1,13 +1,22 @@
 //! A flash-sale ("seckill") service whose stock deduction is a pluggable
 //! strategy, built to compare those strategies honestly under load.
 //!
-//! - [`strategy`]: one file per stock-deduction strategy behind one trait;
+//! - [`strategy`]: one module per stock-deduction strategy behind one trait,
+//!   and the one registry of them;
 //! - [`lock`]: a Redis lock library (reentrant, fenced, watchdog, Redlock)
 //!   that knows nothing about sales;
 //! - [`audit`]: the correctness figures of a sale, from Postgres alone;
-//! - [`http`]: routes, extractors and the problem+json error mapping;
-//! - [`sale`]: validated domain types and the sale catalogue;
+//! - [`http`]: the router, its state and the service's own handlers;
+//! - [`web`]: what every route shares: the problem+json error mapping and
+//!   extractors;
+//! - [`sale`], [`strategy_name`], [`outcome`]: the vocabulary at the bottom —
+//!   validated domain types and the sale catalogue, the name of a strategy,
+//!   what a strategy answers;
 //! - [`startup`]: database preparation and the server.
+//!
+//! Modules import only from their own layer or below (vocabulary, then
+//! `web`, then the strategies, then the purchase path and the audit, then
+//! `http`, then `startup`); `app/tests/architecture.rs` checks it.
 
 pub mod audit;
 pub mod backends;
@@ -15,8 +24,11 @@ pub mod config;
 pub mod http;
 pub mod lock;
 pub mod metric_names;
+pub mod outcome;
 pub mod purchase;
 pub mod sale;
 pub mod startup;
 pub mod strategy;
+pub mod strategy_name;
 pub mod telemetry;
+pub mod web;

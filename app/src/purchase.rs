@@ -6,8 +6,9 @@ use chrono::Utc;
 use metrics::counter;
 use sqlx::PgPool;
 
+use crate::outcome::{Outcome, StrategyError};
 use crate::sale::{InvalidInput, Phase, Quantity, SaleCatalog, SaleId, UserId};
-use crate::strategy::{Outcome, Strategies, StrategyError};
+use crate::strategy::Strategies;
 
 /// Why a purchase could not be attempted.
 #[derive(Debug, thiserror::Error)]

@@ -17,7 +17,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
-use crate::strategy::StrategyName;
+use crate::strategy_name::StrategyName;
 
 /// Primary key of a sale (`sales.id`).
 #[derive(
@@ -214,4 +214,70 @@ pub async fn stock(db: &PgPool, id: SaleId) -> Result<Option<Stock>, sqlx::Error
         .bind(id.0)
         .fetch_optional(db)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+
+    use super::*;
+
+    fn sale(starts_at: Option<DateTime<Utc>>, ends_at: Option<DateTime<Utc>>) -> Sale {
+        Sale {
+            id: SaleId(1),
+            name: "launch".to_owned(),
+            per_user_limit: 1,
+            strategy: StrategyName::declare("sql"),
+            starts_at,
+            ends_at,
+            knobs: Knobs::default(),
+            created_at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn a_sale_without_a_window_is_always_open() {
+        assert_eq!(sale(None, None).phase(Utc::now()), Phase::Open);
+    }
+
+    #[test]
+    fn the_window_includes_its_start_and_excludes_its_end() {
+        let start = Utc::now();
+        let end = start + TimeDelta::seconds(10);
+        let sale = sale(Some(start), Some(end));
+        let just_before = start - TimeDelta::microseconds(1);
+        assert_eq!(sale.phase(just_before), Phase::NotStarted);
+        assert_eq!(sale.phase(start), Phase::Open);
+        assert_eq!(sale.phase(end - TimeDelta::microseconds(1)), Phase::Open);
+        assert_eq!(sale.phase(end), Phase::Ended);
+        assert_eq!(sale.phase(end + TimeDelta::days(1)), Phase::Ended);
+    }
+
+    #[test]
+    fn an_open_ended_window_has_one_bound_only() {
+        let now = Utc::now();
+        let only_start = sale(Some(now), None);
+        assert_eq!(only_start.phase(now - TimeDelta::seconds(1)), Phase::NotStarted);
+        assert_eq!(only_start.phase(now + TimeDelta::days(3650)), Phase::Open);
+        let only_end = sale(None, Some(now));
+        assert_eq!(only_end.phase(now - TimeDelta::days(3650)), Phase::Open);
+        assert_eq!(only_end.phase(now), Phase::Ended);
+    }
+
+    #[test]
+    fn user_ids_are_non_negative() {
+        assert_eq!(UserId::parse(0).unwrap().get(), 0);
+        assert_eq!(UserId::parse(i64::MAX).unwrap().get(), i64::MAX);
+        assert_eq!(UserId::parse(-1).unwrap_err().field, "user_id");
+    }
+
+    #[test]
+    fn a_quantity_is_between_one_and_the_per_user_limit() {
+        assert_eq!(Quantity::parse(1, 1).unwrap(), Quantity::ONE);
+        assert_eq!(Quantity::parse(3, 3).unwrap().get(), 3);
+        for (raw, limit) in [(0, 3), (4, 3), (-1, 3), (i64::MAX, i32::MAX)] {
+            let err = Quantity::parse(raw, limit).unwrap_err();
+            assert_eq!(err.field, "quantity", "{raw} of {limit}");
+        }
+    }
 }

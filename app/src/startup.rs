@@ -74,19 +74,16 @@ impl Application {
         let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone())
             .context("parsing REDIS_URL")?;
         let amqp = AmqpHandle::new(config.amqp_url.clone(), config.amqp_prefix.clone());
-        let deps = Deps {
-            db: db.clone(),
-            redis: redis.clone(),
-            amqp: amqp.clone(),
-            config: config.clone(),
-        };
+        let catalog = SaleCatalog::default();
+        let deps =
+            Deps::new(db.clone(), redis.clone(), amqp.clone(), config.clone(), catalog.clone());
         let strategies = Strategies::new(&deps)?;
         strategies.start_background();
         let state = AppState {
             strategies,
             redis,
             amqp,
-            catalog: SaleCatalog::default(),
+            catalog,
             metrics: telemetry::metrics_handle(),
             config,
             db,

@@ -27,7 +27,8 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
         .with_context(|| format!("creating {}", args.out.display()))?;
     let total = args.repeat * (args.profile.len() * args.strategies.len()) as u64;
     let mut progress = Progress::new(total, args.quiet);
-    let redlock = if args.strategies.contains(&StrategyName::LockRedlock) && args.target.is_empty()
+    let redlock = if args.strategies.contains(&seckill::strategy::lock::library_redlock::NAME)
+        && args.target.is_empty()
     {
         progress.stage("starting the Redlock nodes");
         Some(RedlockNodes::start(&args.out).await?)
@@ -169,7 +170,7 @@ async fn measure_ceilings(
             .await?;
     let redis_ops = redis_ceiling(args).await?;
     let amqp_rps = amqp_ceiling(args, instances).await?;
-    let queue_drain_units_per_s = if args.strategies.contains(&StrategyName::Queue) {
+    let queue_drain_units_per_s = if args.strategies.contains(&seckill::strategy::queue::NAME) {
         Some(queue_drain(args, instances, admin, sql).await?)
     } else {
         None

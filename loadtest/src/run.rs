@@ -166,15 +166,13 @@ async fn run_phases(
     progress.phase("settling statistics");
     let (xacts_before, counters_before) = readings(bench).await?;
     let resubmissions = buyers.len() as u64 - prepared.buyers;
-    progress.phase(&format!(
-        "sale phase ({} buyers + {resubmissions} resubmissions)",
-        prepared.buyers
-    ));
+    progress
+        .phase(&format!("sale phase ({} buyers + {resubmissions} resubmissions)", prepared.buyers));
     let goose_report =
         args.out.join(format!("goose-{}-{}-{}.html", key.strategy.slug(), key.profile, key.repeat));
     let sale =
         scenario::sale_phase(urls, &ids, args.users, args.retries, buyers, goose_report).await?;
-    let queue_stats = if key.strategy == StrategyName::Queue {
+    let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
         progress.phase("waiting for the queue to drain");
         Some(bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?)
     } else {

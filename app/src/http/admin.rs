@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use super::error::AppError;
-use super::extract::{Admin, ApiJson, SalePath};
+use super::auth::Admin;
 use crate::audit::{self, Audit};
 use crate::sale::{InvalidInput, Knobs, SALE_COLUMNS, Sale, Stock};
-use crate::strategy::{Reconciliation, StrategyName};
+use crate::strategy::{Reconciliation, StrategyName, UnknownStrategy};
+use crate::web::{ApiJson, AppError, SalePath};
 
 /// Upper bound on stock figures, so that sums stay far from `i64::MAX`.
 const MAX_UNITS: i64 = 1_000_000_000_000;
@@ -49,10 +49,10 @@ impl NewSale {
         if !(0..=MAX_UNITS).contains(&self.stock) {
             return Err(InvalidInput::new("stock", format!("must be between 0 and {MAX_UNITS}")));
         }
-        let strategy: StrategyName =
-            self.strategy.parse().map_err(|err: crate::strategy::UnknownStrategy| {
-                InvalidInput::new("strategy", err.to_string())
-            })?;
+        let strategy: StrategyName = self
+            .strategy
+            .parse()
+            .map_err(|err: UnknownStrategy| InvalidInput::new("strategy", err.to_string()))?;
         let per_user_limit = self.per_user_limit.unwrap_or(1);
         if !(1..=1_000_000).contains(&per_user_limit) {
             return Err(InvalidInput::new("per_user_limit", "must be between 1 and 1000000"));
@@ -214,4 +214,99 @@ pub async fn reconcile(
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let report = state.strategies.get(sale.strategy).reconcile(&sale).await?;
     Ok(Json(report))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// A valid body with `changes` applied (`null` removes a field).
+    fn new_sale(changes: Value) -> NewSale {
+        let mut body = json!({ "name": "launch", "stock": 10, "strategy": "sql" });
+        for (field, value) in changes.as_object().unwrap() {
+            match value {
+                Value::Null => body.as_object_mut().unwrap().remove(field),
+                value => body.as_object_mut().unwrap().insert(field.clone(), value.clone()),
+            };
+        }
+        serde_json::from_value(body).unwrap()
+    }
+
+    /// The field a body is refused for, and the reason.
+    fn refused(changes: Value) -> (&'static str, String) {
+        let err = new_sale(changes).validate().err().expect("refused");
+        (err.field, err.reason)
+    }
+
+    #[test]
+    fn a_minimal_sale_gets_the_defaults() {
+        let (name, stock, strategy, per_user_limit, knobs, window) =
+            new_sale(json!({ "name": "  launch  " })).validate().unwrap();
+        assert_eq!(
+            (name.as_str(), stock, strategy.as_str(), per_user_limit),
+            ("launch", 10, "sql", 1)
+        );
+        assert_eq!((knobs.lock_lease_ms, knobs.work_ms, knobs.pause_ms), (2000, 0, 0));
+        assert_eq!(knobs.pause_ratio, 0.0);
+        assert!(window.starts_at.is_none() && window.ends_at.is_none());
+    }
+
+    #[test]
+    fn every_registered_strategy_is_accepted_and_an_unknown_one_is_refused() {
+        for name in StrategyName::ALL {
+            let (_, _, strategy, ..) =
+                new_sale(json!({ "strategy": name.as_str() })).validate().unwrap();
+            assert_eq!(strategy, *name);
+        }
+        let (field, reason) = refused(json!({ "strategy": "optimistic" }));
+        assert_eq!(field, "strategy");
+        assert!(reason.starts_with("unknown strategy `optimistic`; expected one of: naive, sql"));
+    }
+
+    #[test]
+    fn out_of_range_fields_are_refused_by_name() {
+        let cases = [
+            (json!({ "name": "" }), "name"),
+            (json!({ "name": "   " }), "name"),
+            (json!({ "name": "n".repeat(201) }), "name"),
+            (json!({ "name": "tab\there" }), "name"),
+            (json!({ "stock": -1 }), "stock"),
+            (json!({ "stock": MAX_UNITS + 1 }), "stock"),
+            (json!({ "per_user_limit": 0 }), "per_user_limit"),
+            (json!({ "per_user_limit": 1_000_001 }), "per_user_limit"),
+            (json!({ "lock_lease_ms": 0 }), "lock_lease_ms"),
+            (json!({ "work_ms": -1 }), "work_ms"),
+            (json!({ "pause_ms": 600_001 }), "pause_ms"),
+            (json!({ "pause_ratio": 1.5 }), "pause_ratio"),
+            (json!({ "starts_at": "0000-12-31T00:00:00Z" }), "starts_at"),
+            (json!({ "ends_at": "+10000-01-01T00:00:00Z" }), "ends_at"),
+            (
+                json!({ "starts_at": "2030-01-01T00:00:00Z", "ends_at": "2030-01-01T00:00:00Z" }),
+                "ends_at",
+            ),
+        ];
+        for (changes, field) in cases {
+            assert_eq!(refused(changes.clone()).0, field, "{changes}");
+        }
+    }
+
+    #[test]
+    fn the_edges_of_each_range_are_accepted() {
+        let edges = json!({
+            "name": "n".repeat(200), "stock": MAX_UNITS, "per_user_limit": 1_000_000,
+            "lock_lease_ms": 600_000, "work_ms": 0, "pause_ms": 600_000, "pause_ratio": 1.0,
+        });
+        assert!(new_sale(edges).validate().is_ok());
+        assert!(new_sale(json!({ "stock": 0, "pause_ratio": 0.0 })).validate().is_ok());
+    }
+
+    #[test]
+    fn times_are_truncated_to_what_postgres_stores() {
+        let (.., window) =
+            new_sale(json!({ "starts_at": "2030-01-01T00:00:00.123456789Z" })).validate().unwrap();
+        let stored = window.starts_at.unwrap();
+        assert_eq!(stored.to_rfc3339(), "2030-01-01T00:00:00.123456+00:00");
+    }
 }

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::{AppState, READY_TIMEOUT};
 use crate::backends::{AmqpHandle, RedisHandle};
-use crate::http::error::AppError;
-use crate::strategy::{Backend, StrategyError};
+use crate::outcome::{Backend, StrategyError};
+use crate::web::AppError;
 
 /// `GET /healthz`: the process answers. Also the load test's trivial endpoint
 /// for the `http_rps` ceiling.

@@ -1,11 +1,19 @@
 //! The HTTP API: routing, shared state and middleware. Handlers are thin:
 //! they parse, call the domain, and shape the answer.
+//!
+//! The routes a strategy serves besides the purchase (the `queue` strategy's
+//! request results, the lock strategies' statistics) come from the strategy
+//! itself ([`Strategies::routes`]) and are mounted here next to the service's
+//! own, behind the same middleware; their admin routes behind the same token
+//! check ([`auth::require_admin`]). The error type and the extractors every
+//! route shares are in `crate::web`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use axum::routing::{get, post};
 use axum_prometheus::{EndpointLabel, PrometheusMetricLayerBuilder};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -17,16 +25,12 @@ use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::sale::SaleCatalog;
 use crate::strategy::Strategies;
+use crate::web::AppError;
 
 mod admin;
-pub mod error;
-mod extract;
+mod auth;
 mod health;
-mod lock_stats;
-mod requests;
 mod sales;
-
-pub use error::AppError;
 
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone)]
@@ -52,20 +56,29 @@ pub const UNMATCHED_ENDPOINT: &str = "unmatched";
 /// How long `/readyz` waits for each backing server.
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The service's routes, then the strategies' own, with every middleware.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/admin/sales", post(admin::create_sale))
         .route("/admin/sales/{id}/restock", post(admin::restock))
         .route("/admin/sales/{id}/audit", get(admin::audit))
         .route("/admin/sales/{id}/reconcile", post(admin::reconcile))
-        .route("/admin/sales/{id}/lock-stats", get(lock_stats::lock_stats))
-        .route("/admin/sales/{id}/queue", get(requests::queue_stats))
         .route("/sales/{id}", get(sales::get_sale))
         .route("/sales/{id}/orders", post(sales::place_order))
-        .route("/sales/{id}/requests/{request_id}", get(requests::request))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
+        .route("/metrics", get(health::metrics));
+    for routes in state.strategies.routes() {
+        router = router.merge(routes.public.clone().with_state(()));
+        if routes.admin.has_routes() {
+            let admin = routes
+                .admin
+                .clone()
+                .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_admin));
+            router = router.merge(admin.with_state(()));
+        }
+    }
+    router
         .fallback(|| async { AppError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))

@@ -8,11 +8,11 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
 use super::AppState;
-use super::error::AppError;
-use super::extract::{ApiJson, SalePath};
+use crate::outcome::Outcome;
 use crate::purchase::{PurchaseError, purchase};
 use crate::sale::{self, Phase, SaleId, UserId};
-use crate::strategy::{Outcome, StrategyName};
+use crate::strategy_name::StrategyName;
+use crate::web::{ApiJson, AppError, SalePath};
 
 #[derive(Serialize)]
 pub struct SaleStatus {

@@ -15,12 +15,27 @@
 //! the lock strategies run it unchanged, with a [`WriteGuard`] that can refuse
 //! the write of a holder that has lost its lock or its fencing claim.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::PgPool;
 
 use super::lock::fence::FenceToken;
-use super::{Outcome, Strategy, StrategyError, already_purchased_or};
+use super::{
+    Backend, Outcome, Registration, Strategy, StrategyError, StrategyName, already_purchased_or,
+};
 use crate::sale::{Quantity, Sale, UserId};
+
+/// Wire name, and the `strategy` label of this strategy's metrics.
+pub const NAME: StrategyName = StrategyName::declare("naive");
+
+/// `naive` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "check-then-act with no protection: the baseline that oversells",
+    needs: &[Backend::Postgres],
+    build: |deps| Ok(Arc::new(Naive::new(deps.db.clone()))),
+};
 
 pub struct Naive {
     db: PgPool,

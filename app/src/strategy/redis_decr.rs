@@ -3,7 +3,7 @@
 //!
 //! One purchase:
 //! 1. If this instance has flagged the sale sold out, answer so at once — no
-//!    Redis, no Postgres ([`sold_out`]).
+//!    Redis, no Postgres ([`sold_out_pubsub`]).
 //! 2. `reserve.lua`: de-duplicate the buyer and `DECRBY qty` in one atomic
 //!    step, recording a reservation under a random id. "Sold out" and
 //!    "already purchased" are answered here, which is what keeps the hot row
@@ -38,19 +38,30 @@ use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
 use super::sql::Sql;
-use super::{Backend, Deps, Outcome, Reconciliation, Strategy, StrategyError};
+use super::{
+    Backend, Deps, Outcome, Reconciliation, Registration, Strategy, StrategyError, StrategyName,
+};
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod counter;
 mod reconcile;
-mod sold_out;
+mod sold_out_pubsub;
 
 use counter::{Buyer, ReservationId, Reserve, SaleCounter, sales_index_key};
-use sold_out::SoldOutFlags;
+use sold_out_pubsub::SoldOutFlags;
 
 /// Wire name, and the `strategy` label of this strategy's metrics.
-const NAME: &str = "redis-decr";
+pub const NAME: StrategyName = StrategyName::declare("redis-decr");
+
+/// `redis-decr` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "a Redis DECRBY gate (Lua, per-user de-duplication), then the sql transaction; \
+            compensation and reconciliation",
+    needs: &[Backend::Postgres, Backend::Redis],
+    build: |deps| Ok(Arc::new(RedisDecr::new(deps))),
+};
 
 /// The failpoint that fires right after a successful reservation, before
 /// Postgres is asked (`SECKILL_FAILPOINTS=redis-decr-after-reserve=ACTION`).
@@ -96,9 +107,8 @@ impl AfterReserve {
     }
 }
 
-/// The `redis-decr` strategy; one per process, built by
-/// [`super::Strategies::new`] from the shared pool, Redis handle and
-/// configuration.
+/// The `redis-decr` strategy; one per process, built from the shared pool,
+/// Redis handle and configuration.
 pub struct RedisDecr {
     db: PgPool,
     /// The Postgres half of a purchase: exactly the `sql` strategy.
@@ -123,19 +133,6 @@ impl RedisDecr {
             grace_ms: i64::try_from(config.reconcile_grace_ms).unwrap_or(i64::MAX),
             interval: Duration::from_millis(config.reconcile_interval_ms),
             failpoint: AfterReserve::from_config(config.failpoints.as_deref()),
-        }
-    }
-
-    /// Spawns the sold-out listener and, unless the interval is zero, the
-    /// background reconciler. Both end when the strategy is dropped.
-    pub fn start_background(self: &Arc<Self>) {
-        tokio::spawn(sold_out::listen(
-            self.redis.client().clone(),
-            counter::stock_returned_channel(&self.redis),
-            Arc::downgrade(&self.flags),
-        ));
-        if !self.interval.is_zero() {
-            tokio::spawn(reconcile::run_background(Arc::downgrade(self), self.interval));
         }
     }
 
@@ -296,7 +293,7 @@ impl Strategy for RedisDecr {
         let mut conn = self.redis.conn().await?;
         let counter = SaleCounter::new(&self.redis, sale.id);
         let (answer, trips) = self.reserve(&mut conn, &counter, sale, user, quantity).await;
-        count_redis_round_trips(NAME, trips);
+        count_redis_round_trips(NAME.as_str(), trips);
         let reservation = match answer? {
             Reserve::Reserved { id, .. } => id,
             Reserve::SoldOut { left } => {
@@ -334,7 +331,7 @@ impl Strategy for RedisDecr {
         };
         let task = tokio::spawn(pending.settle());
         let (result, trips) = task.await.map_err(|err| StrategyError::Internal(err.into()))?;
-        count_redis_round_trips(NAME, trips);
+        count_redis_round_trips(NAME.as_str(), trips);
         result
     }
 
@@ -386,5 +383,18 @@ impl Strategy for RedisDecr {
             self.flags.clear(sale.id);
         }
         Ok(report)
+    }
+
+    /// Spawns the sold-out listener and, unless the interval is zero, the
+    /// background reconciler. Both end when the strategy is dropped.
+    fn start_background(self: Arc<Self>) {
+        tokio::spawn(sold_out_pubsub::listen(
+            self.redis.client().clone(),
+            counter::stock_returned_channel(&self.redis),
+            Arc::downgrade(&self.flags),
+        ));
+        if !self.interval.is_zero() {
+            tokio::spawn(reconcile::run_background(Arc::downgrade(&self), self.interval));
+        }
     }
 }

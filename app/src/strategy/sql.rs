@@ -18,11 +18,26 @@
 //! an explicit transaction and the work happens before `COMMIT`, while the row
 //! lock is held — the honest place for a slow step inside the transaction.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::PgPool;
 
-use super::{Outcome, Strategy, StrategyError, already_purchased_or};
+use super::{
+    Backend, Outcome, Registration, Strategy, StrategyError, StrategyName, already_purchased_or,
+};
 use crate::sale::{Quantity, Sale, SaleId, UserId};
+
+/// Wire name, and the `strategy` label of this strategy's metrics.
+pub const NAME: StrategyName = StrategyName::declare("sql");
+
+/// `sql` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "conditional UPDATE … WHERE remaining_stock >= qty and the order insert, one statement",
+    needs: &[Backend::Postgres],
+    build: |deps| Ok(Arc::new(Sql::new(deps.db.clone()))),
+};
 
 /// `$1` sale id, `$2` user id, `$3` quantity. Returns the order id, or no row
 /// when fewer than `$3` units remain.

@@ -6,11 +6,26 @@
 //! but the lock is held across four client round trips instead of one
 //! statement, which is what it costs compared with `sql`.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::PgPool;
 
-use super::{Outcome, Strategy, StrategyError, already_purchased_or};
+use super::{
+    Backend, Outcome, Registration, Strategy, StrategyError, StrategyName, already_purchased_or,
+};
 use crate::sale::{Quantity, Sale, UserId};
+
+/// Wire name, and the `strategy` label of this strategy's metrics.
+pub const NAME: StrategyName = StrategyName::declare("sql/for-update");
+
+/// `sql/for-update` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "SELECT … FOR UPDATE, check, update, insert, in one transaction",
+    needs: &[Backend::Postgres],
+    build: |deps| Ok(Arc::new(SqlForUpdate::new(deps.db.clone()))),
+};
 
 pub struct SqlForUpdate {
     db: PgPool,

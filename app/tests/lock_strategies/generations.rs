@@ -6,10 +6,9 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use reqwest::StatusCode;
 use seckill::backends::RedisHandle;
-use seckill::strategy::StrategyName;
-use seckill::strategy::lock::setnx::SetnxLock;
-use seckill::strategy::lock::token::TokenLock;
-use seckill::strategy::lock::ttl::TtlLock;
+use seckill::strategy::lock::setnx::{self, SetnxLock};
+use seckill::strategy::lock::token::{self, TokenLock};
+use seckill::strategy::lock::ttl::{self, TtlLock};
 use seckill::strategy::lock::{Release, SaleLock};
 use serde_json::json;
 
@@ -39,7 +38,7 @@ async fn ttl_lock_with_a_lease_shorter_than_the_work_oversells_or_drifts() {
 async fn ttl_lock_late_release_deletes_the_next_holders_lock() {
     let redis = RedisHandle::new(REDIS_URL, unique_prefix()).unwrap();
     let lock = TtlLock::new(redis);
-    let sale = fake_sale(1, StrategyName::LockTtl, lease_ms(50));
+    let sale = fake_sale(1, ttl::NAME, lease_ms(50));
     let first = lock.acquire(&sale, NO_WAIT).await.unwrap().expect("a free lock");
     tokio::time::sleep(Duration::from_millis(80)).await; // past the 50 ms lease
     let second = lock.acquire(&sale, NO_WAIT).await.unwrap().expect("the lease ran out");
@@ -58,7 +57,7 @@ async fn ttl_lock_late_release_deletes_the_next_holders_lock() {
 async fn token_lock_never_deletes_another_holders_lock() {
     let redis = RedisHandle::new(REDIS_URL, unique_prefix()).unwrap();
     let lock = TokenLock::new(redis);
-    let sale = fake_sale(1, StrategyName::LockToken, lease_ms(50));
+    let sale = fake_sale(1, token::NAME, lease_ms(50));
     let first = lock.acquire(&sale, NO_WAIT).await.unwrap().expect("a free lock");
     tokio::time::sleep(Duration::from_millis(80)).await; // past the 50 ms lease
     let second = lock.acquire(&sale, NO_WAIT).await.unwrap().expect("the lease ran out");
@@ -104,7 +103,7 @@ async fn setnx_lock_leaves_the_sale_stuck_when_its_holder_is_killed() {
 
     let key = SetnxLock::new(RedisHandle::new(REDIS_URL, prefix.clone()).unwrap()).key(&fake_sale(
         sale,
-        StrategyName::LockSetnx,
+        setnx::NAME,
         lease_ms(2000),
     ));
     let buying = {

@@ -20,6 +20,7 @@ use reqwest::StatusCode;
 use seckill::lock::{LockClient, LockName, LockOptions, Redlock, RedlockConfig};
 use seckill::sale::{Knobs, Sale};
 use seckill::strategy::lock::fence::{self, FenceGuard, FenceToken};
+use seckill::strategy::lock::{library_lock, library_redlock};
 use seckill::strategy::naive::{Attempt, Unguarded, WriteGuard, read_check_write};
 use seckill::strategy::{Outcome, StrategyName};
 use serde_json::json;
@@ -144,7 +145,7 @@ async fn assert_outcome(app: &TestApp, sale: &Sale, fenced: bool, a: &Attempt, b
 async fn t1(fenced: bool) {
     let prefix = unique_prefix();
     let app = spawn(&prefix, 1000).await;
-    let sale = one_unit_sale(&app, StrategyName::LockFenced).await;
+    let sale = one_unit_sale(&app, library_lock::FENCED_NAME).await;
     let name = lock_name(&prefix, &sale);
     let client = || LockClient::new(redis::Client::open(REDIS_URL).unwrap());
     let (client_a, client_b) = (client(), client());
@@ -178,8 +179,8 @@ async fn t1_fencing_refuses_the_write_of_a_holder_paused_past_its_lease() {
 async fn a_restock_between_a_holders_read_and_write_is_not_lost() {
     for fenced in [false, true] {
         let app = spawn(&unique_prefix(), 1000).await;
-        let id = sale_with(&app, StrategyName::LockFenced.as_str(), 10, json!({})).await;
-        let sale = fake_sale(id, StrategyName::LockFenced, Knobs::default());
+        let id = sale_with(&app, library_lock::FENCED_NAME.as_str(), 10, json!({})).await;
+        let sale = fake_sale(id, library_lock::FENCED_NAME, Knobs::default());
         let (reached, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let guard = StallBeforeWrite {
             reached: reached.clone(),
@@ -286,7 +287,7 @@ async fn three_nodes() -> Vec<RedisNode> {
 async fn redlock_timeline(restart_instead_of_expiry: bool, fenced: bool) {
     let prefix = unique_prefix();
     let app = spawn(&prefix, 1000).await;
-    let sale = one_unit_sale(&app, StrategyName::LockRedlock).await;
+    let sale = one_unit_sale(&app, library_redlock::NAME).await;
     let name = lock_name(&prefix, &sale);
     let mut nodes = three_nodes().await;
     let (_a, _b) = redlock_double_hold(&mut nodes, &name, async |node: &mut RedisNode| {
@@ -327,7 +328,7 @@ async fn t5_redlock_node_restarted_empty_is_caught_by_fencing() {
 async fn t6(fenced: bool) {
     let prefix = unique_prefix();
     let app = spawn(&prefix, 1000).await;
-    let sale = one_unit_sale(&app, StrategyName::LockFenced).await;
+    let sale = one_unit_sale(&app, library_lock::FENCED_NAME).await;
     let name = lock_name(&prefix, &sale);
     let mut master = RedisNode::start().await;
     let link = BlockingProxy::start(master.port).await;

@@ -24,6 +24,12 @@
 //! The hold — acquire, critical section, release — runs in its own task, so a
 //! client that hangs up mid-purchase cannot abandon a held lock.
 //!
+//! Each variant registers on its own line (`REGISTRATION` in its file; the
+//! library lock's file registers `lock/watchdog` and `lock/fenced`); the
+//! variants of one process share one [`Shared`] — sold-out flags and the
+//! critical-section recorder — and one route, `GET
+//! /admin/sales/{id}/lock-stats` ([`routes`]).
+//!
 //! A lock is the last resort for a flash sale: a conditional `UPDATE` (`sql`),
 //! an atomic Redis command or a queue avoid the critical section altogether.
 //! These variants exist to measure what the lock costs and where it breaks.
@@ -37,22 +43,23 @@ use chrono::Utc;
 use sqlx::PgPool;
 
 use super::naive::{self, Attempt, WriteGuard};
-use super::{Outcome, Strategy, StrategyError, StrategyName};
+use super::{Deps, Outcome, Strategy, StrategyError, StrategyName, StrategyRoutes};
 use crate::sale::{Quantity, Sale, UserId};
 
 pub mod fence;
 pub mod intervals;
-pub mod local;
+pub mod library_lock;
+pub mod library_redlock;
 mod poll;
-pub mod redlock;
+pub mod process_mutex;
+mod routes;
 pub mod setnx;
-pub mod sold_out;
+pub mod sold_out_epochs;
 pub mod token;
 pub mod ttl;
-pub mod watchdog;
 
 use intervals::Intervals;
-use sold_out::SoldOutFlags;
+use sold_out_epochs::SoldOutFlags;
 
 /// `Retry-After` of a `busy` answer from a lock strategy.
 pub const BUSY_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -118,6 +125,12 @@ impl Shared {
             wait,
             sold_out: SoldOutFlags::default(),
         })
+    }
+
+    /// The `Shared` of the process `deps` belong to, made for the first
+    /// variant built.
+    pub fn of(deps: &Deps) -> Arc<Self> {
+        deps.shared(|| Shared::new(deps.db.clone(), deps.config.lock_wait()))
     }
 
     /// The strategy `name`: the naive steps inside `lock`, unfenced.
@@ -217,6 +230,11 @@ impl<L: SaleLock> Strategy for Locked<L> {
     async fn restocked(&self, sale: &Sale, _units: i64) -> Result<(), StrategyError> {
         self.inner.shared.sold_out.clear(sale.id);
         Ok(())
+    }
+
+    /// `lock-stats`, the same route for every variant (mounted once).
+    fn routes(self: Arc<Self>, deps: &Deps) -> Option<StrategyRoutes> {
+        Some(routes::routes(self.inner.shared.clone(), deps.catalog.clone()))
     }
 }
 

@@ -6,7 +6,7 @@
 //! kill, a deploy): nothing ever deletes its key, so the sale is stuck — every
 //! later buyer times out and the remaining stock is never sold (undersell).
 //! Adding `EXPIRE` in a second command does not help: a crash between the two
-//! leaves the same immortal key (seckill.md §3.3 #22); that is what
+//! leaves the same immortal key (docs/locks.md, generation 3); that is what
 //! generation 4 (`SET NX PX`, one command) fixes.
 
 use std::time::Duration;
@@ -15,10 +15,21 @@ use async_trait::async_trait;
 use redis::AsyncCommands;
 
 use super::poll::poll;
-use super::{Release, SaleLock};
+use super::{Release, SaleLock, Shared};
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::sale::Sale;
-use crate::strategy::{StrategyError, StrategyName};
+use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+
+/// Wire name, and the `strategy` label of this variant's metrics.
+pub const NAME: StrategyName = StrategyName::declare("lock/setnx");
+
+/// `lock/setnx` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "the naive steps inside a Redis SETNX key with no expiry, DEL to release",
+    needs: &[Backend::Postgres, Backend::Redis],
+    build: |deps| Ok(Shared::of(deps).locked(NAME, SetnxLock::new(deps.redis.clone()))),
+};
 
 pub struct SetnxLock {
     redis: RedisHandle,
@@ -40,8 +51,6 @@ impl SetnxLock {
     }
 }
 
-const NAME: &str = StrategyName::LockSetnx.as_str();
-
 #[async_trait]
 impl SaleLock for SetnxLock {
     type Held = SetnxHeld;
@@ -56,7 +65,7 @@ impl SaleLock for SetnxLock {
         poll(wait, || {
             let (key, mut conn) = (key.clone(), conn.clone());
             async move {
-                count_redis_round_trips(NAME, 1);
+                count_redis_round_trips(NAME.as_str(), 1);
                 let won: bool = conn.set_nx(&key, 1).await.map_err(redis_error)?;
                 Ok(won.then_some(SetnxHeld { key }))
             }
@@ -66,7 +75,7 @@ impl SaleLock for SetnxLock {
 
     async fn release(&self, _sale: &Sale, held: Self::Held) -> Result<Release, StrategyError> {
         let mut conn = self.redis.conn().await?;
-        count_redis_round_trips(NAME, 1);
+        count_redis_round_trips(NAME.as_str(), 1);
         let deleted: i64 = conn.del(&held.key).await.map_err(redis_error)?;
         Ok(if deleted == 1 { Release::Released } else { Release::NotHeld })
     }

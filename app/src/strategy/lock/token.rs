@@ -15,10 +15,21 @@ use async_trait::async_trait;
 use redis::{AsyncCommands, ExistenceCheck, Script, SetExpiry, SetOptions};
 
 use super::poll::poll;
-use super::{Release, SaleLock, lease};
+use super::{Release, SaleLock, Shared, lease};
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::sale::Sale;
-use crate::strategy::{StrategyError, StrategyName};
+use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+
+/// Wire name, and the `strategy` label of this variant's metrics.
+pub const NAME: StrategyName = StrategyName::declare("lock/token");
+
+/// `lock/token` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "the naive steps inside SET NX PX with an owner token and a Lua compare-and-delete",
+    needs: &[Backend::Postgres, Backend::Redis],
+    build: |deps| Ok(Shared::of(deps).locked(NAME, TokenLock::new(deps.redis.clone()))),
+};
 
 /// See `token_release.lua` for KEYS, ARGV and results.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("token_release.lua")));
@@ -45,8 +56,6 @@ impl TokenLock {
     }
 }
 
-const NAME: &str = StrategyName::LockToken.as_str();
-
 #[async_trait]
 impl SaleLock for TokenLock {
     type Held = TokenHeld;
@@ -66,7 +75,7 @@ impl SaleLock for TokenLock {
             let (key, token, options, mut conn) =
                 (key.clone(), token.clone(), options.clone(), conn.clone());
             async move {
-                count_redis_round_trips(NAME, 1);
+                count_redis_round_trips(NAME.as_str(), 1);
                 let set: Option<String> =
                     conn.set_options(&key, &token, options).await.map_err(redis_error)?;
                 Ok(set.map(|_| TokenHeld { key, token }))
@@ -79,7 +88,7 @@ impl SaleLock for TokenLock {
     /// had run out (the key is then left to whoever holds it).
     async fn release(&self, _sale: &Sale, held: Self::Held) -> Result<Release, StrategyError> {
         let mut conn = self.redis.conn().await?;
-        count_redis_round_trips(NAME, 1);
+        count_redis_round_trips(NAME.as_str(), 1);
         let deleted: i64 = RELEASE
             .key(&held.key)
             .arg(&held.token)

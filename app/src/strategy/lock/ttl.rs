@@ -7,7 +7,7 @@
 //! takes the lock and both run the read-check-write side by side (lost
 //! updates, oversell). Worse, the first holder's late `DEL` deletes the
 //! *second* holder's key — the lock has no idea whose key it deletes — and
-//! lets a third in (seckill.md §3.3 #20, #21). Generation 5 (`lock/token`)
+//! lets a third in (docs/locks.md, generation 4). Generation 5 (`lock/token`)
 //! fixes the wrong delete; only fencing fixes the side-by-side writes.
 
 use std::time::Duration;
@@ -16,10 +16,21 @@ use async_trait::async_trait;
 use redis::{AsyncCommands, ExistenceCheck, SetExpiry, SetOptions};
 
 use super::poll::poll;
-use super::{Release, SaleLock, lease};
+use super::{Release, SaleLock, Shared, lease};
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::sale::Sale;
-use crate::strategy::{StrategyError, StrategyName};
+use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+
+/// Wire name, and the `strategy` label of this variant's metrics.
+pub const NAME: StrategyName = StrategyName::declare("lock/ttl");
+
+/// `lock/ttl` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "the naive steps inside a Redis SET NX PX key, released by a blind DEL",
+    needs: &[Backend::Postgres, Backend::Redis],
+    build: |deps| Ok(Shared::of(deps).locked(NAME, TtlLock::new(deps.redis.clone()))),
+};
 
 pub struct TtlLock {
     redis: RedisHandle,
@@ -41,8 +52,6 @@ impl TtlLock {
     }
 }
 
-const NAME: &str = StrategyName::LockTtl.as_str();
-
 #[async_trait]
 impl SaleLock for TtlLock {
     type Held = TtlHeld;
@@ -60,7 +69,7 @@ impl SaleLock for TtlLock {
         poll(wait, || {
             let (key, options, mut conn) = (key.clone(), options.clone(), conn.clone());
             async move {
-                count_redis_round_trips(NAME, 1);
+                count_redis_round_trips(NAME.as_str(), 1);
                 let set: Option<String> =
                     conn.set_options(&key, 1, options).await.map_err(redis_error)?;
                 Ok(set.map(|_| TtlHeld { key }))
@@ -73,7 +82,7 @@ impl SaleLock for TtlLock {
     /// deleted — possibly the next holder's.
     async fn release(&self, _sale: &Sale, held: Self::Held) -> Result<Release, StrategyError> {
         let mut conn = self.redis.conn().await?;
-        count_redis_round_trips(NAME, 1);
+        count_redis_round_trips(NAME.as_str(), 1);
         let deleted: i64 = conn.del(&held.key).await.map_err(redis_error)?;
         Ok(if deleted == 1 { Release::Released } else { Release::NotHeld })
     }

@@ -39,7 +39,7 @@ use lapin::{Channel, Consumer};
 use sqlx::PgPool;
 
 use super::settle::{self, Resolution, Settled};
-use super::sold_out::SoldOutGate;
+use super::sold_out_fanout::SoldOutGate;
 use super::{PurchaseMessage, Topology};
 use crate::backends::{AmqpHandle, count_amqp_messages};
 use crate::config::Config;

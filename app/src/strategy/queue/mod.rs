@@ -4,7 +4,7 @@
 //! One purchase (the request path, [`Queue::purchase`]):
 //! 1. If this instance knows the sale is sold out, publish nothing: answer
 //!    `409 sold-out`, or the buyer's existing request if they have one (one
-//!    indexed read, no broker; [`sold_out`]).
+//!    indexed read, no broker; [`sold_out_fanout`]).
 //! 2. Register the request in `purchase_requests` (one per sale and user: a
 //!    resubmission finds the same request id and, once settled, its result),
 //!    in groups: one statement for the requests that arrive together
@@ -28,6 +28,10 @@
 //! a guarded update by the units it grants); one result per request id; a
 //! `202` only for a message the broker confirmed, so every accepted request
 //! ends resolved. The design and its measured numbers are in docs/queue.md.
+//!
+//! Results are read at `GET /sales/{id}/requests/{request_id}` and a sale's
+//! queue statistics at `GET /admin/sales/{id}/queue`, both routes of this
+//! strategy ([`routes`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +42,9 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
-use super::{Deps, Outcome, Strategy, StrategyError};
+use super::{
+    Backend, Deps, Outcome, Registration, Strategy, StrategyError, StrategyName, StrategyRoutes,
+};
 use crate::backends::AmqpHandle;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
@@ -47,15 +53,25 @@ pub mod consumer;
 pub mod publisher;
 mod registrar;
 pub mod results;
+mod routes;
 pub mod settle;
-pub mod sold_out;
+pub mod sold_out_fanout;
 pub mod topology;
 
 pub use results::{QueueStats, RequestResult};
 pub use topology::Topology;
 
 /// Wire name, and the `strategy` label of this strategy's metrics.
-pub const NAME: &str = "queue";
+pub const NAME: StrategyName = StrategyName::declare("queue");
+
+/// `queue` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "202 Accepted once a RabbitMQ quorum queue confirmed the request; one active \
+            consumer per partition settles batches in one transaction each",
+    needs: &[Backend::Postgres, Backend::Rabbitmq],
+    build: |deps| Ok(Arc::new(Queue::new(deps)?)),
+};
 
 /// The body of one message: a request to settle. JSON, persistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,8 +82,7 @@ pub struct PurchaseMessage {
     pub quantity: i32,
 }
 
-/// The `queue` strategy; one per process, built by
-/// [`super::Strategies::new`].
+/// The `queue` strategy; one per process.
 pub struct Queue {
     db: PgPool,
     /// Pool for registering requests, with `synchronous_commit = off`: a
@@ -80,7 +95,7 @@ pub struct Queue {
     background: AmqpHandle,
     topology: Topology,
     publisher: publisher::Publisher,
-    gate: Arc<sold_out::SoldOutGate>,
+    gate: Arc<sold_out_fanout::SoldOutGate>,
     consumer: consumer::ConsumerSettings,
     consume: bool,
 }
@@ -102,7 +117,7 @@ impl Queue {
         // declared a moment earlier (`noproc`), and a crashed channel closes
         // its whole connection — it must not take the publishers with it.
         let background = deps.amqp.separate();
-        let gate = Arc::new(sold_out::SoldOutGate::new(
+        let gate = Arc::new(sold_out_fanout::SoldOutGate::new(
             Duration::from_millis(config.sold_out_flag_ttl_ms),
             background.clone(),
             topology.clone(),
@@ -118,41 +133,6 @@ impl Queue {
             topology,
             gate,
         })
-    }
-
-    /// Spawns one consumer per partition (unless `SECKILL_QUEUE_CONSUME` is
-    /// off) and the sold-out listener. They reconnect on their own and end
-    /// with the runtime.
-    ///
-    /// The queues are declared once, before any consumer subscribes: RabbitMQ
-    /// 3.10 crashes a channel that subscribes to a quorum queue another
-    /// channel is still creating, and closes the whole connection with
-    /// `541 INTERNAL_ERROR` — which concurrent consumers declaring the same
-    /// fresh queues would provoke at every first start.
-    pub fn start_background(&self) {
-        if self.consume {
-            let (db, amqp, topology) =
-                (self.db.clone(), self.background.clone(), self.topology.clone());
-            let (settings, gate) = (self.consumer, self.gate.clone());
-            tokio::spawn(async move {
-                consumer::declare_queues(&amqp, &topology).await;
-                for partition in 0..topology.partitions() {
-                    tokio::spawn(consumer::run(
-                        db.clone(),
-                        amqp.clone(),
-                        topology.clone(),
-                        partition,
-                        settings,
-                        gate.clone(),
-                    ));
-                }
-            });
-        }
-        tokio::spawn(sold_out::listen(
-            self.background.clone(),
-            self.topology.clone(),
-            self.gate.clone(),
-        ));
     }
 
     /// Queue names and partitioning of this process.
@@ -224,5 +204,45 @@ impl Strategy for Queue {
     async fn restocked(&self, sale: &Sale, _units: i64) -> Result<(), StrategyError> {
         self.gate.reopen(sale.id).await;
         Ok(())
+    }
+
+    /// Spawns one consumer per partition (unless `SECKILL_QUEUE_CONSUME` is
+    /// off) and the sold-out listener. They reconnect on their own and end
+    /// with the runtime.
+    ///
+    /// The queues are declared once, before any consumer subscribes: RabbitMQ
+    /// 3.10 crashes a channel that subscribes to a quorum queue another
+    /// channel is still creating, and closes the whole connection with
+    /// `541 INTERNAL_ERROR` — which concurrent consumers declaring the same
+    /// fresh queues would provoke at every first start.
+    fn start_background(self: Arc<Self>) {
+        if self.consume {
+            let (db, amqp, topology) =
+                (self.db.clone(), self.background.clone(), self.topology.clone());
+            let (settings, gate) = (self.consumer, self.gate.clone());
+            tokio::spawn(async move {
+                consumer::declare_queues(&amqp, &topology).await;
+                for partition in 0..topology.partitions() {
+                    tokio::spawn(consumer::run(
+                        db.clone(),
+                        amqp.clone(),
+                        topology.clone(),
+                        partition,
+                        settings,
+                        gate.clone(),
+                    ));
+                }
+            });
+        }
+        tokio::spawn(sold_out_fanout::listen(
+            self.background.clone(),
+            self.topology.clone(),
+            self.gate.clone(),
+        ));
+    }
+
+    /// Request results and queue statistics.
+    fn routes(self: Arc<Self>, deps: &Deps) -> Option<StrategyRoutes> {
+        Some(routes::routes(self, deps.catalog.clone()))
     }
 }

@@ -20,8 +20,7 @@
 //! Then commit; the caller acknowledges the messages only after that. With
 //! `B` messages per batch the stock row is updated once per batch instead of
 //! once per unit, which is what lifts the one-unit-per-transaction ceiling
-//! (../shared ceilings: ~3 k units/s one by one, ~120 k units/s in batches of
-//! 100). A sale's simulated work (`work_ms`) runs once per batch, while the
+//! (docs/queue.md gives the measured drain ceiling next to `sql_tps`). A sale's simulated work (`work_ms`) runs once per batch, while the
 //! row is locked.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -125,6 +124,134 @@ pub async fn settle(
     })
 }
 
+/// What Postgres already knows about the requests and buyers of one sale's
+/// messages, read under the sale's row lock.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    /// Requests settled by an earlier batch (their messages are redeliveries),
+    /// by request id.
+    pub settled: HashMap<Uuid, Resolution>,
+    /// Buyer → the request id Postgres holds for them (one per buyer).
+    pub owner: HashMap<i64, Uuid>,
+    /// Buyers who already have an order for the sale.
+    pub ordered: HashSet<i64>,
+}
+
+/// What [`allocate`] decided for one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Settled by an earlier batch: keeps that result, takes nothing, records
+    /// nothing.
+    Settled(Resolution),
+    /// Gets its units: an order is written and the result recorded.
+    Grant,
+    /// Fewer units left than it asks for; recorded as `sold_out`.
+    SoldOut,
+    /// The buyer already has an order, or another request (in Postgres, or
+    /// earlier in this batch). `record`: whether this request's own row is
+    /// written — not when Postgres holds another request of the buyer, whose
+    /// row is the buyer's one.
+    AlreadyPurchased { record: bool },
+    /// A second message of the request at this position (of the same
+    /// slice), which decides for both.
+    SameAs(usize),
+}
+
+impl Decision {
+    /// Whether this transaction writes the request's result row.
+    pub fn records(self) -> bool {
+        matches!(
+            self,
+            Decision::Grant | Decision::SoldOut | Decision::AlreadyPurchased { record: true }
+        )
+    }
+}
+
+/// The allocation of one sale's messages of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// One per message, in arrival order.
+    pub decisions: Vec<Decision>,
+    /// Units left once the granted requests took theirs.
+    pub left: i64,
+    /// Some request found too few units left, or none is left.
+    pub sold_out: bool,
+}
+
+/// Decides, in arrival order, which of one sale's `messages` get units out
+/// of `remaining_stock`, which are duplicates and which are sold out, given
+/// what Postgres already `known`s (steps 2–4 of the module description).
+/// No I/O: [`settle`] reads `known` and writes what this decides.
+///
+/// A message with a quantity below 1 is granted without taking units, so
+/// that Postgres refuses its order and the whole batch fails: the consumer
+/// then retries the message alone and dead-letters it, since it can never be
+/// settled.
+pub fn allocate(messages: &[PurchaseMessage], remaining_stock: i64, known: &Known) -> Allocation {
+    let mut left = remaining_stock;
+    let mut found_none_left = false;
+    // First message of each request id, and the buyers served, in this batch.
+    let mut first_of: HashMap<Uuid, usize> = HashMap::new();
+    let mut buyers_in_batch: HashSet<i64> = HashSet::new();
+    let mut decisions = Vec::with_capacity(messages.len());
+    for (i, message) in messages.iter().enumerate() {
+        if let Some(&first) = first_of.get(&message.request_id) {
+            decisions.push(Decision::SameAs(first));
+            continue;
+        }
+        first_of.insert(message.request_id, i);
+        if let Some(&done) = known.settled.get(&message.request_id) {
+            decisions.push(Decision::Settled(done));
+            continue;
+        }
+        let user = message.user_id;
+        let other_request = known.owner.get(&user).is_some_and(|id| *id != message.request_id);
+        // Short-circuits: a buyer refused for an order or another request is
+        // not counted as served in this batch.
+        if known.ordered.contains(&user) || other_request || !buyers_in_batch.insert(user) {
+            decisions.push(Decision::AlreadyPurchased { record: !other_request });
+            continue;
+        }
+        let quantity = i64::from(message.quantity);
+        decisions.push(if quantity < 1 {
+            Decision::Grant
+        } else if quantity <= left {
+            left -= quantity;
+            Decision::Grant
+        } else {
+            found_none_left = true;
+            Decision::SoldOut
+        });
+    }
+    Allocation { decisions, left, sold_out: found_none_left || left == 0 }
+}
+
+/// The final result of each message (in order), given the order written for
+/// each granted buyer (`order_of`: user id → `orders.id`).
+///
+/// Panics when a granted buyer has no order: the order insert returns one
+/// row per granted message.
+pub fn resolve(
+    messages: &[PurchaseMessage],
+    decisions: &[Decision],
+    order_of: &HashMap<i64, i64>,
+) -> Vec<Resolution> {
+    let mut resolutions: Vec<Resolution> = Vec::with_capacity(decisions.len());
+    for (message, decision) in messages.iter().zip(decisions) {
+        let resolution = match *decision {
+            Decision::Settled(done) => done,
+            Decision::Grant => Resolution::Placed { order_id: order_of[&message.user_id] },
+            Decision::SoldOut => Resolution::SoldOut,
+            Decision::AlreadyPurchased { .. } => Resolution::AlreadyPurchased,
+            Decision::SameAs(first) => resolutions[first],
+        };
+        resolutions.push(resolution);
+    }
+    resolutions
+}
+
+/// Settles the messages of one sale (`indices` into `batch`) inside `tx`,
+/// filling their `resolutions`. `Ok(None)` when the sale does not exist.
 async fn settle_sale(
     tx: &mut Transaction<'static, Postgres>,
     sale_id: i64,
@@ -133,14 +260,7 @@ async fn settle_sale(
     resolutions: &mut [Option<Resolution>],
     batch_id: i64,
 ) -> Result<Option<SaleAfter>, sqlx::Error> {
-    let locked: Option<LockedSale> = sqlx::query_as(
-        "SELECT remaining_stock, lock_lease_ms, work_ms, pause_ms, pause_ratio
-         FROM sales WHERE id = $1 FOR UPDATE",
-    )
-    .bind(sale_id)
-    .fetch_optional(&mut **tx)
-    .await?;
-    let Some(locked) = locked else {
+    let Some(locked) = lock_sale(tx, sale_id).await? else {
         // No such sale: nothing to grant, ever. Nothing to record either
         // (a request row needs its sale).
         for &i in indices {
@@ -149,10 +269,53 @@ async fn settle_sale(
         return Ok(None);
     };
     locked.knobs.simulate_work().await;
+    let messages: Vec<PurchaseMessage> = indices.iter().map(|&i| batch[i]).collect();
+    let known = read_known(tx, sale_id, &messages).await?;
+    let allocation = allocate(&messages, locked.remaining_stock, &known);
+    let granted: Vec<PurchaseMessage> = messages
+        .iter()
+        .zip(&allocation.decisions)
+        .filter_map(|(message, decision)| (*decision == Decision::Grant).then_some(*message))
+        .collect();
+    let order_of = take_stock_and_order(tx, sale_id, &granted).await?;
+    let resolved = resolve(&messages, &allocation.decisions, &order_of);
+    let recorded: Vec<(PurchaseMessage, Resolution)> = (0..messages.len())
+        .filter(|&k| allocation.decisions[k].records())
+        .map(|k| (messages[k], resolved[k]))
+        .collect();
+    let batch_size = i32::try_from(batch.len()).unwrap_or(i32::MAX);
+    record_results(tx, sale_id, &recorded, batch_id, batch_size).await?;
+    for (&i, resolution) in indices.iter().zip(resolved) {
+        resolutions[i] = Some(resolution);
+    }
+    let (remaining_stock, sold_out) = (allocation.left, allocation.sold_out);
+    Ok(Some(SaleAfter { sale_id, remaining_stock, sold_out }))
+}
 
-    let ids: Vec<Uuid> = indices.iter().map(|&i| batch[i].request_id).collect();
-    let users: Vec<i64> = indices.iter().map(|&i| batch[i].user_id).collect();
-    let known: Vec<KnownRequest> = sqlx::query_as(
+/// Locks the sale row (`SELECT … FOR UPDATE`) and reads its stock and knobs.
+/// `Ok(None)`: no such sale.
+async fn lock_sale(
+    tx: &mut Transaction<'static, Postgres>,
+    sale_id: i64,
+) -> Result<Option<LockedSale>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT remaining_stock, lock_lease_ms, work_ms, pause_ms, pause_ratio
+         FROM sales WHERE id = $1 FOR UPDATE",
+    )
+    .bind(sale_id)
+    .fetch_optional(&mut **tx)
+    .await
+}
+
+/// What Postgres holds about the requests and buyers of `messages`.
+async fn read_known(
+    tx: &mut Transaction<'static, Postgres>,
+    sale_id: i64,
+    messages: &[PurchaseMessage],
+) -> Result<Known, sqlx::Error> {
+    let ids: Vec<Uuid> = messages.iter().map(|m| m.request_id).collect();
+    let users: Vec<i64> = messages.iter().map(|m| m.user_id).collect();
+    let rows: Vec<KnownRequest> = sqlx::query_as(
         "SELECT id, user_id, status, order_id FROM purchase_requests
          WHERE sale_id = $1 AND (id = ANY($2) OR user_id = ANY($3))",
     )
@@ -169,136 +332,98 @@ async fn settle_sale(
             .await?
             .into_iter()
             .collect();
-    let settled: HashMap<Uuid, Resolution> = known
+    let settled = rows
         .iter()
         .filter_map(|row| resolution_of(&row.status, row.order_id).map(|r| (row.id, r)))
         .collect();
-    // Buyer → the request id Postgres holds for them (one per buyer).
-    let owner: HashMap<i64, Uuid> = known.iter().map(|row| (row.user_id, row.id)).collect();
+    let owner = rows.iter().map(|row| (row.user_id, row.id)).collect();
+    Ok(Known { settled, owner, ordered })
+}
 
-    let mut left = locked.remaining_stock;
-    let mut found_none_left = false;
-    // First message of each request id in this batch, and buyers served.
-    let mut first_of: HashMap<Uuid, usize> = HashMap::new();
-    let mut buyers_in_batch: HashSet<i64> = HashSet::new();
-    // (second message, first message) of one request id in this batch.
-    let mut same_as = Vec::new();
-    // Indices whose result this transaction records, and those granted.
-    let mut record = Vec::new();
-    let mut granted = Vec::new();
-    for &i in indices {
-        let message = &batch[i];
-        if let Some(&first) = first_of.get(&message.request_id) {
-            // Same request twice in one batch: decided with the first one.
-            same_as.push((i, first));
-            continue;
-        }
-        first_of.insert(message.request_id, i);
-        if let Some(&done) = settled.get(&message.request_id) {
-            resolutions[i] = Some(done);
-            continue;
-        }
-        let other_request = owner.get(&message.user_id).is_some_and(|id| *id != message.request_id);
-        if ordered.contains(&message.user_id)
-            || other_request
-            || !buyers_in_batch.insert(message.user_id)
-        {
-            resolutions[i] = Some(Resolution::AlreadyPurchased);
-            if !other_request {
-                record.push(i);
-            }
-            continue;
-        }
-        if i64::from(message.quantity) <= left && message.quantity >= 1 {
-            left -= i64::from(message.quantity);
-            granted.push(i);
-        } else if message.quantity < 1 {
-            // Let Postgres refuse it below, so that the batch fails and the
-            // message is retried alone and dead-lettered: it can never be
-            // settled.
-            granted.push(i);
-        } else {
-            found_none_left = true;
-            resolutions[i] = Some(Resolution::SoldOut);
-            record.push(i);
-        }
+/// Takes the units of the `granted` messages with one guarded `UPDATE` and
+/// writes their orders with one multi-row `INSERT`; returns buyer → order id.
+/// Nothing when nothing is granted.
+///
+/// Errors: Postgres errors, and a guarded update that refuses (which cannot
+/// happen under the row lock; the batch is refused rather than write orders
+/// the stock does not cover).
+async fn take_stock_and_order(
+    tx: &mut Transaction<'static, Postgres>,
+    sale_id: i64,
+    granted: &[PurchaseMessage],
+) -> Result<HashMap<i64, i64>, sqlx::Error> {
+    if granted.is_empty() {
+        return Ok(HashMap::new());
     }
+    let units: i64 = granted.iter().map(|m| i64::from(m.quantity)).sum();
+    let updated = sqlx::query(
+        "UPDATE sales SET remaining_stock = remaining_stock - $2
+         WHERE id = $1 AND remaining_stock >= $2",
+    )
+    .bind(sale_id)
+    .bind(units)
+    .execute(&mut **tx)
+    .await?;
+    if updated.rows_affected() != 1 {
+        return Err(sqlx::Error::Protocol(format!(
+            "sale {sale_id}: the guarded update refused {units} units under the row lock"
+        )));
+    }
+    let users: Vec<i64> = granted.iter().map(|m| m.user_id).collect();
+    let quantities: Vec<i32> = granted.iter().map(|m| m.quantity).collect();
+    let orders: Vec<(i64, i64)> = sqlx::query_as(
+        "INSERT INTO orders (sale_id, user_id, quantity)
+         SELECT $1, u, q FROM unnest($2::bigint[], $3::int[]) AS t(u, q)
+         RETURNING user_id, id",
+    )
+    .bind(sale_id)
+    .bind(&users)
+    .bind(&quantities)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(orders.into_iter().collect())
+}
 
-    if !granted.is_empty() {
-        let units: i64 = granted.iter().map(|&i| i64::from(batch[i].quantity)).sum();
-        let updated = sqlx::query(
-            "UPDATE sales SET remaining_stock = remaining_stock - $2
-             WHERE id = $1 AND remaining_stock >= $2",
-        )
-        .bind(sale_id)
-        .bind(units)
-        .execute(&mut **tx)
-        .await?;
-        if updated.rows_affected() != 1 {
-            // Cannot happen under the row lock; refuse the batch rather than
-            // write orders the stock does not cover.
-            return Err(sqlx::Error::Protocol(format!(
-                "sale {sale_id}: the guarded update refused {units} units under the row lock"
-            )));
-        }
-        let g_users: Vec<i64> = granted.iter().map(|&i| batch[i].user_id).collect();
-        let g_quantities: Vec<i32> = granted.iter().map(|&i| batch[i].quantity).collect();
-        let orders: Vec<(i64, i64)> = sqlx::query_as(
-            "INSERT INTO orders (sale_id, user_id, quantity)
-             SELECT $1, u, q FROM unnest($2::bigint[], $3::int[]) AS t(u, q)
-             RETURNING user_id, id",
-        )
-        .bind(sale_id)
-        .bind(&g_users)
-        .bind(&g_quantities)
-        .fetch_all(&mut **tx)
-        .await?;
-        let order_of: HashMap<i64, i64> = orders.into_iter().collect();
-        for &i in &granted {
-            let order_id = order_of[&batch[i].user_id];
-            resolutions[i] = Some(Resolution::Placed { order_id });
-            record.push(i);
-        }
+/// Upserts the result row of each `recorded` request (in arrival order),
+/// tagged with the batch; a row that is no longer `pending` keeps its result.
+async fn record_results(
+    tx: &mut Transaction<'static, Postgres>,
+    sale_id: i64,
+    recorded: &[(PurchaseMessage, Resolution)],
+    batch_id: i64,
+    batch_size: i32,
+) -> Result<(), sqlx::Error> {
+    if recorded.is_empty() {
+        return Ok(());
     }
-
-    // Second messages of one request id take the first one's result.
-    for (second, first) in same_as {
-        resolutions[second] = resolutions[first];
-    }
-
-    if !record.is_empty() {
-        record.sort_unstable();
-        let r_ids: Vec<Uuid> = record.iter().map(|&i| batch[i].request_id).collect();
-        let r_users: Vec<i64> = record.iter().map(|&i| batch[i].user_id).collect();
-        let r_quantities: Vec<i32> = record.iter().map(|&i| batch[i].quantity).collect();
-        let r_status: Vec<&str> =
-            record.iter().map(|&i| resolutions[i].expect("decided").status()).collect();
-        let r_orders: Vec<Option<i64>> =
-            record.iter().map(|&i| resolutions[i].expect("decided").order_id()).collect();
-        sqlx::query(
-            "INSERT INTO purchase_requests
-                 (id, sale_id, user_id, quantity, status, order_id, resolved_at, batch_id, batch_size)
-             SELECT id, $1, u, q, s, o, clock_timestamp(), $7, $8
-             FROM unnest($2::uuid[], $3::bigint[], $4::int[], $5::text[], $6::bigint[])
-                  AS t(id, u, q, s, o)
-             ON CONFLICT (id) DO UPDATE
-             SET status = excluded.status, order_id = excluded.order_id,
-                 resolved_at = excluded.resolved_at, batch_id = excluded.batch_id,
-                 batch_size = excluded.batch_size
-             WHERE purchase_requests.status = 'pending'",
-        )
-        .bind(sale_id)
-        .bind(&r_ids)
-        .bind(&r_users)
-        .bind(&r_quantities)
-        .bind(&r_status)
-        .bind(&r_orders)
-        .bind(batch_id)
-        .bind(i32::try_from(batch.len()).unwrap_or(i32::MAX))
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(Some(SaleAfter { sale_id, remaining_stock: left, sold_out: found_none_left || left == 0 }))
+    let ids: Vec<Uuid> = recorded.iter().map(|(m, _)| m.request_id).collect();
+    let users: Vec<i64> = recorded.iter().map(|(m, _)| m.user_id).collect();
+    let quantities: Vec<i32> = recorded.iter().map(|(m, _)| m.quantity).collect();
+    let statuses: Vec<&str> = recorded.iter().map(|(_, r)| r.status()).collect();
+    let orders: Vec<Option<i64>> = recorded.iter().map(|(_, r)| r.order_id()).collect();
+    sqlx::query(
+        "INSERT INTO purchase_requests
+             (id, sale_id, user_id, quantity, status, order_id, resolved_at, batch_id, batch_size)
+         SELECT id, $1, u, q, s, o, clock_timestamp(), $7, $8
+         FROM unnest($2::uuid[], $3::bigint[], $4::int[], $5::text[], $6::bigint[])
+              AS t(id, u, q, s, o)
+         ON CONFLICT (id) DO UPDATE
+         SET status = excluded.status, order_id = excluded.order_id,
+             resolved_at = excluded.resolved_at, batch_id = excluded.batch_id,
+             batch_size = excluded.batch_size
+         WHERE purchase_requests.status = 'pending'",
+    )
+    .bind(sale_id)
+    .bind(&ids)
+    .bind(&users)
+    .bind(&quantities)
+    .bind(&statuses)
+    .bind(&orders)
+    .bind(batch_id)
+    .bind(batch_size)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 fn resolution_of(status: &str, order_id: Option<i64>) -> Option<Resolution> {
@@ -328,4 +453,145 @@ pub async fn mark_rejected(db: &PgPool, message: &PurchaseMessage) -> Result<(),
     .execute(db)
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Request `n` of buyer `user` for `quantity` units (ids are readable in
+    /// failures: `…0001`, `…0002`).
+    fn message(n: u128, user: i64, quantity: i32) -> PurchaseMessage {
+        PurchaseMessage { request_id: Uuid::from_u128(n), sale_id: 1, user_id: user, quantity }
+    }
+
+    fn decisions(messages: &[PurchaseMessage], stock: i64, known: &Known) -> Vec<Decision> {
+        allocate(messages, stock, known).decisions
+    }
+
+    use Decision::{AlreadyPurchased, Grant, SameAs, SoldOut};
+
+    #[test]
+    fn stock_goes_in_arrival_order_and_a_smaller_request_may_pass_a_larger_one() {
+        let batch = [message(1, 10, 2), message(2, 11, 2), message(3, 12, 1), message(4, 13, 1)];
+        let allocation = allocate(&batch, 3, &Known::default());
+        assert_eq!(allocation.decisions, [Grant, SoldOut, Grant, SoldOut]);
+        assert_eq!((allocation.left, allocation.sold_out), (0, true));
+    }
+
+    #[test]
+    fn a_sale_is_sold_out_when_a_request_found_too_few_units_or_none_is_left() {
+        let exact = allocate(&[message(1, 10, 2)], 2, &Known::default());
+        assert_eq!(
+            (exact.decisions.as_slice(), exact.left, exact.sold_out),
+            (&[Grant][..], 0, true)
+        );
+        let refused = allocate(&[message(1, 10, 3)], 2, &Known::default());
+        assert_eq!(
+            (refused.decisions.as_slice(), refused.left, refused.sold_out),
+            (&[SoldOut][..], 2, true)
+        );
+        let some_left = allocate(&[message(1, 10, 1)], 2, &Known::default());
+        assert_eq!((some_left.left, some_left.sold_out), (1, false));
+        let nobody = allocate(&[], 5, &Known::default());
+        assert_eq!((nobody.decisions.len(), nobody.left, nobody.sold_out), (0, 5, false));
+    }
+
+    #[test]
+    fn a_second_request_of_one_buyer_in_a_batch_is_already_purchased_and_recorded() {
+        let batch = [message(1, 10, 1), message(2, 10, 1), message(3, 11, 1)];
+        let allocation = allocate(&batch, 5, &Known::default());
+        assert_eq!(allocation.decisions, [Grant, AlreadyPurchased { record: true }, Grant]);
+        assert_eq!(allocation.left, 3);
+    }
+
+    #[test]
+    fn a_buyer_with_an_order_takes_nothing() {
+        let known = Known { ordered: HashSet::from([10]), ..Known::default() };
+        let batch = [message(1, 10, 1), message(2, 11, 1)];
+        assert_eq!(decisions(&batch, 1, &known), [AlreadyPurchased { record: true }, Grant]);
+    }
+
+    #[test]
+    fn a_buyer_whose_request_postgres_holds_under_another_id_is_refused_without_a_row() {
+        // Postgres holds request 2 for buyer 10: request 1 is the duplicate,
+        // and it does not count the buyer as served, so request 2 is granted.
+        let known = Known { owner: HashMap::from([(10, Uuid::from_u128(2))]), ..Known::default() };
+        let batch = [message(1, 10, 1), message(2, 10, 1)];
+        let allocation = allocate(&batch, 1, &known);
+        assert_eq!(allocation.decisions, [AlreadyPurchased { record: false }, Grant]);
+        assert!(!allocation.decisions[0].records() && allocation.decisions[1].records());
+    }
+
+    #[test]
+    fn a_redelivered_request_keeps_its_result_and_takes_nothing() {
+        let placed = Resolution::Placed { order_id: 77 };
+        let known = Known {
+            settled: HashMap::from([(Uuid::from_u128(1), placed)]),
+            owner: HashMap::from([(10, Uuid::from_u128(1))]),
+            ordered: HashSet::from([10]),
+        };
+        let batch = [message(1, 10, 1), message(2, 11, 1)];
+        let allocation = allocate(&batch, 1, &known);
+        assert_eq!(allocation.decisions, [Decision::Settled(placed), Grant]);
+        assert!(!allocation.decisions[0].records());
+        assert_eq!(allocation.left, 0);
+    }
+
+    #[test]
+    fn a_second_message_of_one_request_takes_the_first_ones_result() {
+        let batch = [message(1, 10, 1), message(2, 11, 1), message(1, 10, 1), message(2, 11, 1)];
+        let allocation = allocate(&batch, 1, &Known::default());
+        assert_eq!(allocation.decisions, [Grant, SoldOut, SameAs(0), SameAs(1)]);
+        assert_eq!(allocation.left, 0);
+        let resolved = resolve(&batch, &allocation.decisions, &HashMap::from([(10, 500)]));
+        let placed = Resolution::Placed { order_id: 500 };
+        assert_eq!(resolved, [placed, Resolution::SoldOut, placed, Resolution::SoldOut]);
+        let recorded: Vec<bool> = allocation.decisions.iter().map(|d| d.records()).collect();
+        assert_eq!(recorded, [true, true, false, false]);
+    }
+
+    #[test]
+    fn a_quantity_below_one_is_granted_without_units_so_that_postgres_refuses_the_batch() {
+        let batch = [message(1, 10, 0), message(2, 11, -3), message(3, 12, 1)];
+        let allocation = allocate(&batch, 1, &Known::default());
+        assert_eq!(allocation.decisions, [Grant, Grant, Grant]);
+        assert_eq!((allocation.left, allocation.sold_out), (0, true));
+    }
+
+    #[test]
+    fn each_decision_resolves_to_its_result() {
+        let batch = [message(1, 10, 1), message(2, 11, 1), message(3, 12, 1), message(4, 13, 1)];
+        let decisions = [
+            Grant,
+            SoldOut,
+            AlreadyPurchased { record: true },
+            Decision::Settled(Resolution::Rejected),
+        ];
+        let resolved = resolve(&batch, &decisions, &HashMap::from([(10, 9)]));
+        assert_eq!(
+            resolved,
+            [
+                Resolution::Placed { order_id: 9 },
+                Resolution::SoldOut,
+                Resolution::AlreadyPurchased,
+                Resolution::Rejected
+            ]
+        );
+    }
+
+    #[test]
+    fn stored_statuses_read_back_as_resolutions() {
+        for resolution in [
+            Resolution::Placed { order_id: 3 },
+            Resolution::SoldOut,
+            Resolution::AlreadyPurchased,
+            Resolution::Rejected,
+        ] {
+            let read = resolution_of(resolution.status(), resolution.order_id());
+            assert_eq!(read, Some(resolution));
+        }
+        assert_eq!(resolution_of("pending", None), None);
+        assert_eq!(resolution_of("placed", None), None, "a placed row names its order");
+    }
 }

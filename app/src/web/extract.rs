@@ -1,15 +1,14 @@
 //! Extractors whose rejections are problem documents: malformed JSON is a
 //! `400`, a well-formed body with a wrong or missing field a `422`, a path id
-//! that is not a number a `404`, and admin routes check the bearer token.
+//! that is not a number a `404`. (The admin token is checked by the service's
+//! router, `crate::http`, for its own admin routes and a strategy's alike.)
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
-use subtle::ConstantTimeEq;
 
-use super::AppState;
 use super::error::AppError;
 use crate::sale::{InvalidInput, SaleId};
 
@@ -56,32 +55,6 @@ impl<S: Send + Sync> FromRequestParts<S> for SalePath {
                 Err(AppError::NotFound("no such sale: a sale id is a 64-bit integer".to_owned()))
             }
             Err(err) => Err(AppError::BadRequest(err.body_text())),
-        }
-    }
-}
-
-/// Proof that the request carried the admin bearer token: `401` without an
-/// `Authorization: Bearer …` header, `403` with a wrong token. The comparison
-/// takes constant time, and the token is never logged.
-pub struct Admin;
-
-impl FromRequestParts<AppState> for Admin {
-    type Rejection = AppError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
-        let given = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.split_once(' '))
-            // The scheme name is case-insensitive (RFC 9110, section 11.1).
-            .and_then(|(scheme, token)| scheme.eq_ignore_ascii_case("bearer").then_some(token))
-            .ok_or(AppError::Unauthorized)?;
-        let (expected, _) = state.config.admin_token();
-        if bool::from(given.as_bytes().ct_eq(expected.as_bytes())) {
-            Ok(Admin)
-        } else {
-            Err(AppError::Forbidden)
         }
     }
 }

@@ -23,14 +23,42 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Release, SaleLock, lease};
+use super::{Release, SaleLock, Shared, lease};
 use crate::backends::{RedisHandle, count_redis_round_trips};
 use crate::lock::{
     LockClient, LockConfig, LockError, LockGuard, LockName, LockOptions, MIN_WATCHDOG_LEASE,
     ReleaseOutcome,
 };
 use crate::sale::Sale;
-use crate::strategy::{Backend, StrategyError, StrategyName};
+use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+
+/// Wire name of the unfenced variant, and the `strategy` label of its metrics.
+pub const WATCHDOG_NAME: StrategyName = StrategyName::declare("lock/watchdog");
+
+/// Wire name of the fenced variant, and the `strategy` label of its metrics.
+pub const FENCED_NAME: StrategyName = StrategyName::declare("lock/fenced");
+
+/// `lock/watchdog` in the registry.
+pub const WATCHDOG: Registration = Registration {
+    name: WATCHDOG_NAME,
+    about: "the naive steps inside the lock library's reentrant lock, renewed by its watchdog",
+    needs: &[Backend::Postgres, Backend::Redis],
+    build: |deps| {
+        let lock = WatchdogLock::new(&deps.redis, WATCHDOG_NAME)?;
+        Ok(Shared::of(deps).locked(WATCHDOG_NAME, lock))
+    },
+};
+
+/// `lock/fenced` in the registry.
+pub const FENCED: Registration = Registration {
+    name: FENCED_NAME,
+    about: "lock/watchdog plus a fencing token checked by Postgres",
+    needs: &[Backend::Postgres, Backend::Redis],
+    build: |deps| {
+        let lock = WatchdogLock::new(&deps.redis, FENCED_NAME)?;
+        Ok(Shared::of(deps).fenced(FENCED_NAME, lock))
+    },
+};
 
 /// The library lock of one strategy (one [`LockClient`] per strategy, so that
 /// its round trips are counted under the strategy's name).

@@ -20,12 +20,26 @@ use std::time::Duration;
 use anyhow::Context;
 use async_trait::async_trait;
 
-use super::watchdog::{lock_error, sale_lock_name};
-use super::{Release, SaleLock, lease};
+use super::library_lock::{lock_error, sale_lock_name};
+use super::{Release, SaleLock, Shared, lease};
 use crate::backends::count_redis_round_trips;
 use crate::lock::{LockError, LockOptions, Redlock, RedlockConfig, RedlockGuard};
 use crate::sale::Sale;
-use crate::strategy::{StrategyError, StrategyName};
+use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+
+/// Wire name, and the `strategy` label of this variant's metrics.
+pub const NAME: StrategyName = StrategyName::declare("lock/redlock");
+
+/// `lock/redlock` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "Redlock over the independent Redis nodes of REDLOCK_URLS, renewed and fenced",
+    needs: &[Backend::Postgres, Backend::Redis],
+    build: |deps| {
+        let lock = RedlockLock::new(&deps.config.redlock_urls, &deps.redis.prefix, NAME)?;
+        Ok(Shared::of(deps).fenced(NAME, lock))
+    },
+};
 
 /// The shortest lease used: twice the default per-node timeout (50 ms) plus
 /// the drift allowance, so an acquisition always has validity left.

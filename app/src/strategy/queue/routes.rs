@@ -1,26 +1,44 @@
-//! Results of `queue` purchases: `GET /sales/{id}/requests/{request_id}`
-//! (with a long poll), and the admin queue statistics of a sale.
+//! The `queue` strategy's routes: the results of its purchases, `GET
+//! /sales/{id}/requests/{request_id}` (with a long poll), and the admin queue
+//! statistics of a sale, `GET /admin/sales/{id}/queue`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::AppState;
-use super::error::AppError;
-use super::extract::{Admin, SalePath};
-use crate::sale::{InvalidInput, SaleId};
-use crate::strategy::queue::{QueueStats, RequestResult};
+use super::{Queue, QueueStats, RequestResult};
+use crate::sale::{InvalidInput, SaleCatalog, SaleId};
+use crate::strategy::StrategyRoutes;
+use crate::web::{AppError, SalePath};
 
 /// Longest long poll, milliseconds: a client that wants to wait longer asks
 /// again.
 pub const MAX_WAIT_MS: u64 = 5_000;
 
+#[derive(Clone)]
+struct RouteState {
+    queue: Arc<Queue>,
+    catalog: SaleCatalog,
+}
+
+/// The public route `requests/{request_id}` and the admin route `queue`.
+pub(super) fn routes(queue: Arc<Queue>, catalog: SaleCatalog) -> StrategyRoutes {
+    let state = RouteState { queue, catalog };
+    let public = Router::new()
+        .route("/sales/{id}/requests/{request_id}", get(request))
+        .with_state(state.clone());
+    let admin = Router::new().route("/admin/sales/{id}/queue", get(queue_stats)).with_state(state);
+    StrategyRoutes { key: "queue", public, admin }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Wait {
+struct Wait {
     /// Milliseconds to wait for a pending request to be resolved
     /// (`0..=5000`, default 0: answer at once).
     wait_ms: Option<u64>,
@@ -30,8 +48,8 @@ pub struct Wait {
 /// request's [`RequestResult`] (`status` is `pending` until the consumer
 /// settles it), or `404` when the sale has no such request. With `wait_ms`,
 /// a pending request is re-read until it is resolved or the time is up.
-pub async fn request(
-    State(state): State<AppState>,
+async fn request(
+    State(state): State<RouteState>,
     Path((sale, request)): Path<(String, String)>,
     wait: Result<Query<Wait>, QueryRejection>,
 ) -> Result<Json<RequestResult>, AppError> {
@@ -44,8 +62,7 @@ pub async fn request(
         return Err(InvalidInput::new("wait_ms", format!("must be at most {MAX_WAIT_MS}")).into());
     }
     let result = state
-        .strategies
-        .queue()
+        .queue
         .request(sale, id, Duration::from_millis(wait_ms))
         .await?
         .ok_or_else(not_found)?;
@@ -56,15 +73,14 @@ pub async fn request(
 /// (requests accepted and still unresolved, results, accept → resolved
 /// latency, consumer batch sizes). Zeros for a sale with no requests; `404`
 /// for an unknown sale.
-pub async fn queue_stats(
-    _: Admin,
-    State(state): State<AppState>,
+async fn queue_stats(
+    State(state): State<RouteState>,
     SalePath(id): SalePath,
 ) -> Result<Json<QueueStats>, AppError> {
     state
         .catalog
-        .get(&state.db, id)
+        .get(&state.queue.db, id)
         .await?
         .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
-    Ok(Json(state.strategies.queue().stats(id).await?))
+    Ok(Json(state.queue.stats(id).await?))
 }

@@ -1,0 +1,253 @@
+//! The machinery behind [`REGISTRY`]: what a strategy is built from
+//! ([`Deps`]), the strategies of one process ([`Strategies`]), and the
+//! knowledge of which strategy names exist — parsing a [`StrategyName`], the
+//! list of every name, the servers a strategy needs.
+//!
+//! Nothing here names a strategy: adding one is a module and its line in
+//! [`REGISTRY`], and everything below follows from that list.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use serde::{Deserialize, Deserializer};
+use sqlx::PgPool;
+
+use super::{Backend, REGISTRY, Registration, Strategy, StrategyName, StrategyRoutes};
+use crate::backends::{AmqpHandle, RedisHandle};
+use crate::config::Config;
+use crate::sale::SaleCatalog;
+
+/// A strategy name that no registered strategy has. Its message lists the
+/// registered ones (the `422` of `POST /admin/sales` shows it as `detail`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown strategy `{0}`; expected one of: {known}", known = known_names())]
+pub struct UnknownStrategy(pub String);
+
+/// `naive, sql, …`: every registered name, in registry order.
+fn known_names() -> String {
+    StrategyName::ALL.iter().map(|name| name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+impl FromStr for StrategyName {
+    type Err = UnknownStrategy;
+
+    /// Accepts exactly the registered wire names (case-sensitive).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        StrategyName::ALL
+            .iter()
+            .copied()
+            .find(|name| name.as_str() == s)
+            .ok_or_else(|| UnknownStrategy(s.to_owned()))
+    }
+}
+
+impl TryFrom<String> for StrategyName {
+    type Error = UnknownStrategy;
+
+    /// As [`FromStr`]; how `sales.strategy` is decoded.
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl<'de> Deserialize<'de> for StrategyName {
+    /// From a JSON string holding a registered name.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The names of [`REGISTRY`], computed once at compile time.
+const NAMES: [StrategyName; REGISTRY.len()] = {
+    let mut names = [StrategyName::declare(""); REGISTRY.len()];
+    let mut i = 0;
+    while i < REGISTRY.len() {
+        names[i] = REGISTRY[i].name;
+        i += 1;
+    }
+    names
+};
+
+impl StrategyName {
+    /// Every registered strategy, in the order of [`REGISTRY`] (the order the
+    /// comparison reports them in).
+    pub const ALL: &'static [StrategyName] = &NAMES;
+
+    /// The backing servers this strategy needs (its registration's `needs`).
+    pub fn needs(self) -> &'static [Backend] {
+        registration(self).needs
+    }
+}
+
+/// The registration of `name`.
+///
+/// Panics when `name` was declared by a module but never registered — a
+/// programming error; parsed names are always registered.
+pub fn registration(name: StrategyName) -> &'static Registration {
+    REGISTRY
+        .iter()
+        .find(|registration| registration.name == name)
+        .unwrap_or_else(|| panic!("strategy `{name}` is declared but not in the registry"))
+}
+
+/// Connections and settings the strategies are built from.
+#[derive(Clone)]
+pub struct Deps {
+    /// The service's Postgres pool (`SECKILL_DB_POOL_SIZE` connections).
+    pub db: PgPool,
+    /// The process's Redis handle, connected on first use.
+    pub redis: RedisHandle,
+    /// The process's RabbitMQ handle, connected on first use.
+    pub amqp: AmqpHandle,
+    /// The service's configuration.
+    pub config: Arc<Config>,
+    /// The process's sale catalogue (routes of a strategy answer `404` for an
+    /// unknown sale from it).
+    pub catalog: SaleCatalog,
+    /// Parts several strategies of this process share, by type.
+    shared: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
+}
+
+impl Deps {
+    /// Dependencies with no shared part made yet.
+    pub fn new(
+        db: PgPool,
+        redis: RedisHandle,
+        amqp: AmqpHandle,
+        config: Arc<Config>,
+        catalog: SaleCatalog,
+    ) -> Self {
+        Self { db, redis, amqp, config, catalog, shared: Default::default() }
+    }
+
+    /// The one `T` that the strategies built from these dependencies share
+    /// (e.g. the `lock/*` variants' sold-out flags and critical-section
+    /// recorder): made by `init` for the first strategy that asks, the same
+    /// `Arc` for every later one. `init` must not ask for another part.
+    pub fn shared<T: Send + Sync + 'static>(&self, init: impl FnOnce() -> Arc<T>) -> Arc<T> {
+        let mut shared = self.shared.lock().expect("shared strategy parts");
+        let part = shared
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| init() as Arc<dyn Any + Send + Sync>)
+            .clone();
+        part.downcast::<T>().expect("entries are keyed by their own type")
+    }
+}
+
+/// The strategies of one process, built once at start-up from [`REGISTRY`].
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Strategies {
+    built: Arc<HashMap<StrategyName, Arc<dyn Strategy>>>,
+    routes: Arc<Vec<StrategyRoutes>>,
+}
+
+impl Strategies {
+    /// Builds every registered strategy, then collects their routes (those
+    /// of one key once).
+    ///
+    /// Errors: a strategy that cannot be built from this configuration (e.g.
+    /// a malformed `REDLOCK_URLS`), named in the message.
+    pub fn new(deps: &Deps) -> anyhow::Result<Self> {
+        let mut built = HashMap::with_capacity(REGISTRY.len());
+        let mut routes: Vec<StrategyRoutes> = Vec::new();
+        for registration in REGISTRY {
+            let strategy = (registration.build)(deps)
+                .with_context(|| format!("building the `{}` strategy", registration.name))?;
+            if let Some(own) = strategy.clone().routes(deps)
+                && !routes.iter().any(|known| known.key == own.key)
+            {
+                routes.push(own);
+            }
+            built.insert(registration.name, strategy);
+        }
+        Ok(Self { built: Arc::new(built), routes: Arc::new(routes) })
+    }
+
+    /// Starts the background work of every strategy that has some (see
+    /// [`Strategy::start_background`]). Call once, from inside the Tokio
+    /// runtime.
+    pub fn start_background(&self) {
+        for name in StrategyName::ALL {
+            self.built[name].clone().start_background();
+        }
+    }
+
+    /// The strategy that serves sales named `name`.
+    pub fn get(&self, name: StrategyName) -> &dyn Strategy {
+        self.built[&name].as_ref()
+    }
+
+    /// The routes the strategies serve besides the purchase, one entry per
+    /// key; the HTTP layer mounts them.
+    pub fn routes(&self) -> &[StrategyRoutes] {
+        &self.routes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn every_registered_name_parses_back_to_itself() {
+        for entry in REGISTRY {
+            let name = entry.name;
+            assert_eq!(name.as_str().parse::<StrategyName>().unwrap(), name);
+            assert_eq!(StrategyName::try_from(name.as_str().to_owned()).unwrap(), name);
+            let json = serde_json::to_string(&name).unwrap();
+            assert_eq!(serde_json::from_str::<StrategyName>(&json).unwrap(), name);
+            assert_eq!(registration(name).name, name);
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_is_rejected_with_the_list_of_known_ones() {
+        for unknown in ["optimistic", "SQL", "sql ", "", "lock", "lock/"] {
+            let err = unknown.parse::<StrategyName>().unwrap_err();
+            assert_eq!(err.0, unknown);
+            let message = err.to_string();
+            assert!(
+                message.starts_with(&format!("unknown strategy `{unknown}`; expected one of: "))
+            );
+            assert!(message.ends_with(&known_names()), "{message}");
+        }
+        assert!(serde_json::from_str::<StrategyName>(r#""optimistic""#).is_err());
+        assert!(known_names().starts_with("naive, sql, sql/for-update, "), "{}", known_names());
+    }
+
+    #[test]
+    fn names_are_unique_and_all_lists_them_in_registry_order() {
+        let names: Vec<StrategyName> = REGISTRY.iter().map(|r| r.name).collect();
+        assert_eq!(StrategyName::ALL, names.as_slice());
+        let unique: HashSet<&str> = names.iter().map(|name| name.as_str()).collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        let slugs: HashSet<String> = names.iter().map(|name| name.slug()).collect();
+        assert_eq!(slugs.len(), names.len(), "slugs name report files: {slugs:?}");
+    }
+
+    #[test]
+    fn every_registration_is_described_and_names_its_servers() {
+        for registration in REGISTRY {
+            let name = registration.name.as_str();
+            assert!(
+                !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_lowercase() || "0123456789/-".contains(c)),
+                "wire names are lowercase words, `-` and `/`: {name:?}"
+            );
+            let about = registration.about;
+            assert!(!about.is_empty() && !about.contains('\n'), "{name}: one line: {about:?}");
+            assert!(
+                registration.needs.contains(&Backend::Postgres),
+                "{name}: every sale is in Postgres"
+            );
+            assert_eq!(registration.name.needs(), registration.needs);
+        }
+    }
+}
