@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use chrono::Utc;
-use seckill::strategy::{Backend, StrategyName};
+use seckill::strategy::Backend;
 use serde_json::json;
 
 use crate::admin::Admin;

@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use axum::Router;
-use serde::{Deserialize, Serialize};
 
 pub(crate) use crate::outcome::already_purchased_or;
 pub use crate::outcome::{Backend, ORDERS_SALE_USER_KEY, Outcome, Reconciliation, StrategyError};
