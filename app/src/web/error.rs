@@ -97,7 +97,7 @@ impl AppError {
     }
 
     /// `(status, problem type slug, title)`.
-    fn kind(&self) -> (StatusCode, &'static str, &'static str) {
+    pub(super) fn kind(&self) -> (StatusCode, &'static str, &'static str) {
         use AppError::*;
         match self {
             BadRequest(_) => (StatusCode::BAD_REQUEST, "malformed-request", "Malformed request"),
@@ -178,93 +178,5 @@ impl IntoResponse for AppError {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    fn answer(err: AppError) -> (StatusCode, String, Option<String>) {
-        let response = err.into_response();
-        let header = |name| response.headers().get(name).map(|v| v.to_str().unwrap().to_owned());
-        assert_eq!(header(header::CONTENT_TYPE).as_deref(), Some("application/problem+json"));
-        let retry_after = header(header::RETRY_AFTER);
-        (response.status(), retry_after.unwrap_or_default(), header(header::WWW_AUTHENTICATE))
-    }
-
-    #[test]
-    fn every_error_has_its_status_and_problem_type() {
-        let unavailable = StrategyError::Unavailable {
-            backend: Backend::Redis,
-            source: anyhow::anyhow!("connection refused"),
-        };
-        let cases = [
-            (AppError::BadRequest("x".into()), 400, "malformed-request"),
-            (AppError::Unauthorized, 401, "unauthorized"),
-            (AppError::Forbidden, 403, "forbidden"),
-            (AppError::NotFound("x".into()), 404, "not-found"),
-            (AppError::MethodNotAllowed, 405, "method-not-allowed"),
-            (AppError::PayloadTooLarge("x".into()), 413, "payload-too-large"),
-            (AppError::UnsupportedMediaType("x".into()), 415, "unsupported-media-type"),
-            (InvalidInput::new("stock", "must be positive").into(), 422, "invalid-field"),
-            (AppError::SoldOut, 409, "sold-out"),
-            (AppError::AlreadyPurchased, 409, "already-purchased"),
-            (AppError::NotStarted, 409, "not-started"),
-            (AppError::Ended, 409, "ended"),
-            (unavailable.into(), 503, "unavailable"),
-            (StrategyError::Internal(anyhow::anyhow!("bug")).into(), 500, "internal"),
-            (sqlx::Error::PoolTimedOut.into(), 503, "unavailable"),
-        ];
-        let mut slugs = Vec::new();
-        for (err, status, slug) in cases {
-            let (code, found, _) = err.kind();
-            assert_eq!((code.as_u16(), found), (status, slug), "{err:?}");
-            slugs.push(slug);
-        }
-        let busy = StrategyError::Busy { reason: "lock wait ran out", retry_after: Duration::ZERO };
-        assert_eq!(AppError::from(busy).kind().1, "busy");
-        slugs.sort_unstable();
-        slugs.dedup();
-        assert_eq!(slugs.len(), 14, "every kind has a type of its own");
-    }
-
-    #[test]
-    fn busy_and_unavailable_tell_when_to_retry_in_whole_seconds() {
-        let busy = |millis| StrategyError::Busy {
-            reason: "queue full",
-            retry_after: Duration::from_millis(millis),
-        };
-        assert_eq!(answer(busy(1500).into()).1, "2", "rounded up");
-        assert_eq!(answer(busy(0).into()).1, "1", "never 0");
-        assert_eq!(answer(busy(3000).into()).1, "3");
-        let down = StrategyError::Unavailable {
-            backend: Backend::Postgres,
-            source: anyhow::anyhow!("refused"),
-        };
-        assert_eq!(answer(down.into()), (StatusCode::SERVICE_UNAVAILABLE, "1".into(), None));
-        assert_eq!(answer(AppError::SoldOut).1, "", "no Retry-After on a 409");
-    }
-
-    #[test]
-    fn a_missing_token_asks_for_the_bearer_scheme() {
-        let (status, _, challenge) = answer(AppError::Unauthorized);
-        assert_eq!((status, challenge.as_deref()), (StatusCode::UNAUTHORIZED, Some("Bearer")));
-        assert_eq!(answer(AppError::Forbidden).2, None);
-    }
-
-    #[test]
-    fn only_unsuccessful_outcomes_are_errors() {
-        let placed = Outcome::Placed { order_id: 1, quantity: 1 };
-        let accepted = Outcome::Accepted { request_id: uuid::Uuid::nil() };
-        assert!(AppError::from_outcome(&placed).is_none());
-        assert!(AppError::from_outcome(&accepted).is_none());
-        let kind = |outcome| AppError::from_outcome(&outcome).unwrap().kind().1;
-        assert_eq!(kind(Outcome::SoldOut), "sold-out");
-        assert_eq!(kind(Outcome::AlreadyPurchased), "already-purchased");
-        assert_eq!(kind(Outcome::NotStarted), "not-started");
-        assert_eq!(kind(Outcome::Ended), "ended");
     }
 }
