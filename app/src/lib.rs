@@ -2,8 +2,6 @@
 //! strategy, built to compare those strategies honestly under load.
 //!
 //! - [`strategy`]: one file per stock-deduction strategy behind one trait;
-//! - [`lock`]: a Redis lock library (reentrant, fenced, watchdog, Redlock)
-//!   that knows nothing about sales;
 //! - [`audit`]: the correctness figures of a sale, from Postgres alone;
 //! - [`http`]: routes, extractors and the problem+json error mapping;
 //! - [`sale`]: validated domain types and the sale catalogue;
@@ -13,7 +11,6 @@ pub mod audit;
 pub mod backends;
 pub mod config;
 pub mod http;
-pub mod lock;
 pub mod purchase;
 pub mod sale;
 pub mod startup;

@@ -1,4 +1,4 @@
-//! The failure timelines of `docs/locks.md` (locks.md §4.5): a lock holder
+//! The failure timelines of `docs/locks.md`: a lock holder
 //! paused past its lease (T1), a whole process stopped with its watchdog
 //! (T2), Redlock giving two clients a majority (T4 early expiry, T5 restart
 //! without persistence), and a failover to a replica that never received the
@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
+use redis_lock::{LockClient, LockName, LockOptions, Redlock, RedlockConfig};
 use reqwest::StatusCode;
-use seckill::lock::{LockClient, LockName, LockOptions, Redlock, RedlockConfig};
 use seckill::sale::{Knobs, Sale};
 use seckill::strategy::lock::fence::{self, FenceGuard, FenceToken};
 use seckill::strategy::naive::{Attempt, Unguarded, WriteGuard, read_check_write};
@@ -263,7 +263,7 @@ async fn redlock_double_hold(
     nodes: &mut [RedisNode],
     name: &LockName,
     lose_a_vote: impl AsyncFnOnce(&mut RedisNode),
-) -> (seckill::lock::RedlockGuard, seckill::lock::RedlockGuard) {
+) -> (redis_lock::RedlockGuard, redis_lock::RedlockGuard) {
     let redlock = |nodes: &[RedisNode]| {
         let clients = nodes.iter().map(|n| redis::Client::open(n.url()).unwrap()).collect();
         Redlock::new(clients, RedlockConfig::default()).unwrap()

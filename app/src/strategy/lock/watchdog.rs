@@ -22,13 +22,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-
-use super::{Release, SaleLock, lease};
-use crate::backends::{RedisHandle, count_redis_round_trips};
-use crate::lock::{
+use redis_lock::{
     LockClient, LockConfig, LockError, LockGuard, LockName, LockOptions, MIN_WATCHDOG_LEASE,
     ReleaseOutcome,
 };
+
+use super::{Release, SaleLock, lease};
+use crate::backends::{RedisHandle, count_redis_round_trips};
 use crate::sale::Sale;
 use crate::strategy::{Backend, StrategyError, StrategyName};
 

@@ -10,13 +10,13 @@
 //! every node that granted it or did not answer, and the round is retried
 //! after a wake-up or a jittered delay while the wait lasts. A node that is
 //! down or errs is a "no" vote, never an error of the whole lock
-//! (redlock-rs's anti-pattern, locks.md T13). The watchdog renews on all
+//! (redlock-rs's anti-pattern, timeline T13). The watchdog renews on all
 //! nodes and needs a quorum within validity each time.
 //!
 //! **An efficiency lock, not a correctness guarantee.** Redlock assumes
 //! bounded network delays, bounded process pauses and clock rates that do
 //! not drift much; a node that restarts without persistence forgets its
-//! keys and can hand a second client a majority (locks.md T5), and an early
+//! keys and can hand a second client a majority (timeline T5), and an early
 //! expiry on one node does the same (T4). It has no fencing token of its own
 //! (its random value is not monotonic): a caller that must stay correct
 //! takes fencing tokens from an independent, durable source and has the

@@ -7,10 +7,13 @@
 //! message, each round bounded by the PTTL the script returned and by the
 //! remaining wait, with jitter after a round that timed out. An attempt whose
 //! reply is lost is retried with the same owner token, which the script
-//! treats as the same acquisition (hold count stays 1, locks.md T9); when the
+//! treats as the same acquisition (hold count stays 1, timeline T9); when the
 //! wait ends with the outcome unknown, the token is released again. A reply
 //! that comes back with no validity left (`lease − elapsed − drift ≤ 0`,
-//! locks.md T3) is not a lock: it is released and never returned.
+//! timeline T3) is not a lock: it is released and never returned.
+//!
+//! Timelines (T3, T9, …) are defined in the crate README's "Failure
+//! timelines".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -166,7 +169,7 @@ impl LockClient {
                             options.watchdog,
                         ));
                     }
-                    // Granted, but too late to be trusted (locks.md T3).
+                    // Granted, but too late to be trusted (T3).
                     self.release_unknown(&mut conn, name, &owner).await;
                     if now >= deadline {
                         return Err(LockError::AcquiredTooLate {

@@ -6,7 +6,7 @@
 //! without, it only waits for the lease's end. Either way it is the one
 //! place that tells the holder, through [`LeaseState::lost`], that the lock
 //! is gone:
-//! - at once when a renewal finds another owner or no lock (locks.md T2);
+//! - at once when a renewal finds another owner or no lock (timeline T2);
 //! - when renewals keep failing, as soon as less than one renewal period
 //!   (lease/3) of the lease is left, and in any case no later than lease/6
 //!   before the lease's end as measured locally (no renewal attempt may run
