@@ -2,9 +2,8 @@
 //! strategy, built to compare those strategies honestly under load.
 //!
 //! - [`strategy`]: one module per stock-deduction strategy behind one trait,
-//!   and the one registry of them;
-//! - [`lock`]: a Redis lock library (reentrant, fenced, watchdog, Redlock)
-//!   that knows nothing about sales;
+//!   and the one registry of them (the Redis lock library they use is the
+//!   `redis-lock` crate, which knows nothing about sales);
 //! - [`audit`]: the correctness figures of a sale, from Postgres alone;
 //! - [`http`]: the router, its state and the service's own handlers;
 //! - [`web`]: what every route shares: the problem+json error mapping and
@@ -22,7 +21,6 @@ pub mod audit;
 pub mod backends;
 pub mod config;
 pub mod http;
-pub mod lock;
 pub mod metric_names;
 pub mod outcome;
 pub mod purchase;

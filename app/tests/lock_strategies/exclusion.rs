@@ -3,10 +3,9 @@
 //! every instance (`max_concurrency` = 1), and the books are exact.
 
 use serde_json::{Value, json};
+use test_support::RedisServer;
 
-use crate::harness::{
-    REDIS_URL, RedisNode, counter, lock_stats_of_all, sale_with, spawn, unique_prefix,
-};
+use crate::harness::{REDIS_URL, counter, lock_stats_of_all, sale_with, spawn, unique_prefix};
 use crate::support::TestApp;
 
 /// Two instances on one Redis prefix sell `strategy`'s sale to 16 buyers.
@@ -68,8 +67,9 @@ async fn fenced_lock_admits_one_holder_at_a_time_across_instances() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_admits_one_holder_at_a_time_across_instances() {
-    let nodes = [RedisNode::start().await, RedisNode::start().await, RedisNode::start().await];
-    let urls: Vec<String> = nodes.iter().map(RedisNode::url).collect();
+    let nodes =
+        [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let prefix = unique_prefix();
     let spawn_on_nodes = || {
         let (urls, prefix) = (urls.clone(), prefix.clone());

@@ -11,10 +11,11 @@ use seckill::strategy::lock::token::{self, TokenLock};
 use seckill::strategy::lock::ttl::{self, TtlLock};
 use seckill::strategy::lock::{Release, SaleLock};
 use serde_json::json;
+use test_support::signal;
 
 use crate::harness::{
     ChildApp, REDIS_URL, fake_sale, lease_ms, lock_stats, lock_stats_of_all, redis_conn, sale_with,
-    signal, spawn, unique_prefix, wait_until,
+    spawn, unique_prefix, wait_until,
 };
 
 const NO_WAIT: Duration = Duration::ZERO;

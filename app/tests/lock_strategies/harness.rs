@@ -1,11 +1,10 @@
 //! Helpers of the lock-strategy tests: unique Redis prefixes, sales with lock
-//! knobs, lock stats, and child processes (the `seckill` binary, extra
-//! `redis-server` nodes) that die with the test.
+//! knobs, lock stats, a `seckill` child process that dies with the test, and
+//! a proxy that cuts a replication link. Extra `redis-server` nodes come from
+//! `test_support`.
 
 #![allow(dead_code)] // helpers for the timeline tests too
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -14,8 +13,9 @@ use seckill::sale::{Knobs, Sale, SaleId};
 use seckill::strategy::StrategyName;
 use seckill::strategy::lock::intervals::LockStats;
 use serde_json::{Value, json};
+use test_support::ChildService;
 
-use crate::support::{ADMIN_TOKEN, TestApp, test_database_url};
+use crate::support::{ADMIN_TOKEN, TestApp, seckill_child};
 
 pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
 
@@ -94,63 +94,33 @@ where
     assert!(crate::support::eventually(timeout, check).await, "timed out waiting until {what}");
 }
 
-/// A free TCP port on the loopback interface (free when asked; a race with
-/// another process taking it in between is possible but harmless in tests:
-/// the child fails to start and the test says so).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Sends `signal` (e.g. `STOP`, `CONT`) to process `pid`.
-pub fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
-    assert!(status.is_ok_and(|s| s.success()), "kill -{signal} {pid}");
-}
-
-/// A `seckill serve` child process on the test database; killed on drop.
+/// A `seckill serve` child process on the test database and the shared
+/// Redis under a prefix; killed on drop.
 pub struct ChildApp {
-    child: Child,
+    process: ChildService,
     pub base: String,
     pub client: reqwest::Client,
 }
 
 impl ChildApp {
-    /// Starts the binary with the test configuration plus `env`, and waits
-    /// until it answers `/healthz`.
+    /// Starts the binary with the test configuration, the shared Redis under
+    /// `prefix`, plus `env`, and waits until it answers `/healthz`.
     pub async fn start(prefix: &str, env: &[(&str, String)]) -> ChildApp {
-        let port = free_port();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
-        command
-            .arg("serve")
-            .env("DATABASE_URL", test_database_url())
-            .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
-            .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("REDIS_URL", REDIS_URL)
-            .env("SECKILL_REDIS_PREFIX", prefix)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        let child = command.spawn().expect("the seckill binary starts");
-        let app = ChildApp {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            client: reqwest::Client::new(),
-        };
-        let url = format!("{}/healthz", app.base);
-        let client = app.client.clone();
-        wait_until("the child app answers", Duration::from_secs(15), || {
-            let (client, url) = (client.clone(), url.clone());
-            async move { client.get(url).send().await.is_ok_and(|r| r.status().is_success()) }
-        })
+        let process = seckill_child(&[
+            ("REDIS_URL", REDIS_URL.to_owned()),
+            ("SECKILL_REDIS_PREFIX", prefix.to_owned()),
+            ("RUST_LOG", "warn".to_owned()),
+        ])
+        .envs(env)
+        .inherit_stderr()
+        .ready_within(Duration::from_secs(15))
+        .start()
         .await;
-        app
+        ChildApp { base: process.base.clone(), process, client: reqwest::Client::new() }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// `POST /sales/{id}/orders` with `{user_id}`; the status.
@@ -187,20 +157,7 @@ impl ChildApp {
 
     /// SIGKILL: the process dies at once, holding whatever it held.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ChildApp {
-    fn drop(&mut self) {
-        // A stopped process must be continued to die of SIGKILL promptly.
-        let _ = Command::new("kill")
-            .arg("-CONT")
-            .arg(self.child.id().to_string())
-            .stderr(Stdio::null())
-            .status();
-        self.kill();
+        self.process.kill();
     }
 }
 
@@ -213,108 +170,6 @@ pub fn counter(metrics: &str, name: &str, strategy: &str) -> u64 {
         .find_map(|line| line.strip_prefix(&series))
         .map(|value| value.trim().parse::<f64>().unwrap() as u64)
         .unwrap_or(0)
-}
-
-/// A `redis-server` child on a free port, keeping nothing on disk; killed on
-/// drop.
-pub struct RedisNode {
-    child: Option<Child>,
-    pub port: u16,
-    replica_of: Option<u16>,
-}
-
-impl RedisNode {
-    pub async fn start() -> RedisNode {
-        let mut node = RedisNode { child: None, port: free_port(), replica_of: None };
-        node.restart().await;
-        node
-    }
-
-    /// A replica of the master listening on `master_port` (possibly a
-    /// [`BlockingProxy`] in front of it); returns once the replication link is
-    /// up.
-    pub async fn start_replica_of(master_port: u16) -> RedisNode {
-        let mut node = RedisNode { child: None, port: free_port(), replica_of: Some(master_port) };
-        node.restart().await;
-        let conn = redis_conn(&node.url()).await;
-        wait_until("the replica is in sync", Duration::from_secs(10), || {
-            let mut conn = conn.clone();
-            async move {
-                let info: String =
-                    redis::cmd("INFO").arg("replication").query_async(&mut conn).await.unwrap();
-                info.contains("master_link_status:up")
-            }
-        })
-        .await;
-        node
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Starts the server on its port (again, empty: no persistence).
-    pub async fn restart(&mut self) {
-        self.stop();
-        let mut command = Command::new("redis-server");
-        command.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"]).args([
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-        ]);
-        // A replica's full sync goes through an RDB file: keep it out of the
-        // working directory.
-        let dir = std::env::temp_dir().join(format!("seckill-test-redis-{}", self.port));
-        std::fs::create_dir_all(&dir).unwrap();
-        command.arg("--dir").arg(&dir);
-        if let Some(master) = self.replica_of {
-            command.args(["--replicaof", "127.0.0.1", &master.to_string()]);
-        }
-        let child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
-        let url = self.url();
-        wait_until("redis-server answers PING", Duration::from_secs(5), || {
-            let url = url.clone();
-            async move {
-                let Ok(client) = redis::Client::open(url) else { return false };
-                let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
-                    return false;
-                };
-                redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
-            }
-        })
-        .await;
-    }
-
-    /// Kills the server (a crash: whatever it held is gone).
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-}
-
-impl Drop for RedisNode {
-    fn drop(&mut self) {
-        if let Some(pid) = self.pid() {
-            let _ = Command::new("kill").arg("-CONT").arg(pid.to_string()).status();
-        }
-        self.stop();
-        let dir = std::env::temp_dir().join(format!("seckill-test-redis-{}", self.port));
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }
 
 /// A TCP proxy in front of a Redis master, for a replica's replication link:

@@ -1,4 +1,4 @@
-//! The failure timelines of `docs/locks.md` (locks.md §4.5): a lock holder
+//! The failure timelines of `docs/locks.md`: a lock holder
 //! paused past its lease (T1), a whole process stopped with its watchdog
 //! (T2), Redlock giving two clients a majority (T4 early expiry, T5 restart
 //! without persistence), and a failover to a replica that never received the
@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
+use redis_lock::{LockClient, LockName, LockOptions, Redlock, RedlockConfig};
 use reqwest::StatusCode;
-use seckill::lock::{LockClient, LockName, LockOptions, Redlock, RedlockConfig};
 use seckill::sale::{Knobs, Sale};
 use seckill::strategy::lock::fence::{self, FenceGuard, FenceToken};
 use seckill::strategy::lock::{library_lock, library_redlock};
@@ -25,11 +25,12 @@ use seckill::strategy::naive::{Attempt, Unguarded, WriteGuard, read_check_write}
 use seckill::strategy::{Outcome, StrategyName};
 use serde_json::json;
 use sqlx::PgPool;
+use test_support::{RedisServer, signal};
 use tokio::sync::Notify;
 
 use crate::harness::{
-    BlockingProxy, ChildApp, REDIS_URL, RedisNode, counter, fake_sale, redis_conn, sale_with,
-    signal, spawn, unique_prefix, wait_until,
+    BlockingProxy, ChildApp, REDIS_URL, counter, fake_sale, redis_conn, sale_with, spawn,
+    unique_prefix, wait_until,
 };
 use crate::support::TestApp;
 
@@ -261,16 +262,16 @@ async fn t2_a_process_stopped_past_its_watchdog_lease_is_fenced_off() {
 /// majority (nodes 1 and 2). `lose_a_vote` then takes A's key off node 2 and
 /// the third node comes back empty, so B can win nodes 2 and 3.
 async fn redlock_double_hold(
-    nodes: &mut [RedisNode],
+    nodes: &mut [RedisServer],
     name: &LockName,
-    lose_a_vote: impl AsyncFnOnce(&mut RedisNode),
-) -> (seckill::lock::RedlockGuard, seckill::lock::RedlockGuard) {
-    let redlock = |nodes: &[RedisNode]| {
+    lose_a_vote: impl AsyncFnOnce(&mut RedisServer),
+) -> (redis_lock::RedlockGuard, redis_lock::RedlockGuard) {
+    let redlock = |nodes: &[RedisServer]| {
         let clients = nodes.iter().map(|n| redis::Client::open(n.url()).unwrap()).collect();
         Redlock::new(clients, RedlockConfig::default()).unwrap()
     };
     let options = LockOptions::new(Duration::ZERO, Duration::from_secs(10));
-    nodes[2].stop();
+    nodes[2].kill();
     let a = redlock(nodes).try_lock(name, options).await.expect("2 of 3 is a quorum");
     nodes[2].restart().await;
     lose_a_vote(&mut nodes[1]).await;
@@ -278,8 +279,8 @@ async fn redlock_double_hold(
     (a, b)
 }
 
-async fn three_nodes() -> Vec<RedisNode> {
-    vec![RedisNode::start().await, RedisNode::start().await, RedisNode::start().await]
+async fn three_nodes() -> Vec<RedisServer> {
+    vec![RedisServer::start().await, RedisServer::start().await, RedisServer::start().await]
 }
 
 /// T4 or T5 on a fresh sale: both clients hold the Redlock, A stalls before
@@ -290,7 +291,7 @@ async fn redlock_timeline(restart_instead_of_expiry: bool, fenced: bool) {
     let sale = one_unit_sale(&app, library_redlock::NAME).await;
     let name = lock_name(&prefix, &sale);
     let mut nodes = three_nodes().await;
-    let (_a, _b) = redlock_double_hold(&mut nodes, &name, async |node: &mut RedisNode| {
+    let (_a, _b) = redlock_double_hold(&mut nodes, &name, async |node: &mut RedisServer| {
         if restart_instead_of_expiry {
             node.restart().await; // T5: a crash and restart without persistence
         } else {
@@ -330,15 +331,15 @@ async fn t6(fenced: bool) {
     let app = spawn(&prefix, 1000).await;
     let sale = one_unit_sale(&app, library_lock::FENCED_NAME).await;
     let name = lock_name(&prefix, &sale);
-    let mut master = RedisNode::start().await;
+    let mut master = RedisServer::start().await;
     let link = BlockingProxy::start(master.port).await;
-    let replica = RedisNode::start_replica_of(link.port).await;
+    let replica = RedisServer::start_replica_of(link.port).await;
 
     link.block();
     let client_a = LockClient::new(redis::Client::open(master.url()).unwrap());
     let lease = Duration::from_secs(10);
     let _a = client_a.try_lock(&name, Duration::ZERO, lease).await.unwrap();
-    master.stop();
+    master.kill();
     let mut promote = redis_conn(&replica.url()).await;
     let _: () =
         redis::cmd("REPLICAOF").arg("NO").arg("ONE").query_async(&mut promote).await.unwrap();

@@ -8,7 +8,7 @@ use chrono::Utc;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use crate::servers::ChildService;
+use crate::support::{TestApp, seckill_child};
 use crate::{Broker, SHARED_AMQP, drained, eventually, request_id, spawn_app, unique_prefix};
 
 const STOCK: i64 = 30;
@@ -34,13 +34,14 @@ async fn killing_the_instance_with_the_active_consumer_hands_the_sale_to_another
 
     // The first consumer to subscribe is the active one: a child process,
     // so that the test can kill it.
-    let doomed = ChildService::start(&[
+    let doomed = seckill_child(&[
         ("AMQP_URL", SHARED_AMQP.to_owned()),
         ("SECKILL_AMQP_PREFIX", prefix.clone()),
         ("SECKILL_QUEUE_PARTITIONS", "1".into()),
         ("SECKILL_QUEUE_CONSUME", "true".into()),
         ("SECKILL_QUEUE_BATCH_SIZE", "3".into()),
     ])
+    .start()
     .await;
     assert!(eventually(Duration::from_secs(10), || async { consumers().await == 1 }).await);
     let survivor = spawn_app(&prefix, |config| config.queue_batch_size = 3).await;
@@ -56,24 +57,7 @@ async fn killing_the_instance_with_the_active_consumer_hands_the_sale_to_another
         .await["id"]
         .as_i64()
         .unwrap();
-    let mut buyers = tokio::task::JoinSet::new();
-    for user in 1..=BUYERS {
-        let (client, url) =
-            (survivor.client.clone(), survivor.url(&format!("/sales/{sale}/orders")));
-        buyers.spawn(async move {
-            let response = client.post(url).json(&json!({ "user_id": user })).send().await.unwrap();
-            let status = response.status();
-            (status, response.json::<serde_json::Value>().await.unwrap())
-        });
-    }
-    let mut accepted = Vec::new();
-    for (status, body) in buyers.join_all().await {
-        if status == StatusCode::ACCEPTED {
-            accepted.push(request_id(&body));
-        } else {
-            assert_eq!(status, StatusCode::CONFLICT, "{body}");
-        }
-    }
+    let accepted = buy_all(&survivor, sale).await;
     // Kill the active consumer once it has settled something, mid-sale.
     let survivor_ref = &survivor;
     let started =
@@ -106,4 +90,28 @@ async fn killing_the_instance_with_the_active_consumer_hands_the_sale_to_another
     .unwrap();
     assert!(after_kill > 0, "the survivor's consumer took over");
     broker.delete_queues().await;
+}
+
+/// Every buyer at once; the request ids of the accepted (each buyer is
+/// either accepted or told the sale is sold out).
+async fn buy_all(survivor: &TestApp, sale: i64) -> Vec<String> {
+    let mut buyers = tokio::task::JoinSet::new();
+    for user in 1..=BUYERS {
+        let (client, url) =
+            (survivor.client.clone(), survivor.url(&format!("/sales/{sale}/orders")));
+        buyers.spawn(async move {
+            let response = client.post(url).json(&json!({ "user_id": user })).send().await.unwrap();
+            let status = response.status();
+            (status, response.json::<serde_json::Value>().await.unwrap())
+        });
+    }
+    let mut accepted = Vec::new();
+    for (status, body) in buyers.join_all().await {
+        if status == StatusCode::ACCEPTED {
+            accepted.push(request_id(&body));
+        } else {
+            assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        }
+    }
+    accepted
 }

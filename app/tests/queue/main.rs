@@ -9,11 +9,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-// The child-process helper of the redis-decr tests (`ChildService`).
-#[allow(dead_code)]
-#[path = "../redis_decr/servers.rs"]
-mod servers;
-
 mod batch;
 mod books;
 mod failover;

@@ -8,16 +8,15 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-mod node;
-
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use test_support::RabbitMqNode;
 
-use crate::node::OwnedBroker;
 use crate::support::{ADMIN_TOKEN, TestApp, provoking};
 
 const STOCK: i64 = 1000;
@@ -26,7 +25,7 @@ const BUYERS: i64 = 1500;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_order() {
     provoking("a restart of its own RabbitMQ node (lost connections, 503 busy)");
-    let mut broker = OwnedBroker::start().await;
+    let mut broker = RabbitMqNode::start().await;
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
     let url = broker.url();
     let app = TestApp::spawn_with(move |config| {
@@ -52,50 +51,18 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
     // Buyers keep coming through the restart, retrying `503 busy`: ten at a
     // time, each taking ~25 ms per buyer, so the sale lasts longer than the
     // moment the broker stops.
-    let accepted = Arc::new(Mutex::new(vec![(1_i64, String::new())]));
-    let next = Arc::new(std::sync::atomic::AtomicI64::new(2));
-    let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let buyers = Buyers {
+        accepted: Arc::new(Mutex::new(vec![(1, String::new())])),
+        next: Arc::new(AtomicI64::new(2)),
+        refused: Arc::default(),
+    };
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..10 {
-        let (client, base) = (app.client.clone(), app.base.clone());
-        let (accepted, next, refused) = (accepted.clone(), next.clone(), refused.clone());
-        workers.spawn(async move {
-            loop {
-                let user = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if user > BUYERS {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(25)).await;
-                for _ in 0..400 {
-                    let response = client
-                        .post(format!("{base}/sales/{sale}/orders"))
-                        .json(&json!({ "user_id": user }))
-                        .send()
-                        .await
-                        .unwrap();
-                    let status = response.status();
-                    let body: Value = response.json().await.unwrap_or(Value::Null);
-                    match status {
-                        StatusCode::ACCEPTED => {
-                            let id = body["request_id"].as_str().unwrap().to_owned();
-                            accepted.lock().unwrap().push((user, id));
-                            break;
-                        }
-                        StatusCode::CONFLICT => break,
-                        StatusCode::SERVICE_UNAVAILABLE => {
-                            assert_eq!(body["type"], "/problems/busy", "{body}");
-                            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                        other => panic!("unexpected {other}: {body}"),
-                    }
-                }
-            }
-        });
+        workers.spawn(buyers.clone().buy(app.client.clone(), app.base.clone(), sale));
     }
     // Stop the broker once the sale is under way.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while accepted.lock().unwrap().len() < 50 {
+    while buyers.accepted.lock().unwrap().len() < 50 {
         assert!(tokio::time::Instant::now() < deadline, "the sale got under way");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -103,10 +70,78 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
     tokio::time::sleep(Duration::from_secs(1)).await;
     broker.restart().await;
     workers.join_all().await;
-    let refused = refused.load(std::sync::atomic::Ordering::Relaxed);
+    let refused = buyers.refused.load(Ordering::Relaxed);
     assert!(refused > 0, "the restart happened while buyers were buying");
 
-    let accepted = accepted.lock().unwrap().clone();
+    let accepted = buyers.accepted.lock().unwrap().clone();
+    wait_until_resolved(&app, sale).await;
+    assert_every_request_resolved_once(&app, sale, &accepted).await;
+    let audit = app.audit(sale).await;
+    assert_eq!(
+        (audit.units_sold, audit.oversold, audit.ledger_drift, audit.duplicate_orders),
+        (STOCK, 0, 0, 0),
+        "{audit:?}"
+    );
+    let requests_placed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM purchase_requests WHERE sale_id = $1 AND status = 'placed'",
+    )
+    .bind(sale)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(requests_placed, STOCK, "one placed request per order");
+    broker.stop();
+}
+
+/// What the buyers of the test share: the requests accepted (buyer, request
+/// id), the next buyer to come, and how many `503 busy` answers they got.
+#[derive(Clone)]
+struct Buyers {
+    accepted: Arc<Mutex<Vec<(i64, String)>>>,
+    next: Arc<AtomicI64>,
+    refused: Arc<AtomicU64>,
+}
+
+impl Buyers {
+    /// One worker: takes the next buyer until there are none left, ~25 ms
+    /// per buyer, each retrying `503 busy` until answered otherwise.
+    async fn buy(self, client: reqwest::Client, base: String, sale: i64) {
+        loop {
+            let user = self.next.fetch_add(1, Ordering::Relaxed);
+            if user > BUYERS {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            for _ in 0..400 {
+                let response = client
+                    .post(format!("{base}/sales/{sale}/orders"))
+                    .json(&json!({ "user_id": user }))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status();
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                match status {
+                    StatusCode::ACCEPTED => {
+                        let id = body["request_id"].as_str().unwrap().to_owned();
+                        self.accepted.lock().unwrap().push((user, id));
+                        break;
+                    }
+                    StatusCode::CONFLICT => break,
+                    StatusCode::SERVICE_UNAVAILABLE => {
+                        assert_eq!(body["type"], "/problems/busy", "{body}");
+                        self.refused.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    other => panic!("unexpected {other}: {body}"),
+                }
+            }
+        }
+    }
+}
+
+/// Waits (60 s at most) until the sale has no unresolved request.
+async fn wait_until_resolved(app: &TestApp, sale: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let stats: Value = app
@@ -125,7 +160,11 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
         assert!(tokio::time::Instant::now() < deadline, "still unresolved: {stats}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Every 202 has a final result (the first buyer's id was not kept).
+}
+
+/// Every 202 has a final result (the first buyer's id was not kept), and no
+/// order is the result of two requests.
+async fn assert_every_request_resolved_once(app: &TestApp, sale: i64, accepted: &[(i64, String)]) {
     let mut placed = HashSet::new();
     for (user, id) in accepted.iter().filter(|(_, id)| !id.is_empty()) {
         let result: Value = app
@@ -143,19 +182,4 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
             assert!(placed.insert(result["order_id"].as_i64().unwrap()), "an order twice");
         }
     }
-    let audit = app.audit(sale).await;
-    assert_eq!(
-        (audit.units_sold, audit.oversold, audit.ledger_drift, audit.duplicate_orders),
-        (STOCK, 0, 0, 0),
-        "{audit:?}"
-    );
-    let requests_placed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM purchase_requests WHERE sale_id = $1 AND status = 'placed'",
-    )
-    .bind(sale)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
-    assert_eq!(requests_placed, STOCK, "one placed request per order");
-    broker.stop();
 }

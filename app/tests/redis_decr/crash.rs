@@ -8,7 +8,7 @@ use serde_json::json;
 
 use seckill::strategy::redis_decr::FAILPOINT_EXIT_CODE;
 
-use crate::servers::ChildService;
+use crate::support::seckill_child;
 use crate::{RedisView, SHARED_REDIS, eventually, reconcile, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,11 +26,12 @@ async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period
     let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
 
     // A second instance that dies right after its first decrement.
-    let mut doomed = ChildService::start(&[
+    let mut doomed = seckill_child(&[
         ("SECKILL_REDIS_PREFIX", prefix.clone()),
         ("SECKILL_RECONCILE_INTERVAL_MS", "0".into()),
         ("SECKILL_FAILPOINTS", "redis-decr-after-reserve=exit".into()),
     ])
+    .start()
     .await;
     let answer = reqwest::Client::new()
         .post(format!("{}/sales/{sale}/orders", doomed.base))

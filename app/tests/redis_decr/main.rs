@@ -13,7 +13,6 @@ mod crash;
 mod purchase;
 mod reconcile;
 mod restart;
-mod servers;
 mod sold_out;
 
 use std::time::Duration;

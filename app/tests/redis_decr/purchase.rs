@@ -5,8 +5,8 @@ use std::collections::HashSet;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use test_support::free_port;
 
-use crate::servers::free_port;
 use crate::support::{problem_type, provoking};
 use crate::{
     ALREADY_PURCHASED, RedisView, SHARED_REDIS, SOLD_OUT, UNAVAILABLE, buy, spawn_app,

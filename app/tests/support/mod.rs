@@ -203,23 +203,23 @@ pub async fn assert_problem(response: Response, status: StatusCode, kind: &str) 
     assert_eq!(problem_type(response).await, format!("/problems/{kind}"));
 }
 
-/// Polls `check` every 10 ms until it holds (`true`) or `within` has passed
-/// (`false`).
-pub async fn eventually<F, Fut>(within: std::time::Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+/// Polls a condition every 10 ms until it holds or a time limit passes.
+#[allow(unused_imports)] // not every test binary polls
+pub use test_support::eventually;
+
+/// `seckill serve` as a child process of the test (killed when the returned
+/// service is dropped): on the test database, with the test admin token, no
+/// `queue` consumers (their quorum queues would outlive the test) and
+/// error-level logs, plus `env` on top, which may override any of them.
+/// Ready once `/healthz` answers.
+pub fn seckill_child(env: &[(&str, String)]) -> test_support::ServiceLauncher {
+    test_support::ServiceLauncher::new(env!("CARGO_BIN_EXE_seckill"), "SECKILL_ADDR", "/healthz")
+        .arg("serve")
+        .env("DATABASE_URL", test_database_url())
+        .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("RUST_LOG", "error")
+        .env("SECKILL_QUEUE_CONSUME", "false")
+        .envs(env)
 }
 
 /// Says on the test run's output that the running test provokes `what` on

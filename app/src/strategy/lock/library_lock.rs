@@ -1,4 +1,4 @@
-//! `lock/watchdog`: the project's lock library (`crate::lock`), renewed while
+//! `lock/watchdog`: the project's lock library (the `redis-lock` crate), renewed while
 //! held — generation 6; with fencing, `lock/fenced` — generation 7.
 //!
 //! The library's lock is a reentrant hash lock with an owner token, woken by
@@ -16,19 +16,19 @@
 //! (`super::fence`), which closes that gap.
 //!
 //! Leases below the library's minimum for a renewed lock
-//! (`crate::lock::MIN_WATCHDOG_LEASE`) are raised to it.
+//! (`redis_lock::MIN_WATCHDOG_LEASE`) are raised to it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-
-use super::{Release, SaleLock, Shared, lease};
-use crate::backends::{RedisHandle, count_redis_round_trips};
-use crate::lock::{
+use redis_lock::{
     LockClient, LockConfig, LockError, LockGuard, LockName, LockOptions, MIN_WATCHDOG_LEASE,
     ReleaseOutcome,
 };
+
+use super::{Release, SaleLock, Shared, lease};
+use crate::backends::{RedisHandle, count_redis_round_trips};
 use crate::sale::Sale;
 use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
 

@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
+use redis_lock::{LockError, LockOptions, Redlock, RedlockConfig, RedlockGuard};
 
 use super::library_lock::{lock_error, sale_lock_name};
 use super::{Release, SaleLock, Shared, lease};
 use crate::backends::count_redis_round_trips;
-use crate::lock::{LockError, LockOptions, Redlock, RedlockConfig, RedlockGuard};
 use crate::sale::Sale;
 use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
 

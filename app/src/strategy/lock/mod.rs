@@ -8,9 +8,9 @@
 //! | `lock/setnx` | `SETNX`, no expiry, `DEL` | a holder that dies: the sale is stuck |
 //! | `lock/ttl` | `SET NX PX`, blind `DEL` | a holder past its lease: two holders, wrong deletes |
 //! | `lock/token` | `SET NX PX` + owner token, Lua compare-and-delete | a holder past its lease: two holders |
-//! | `lock/watchdog` | `crate::lock`, renewed, loss signalled | a whole-process pause (SIGSTOP, GC) past the lease |
+//! | `lock/watchdog` | `redis_lock`, renewed, loss signalled | a whole-process pause (SIGSTOP, GC) past the lease |
 //! | `lock/fenced` | `lock/watchdog` + fencing token checked by Postgres | nothing known: stale writes are refused |
-//! | `lock/redlock` | `crate::lock` over N nodes + the same fencing | nothing known (fencing, not Redlock, keeps it safe) |
+//! | `lock/redlock` | `redis_lock` over N nodes + the same fencing | nothing known (fencing, not Redlock, keeps it safe) |
 //!
 //! Every variant shares the same driver ([`Locked`]): answer `SoldOut` at once
 //! when this process knows the sale is sold out; wait at most

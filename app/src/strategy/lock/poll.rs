@@ -1,6 +1,6 @@
 //! The waiting loop of the hand-rolled lock generations (`lock/setnx`,
 //! `lock/ttl`, `lock/token`): try, sleep, try again — the way those
-//! generations were written. The library lock (`crate::lock`) waits on a
+//! generations were written. The library lock (the `redis-lock` crate) waits on a
 //! pub/sub wake-up instead; this loop is part of what the comparison measures
 //! (every attempt is a Redis round trip).
 

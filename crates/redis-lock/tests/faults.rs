@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use seckill::lock::{LockConfig, LockError, ReleaseOutcome};
+use redis_lock::{LockConfig, LockError, ReleaseOutcome};
 
 use crate::harness::{
     DelayProxy, SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_client, unique_name,

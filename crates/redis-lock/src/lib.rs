@@ -1,62 +1,15 @@
-//! A Redis lock library: a reentrant lease lock with fencing tokens, bounded
-//! waits woken by pub/sub, a watchdog that tells the holder when it lost the
-//! lock, and Redlock over several independent Redis nodes.
+#![doc = include_str!("../README.md")]
 //!
-//! It knows nothing about flash sales: the caller names a lock with a
-//! [`LockName`] (e.g. `seckill:{sale:7}:lock`) and the library derives every
-//! other key from it, keeping the hash tag so that all keys of one lock sit
-//! in one Redis Cluster slot.
+//! ## Modules
+//! - `single`: [`LockClient`] and [`LockGuard`], the lock on one node;
+//! - `redlock`: [`Redlock`] over N independent nodes;
+//! - `watchdog`: the holder's view of its lease, and the task that renews it;
+//! - `local`: the in-process queue of waiters and the shared pub/sub
+//!   connection that wakes them;
+//! - `scripts`: the Lua scripts and their typed replies.
 //!
-//! # Data model (one node, [`LockClient`])
-//! As Redisson's reentrant `RLock`: the lock key is a hash
-//! `{owner token → hold count}` with a lease (`PEXPIRE`). One Lua script
-//! (`acquire.lua`) creates or re-enters it and increments the lock's fencing
-//! counter (`<name>:fence`, as Redisson's `RFencedLock`) in the same step;
-//! `release.lua` and `extend.lua` compare the owner token before they touch
-//! anything. The owner token is 160 random bits per acquisition and belongs
-//! to the [`LockGuard`], not to a thread or a task; re-entry goes through the
-//! guard ([`LockGuard::reenter`]).
-//!
-//! # What it guarantees
-//! - At most one owner token holds the lock on a given Redis node at a time,
-//!   as long as that node does not lose the key (restart without
-//!   persistence, failover to a replica that had not received it).
-//! - No holder ever releases or extends a lock it no longer owns: release and
-//!   extend report [`ReleaseOutcome::NotOwner`] / [`ReleaseOutcome::Expired`].
-//! - A waiter never waits longer than its `wait`, and never longer than the
-//!   holder's remaining lease for one round: a lost wake-up message delays it
-//!   but never hangs it.
-//! - With the watchdog, a holder whose renewals find another owner is told
-//!   through [`LockGuard::lost`] at once, and one whose renewals fail is told
-//!   at least lease/6 before its lease runs out (as measured locally, from the
-//!   start of the last successful renewal, minus the drift allowance); a
-//!   later release reports that it lost the lock. Without the watchdog the
-//!   holder is told when the lease's validity ends.
-//! - Re-entry goes through the guard only: a second `try_lock` of the same
-//!   name by the same holder waits like any other contender.
-//! - Every acquisition gets a fencing token strictly greater than every
-//!   earlier one of the same lock, for as long as Redis keeps the counter.
-//!
-//! # What it does not guarantee
-//! A lease lock alone cannot stop a paused holder from writing: a holder that
-//! stalls past its lease (a GC-like pause, a slow downstream call, a whole
-//! process stopped with its watchdog) wakes up still believing it holds the
-//! lock, while the next owner already works (Kleppmann 2016, locks.md T1/T2).
-//! Only the protected resource can refuse that late write, by checking the
-//! fencing token ([`LockGuard::fencing_token`]) against the highest one it has
-//! seen. The fencing counter lives in Redis: a Redis that keeps nothing on
-//! disk forgets it on restart, so a caller that needs tokens monotonic across
-//! restarts must take them from a durable source (or re-seed the counter).
-//!
-//! [`Redlock`] is an efficiency lock, not a correctness guarantee: it assumes
-//! bounded pauses, bounded network delay and clocks that do not jump, and a
-//! node restarted empty can hand the lock to a second client (locks.md §4.1,
-//! T4/T5). It has no fencing facility of its own.
-//!
-//! # Costs
-//! Every command the library sends counts as one round trip in
-//! [`LockStats::round_trips`] (and is reported to [`LockConfig::on_round_trip`]):
-//! an uncontended acquire + release is 2, plus one per watchdog renewal.
+//! This file holds what they share: names, options, bounds, outcomes, errors,
+//! statistics, and the validity arithmetic.
 
 mod local;
 mod redlock;
@@ -307,7 +260,7 @@ pub enum LockError {
     #[error("lock {name} still held by another owner after waiting {waited:?}")]
     Timeout { name: String, waited: Duration, retry_after: Option<Duration> },
     /// The acquire succeeded on Redis but its reply came so late that the
-    /// lease had no validity left (locks.md T3); the lock was released again.
+    /// lease had no validity left (timeline T3); the lock was released again.
     #[error("lock {name} was granted too late: {elapsed:?} after the request, lease {lease:?}")]
     AcquiredTooLate { name: String, elapsed: Duration, lease: Duration },
     /// The operation needs a lock the guard no longer holds.

@@ -6,7 +6,7 @@
 //! without, it only waits for the lease's end. Either way it is the one
 //! place that tells the holder, through [`LeaseState::lost`], that the lock
 //! is gone:
-//! - at once when a renewal finds another owner or no lock (locks.md T2);
+//! - at once when a renewal finds another owner or no lock (timeline T2);
 //! - when renewals keep failing, as soon as less than one renewal period
 //!   (lease/3) of the lease is left, and in any case no later than lease/6
 //!   before the lease's end as measured locally (no renewal attempt may run
@@ -133,17 +133,36 @@ async fn watch<F, Fut>(
     F: FnMut() -> Fut,
     Fut: Future<Output = Renewal>,
 {
-    let Some(mut renew) = renew else {
-        // A manual extend may push the end further while we sleep.
-        loop {
-            let until = state.valid_until();
-            tokio::time::sleep_until(until.into()).await;
-            if state.valid_until() <= until {
-                state.mark_lost(LossReason::Expired);
-                return;
-            }
+    match renew {
+        Some(renew) => renew_until_lost(state, lease, attempt_timeout, renew).await,
+        None => wait_for_lease_end(state).await,
+    }
+}
+
+/// Without renewal: tells the holder when the lease's validity ends.
+async fn wait_for_lease_end(state: &LeaseState) {
+    // A manual extend may push the end further while we sleep.
+    loop {
+        let until = state.valid_until();
+        tokio::time::sleep_until(until.into()).await;
+        if state.valid_until() <= until {
+            state.mark_lost(LossReason::Expired);
+            return;
         }
-    };
+    }
+}
+
+/// With renewal: renews every lease/3 until a renewal finds the lock lost,
+/// or failures leave too little of the lease.
+async fn renew_until_lost<F, Fut>(
+    state: &LeaseState,
+    lease: Duration,
+    attempt_timeout: Duration,
+    mut renew: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Renewal>,
+{
     let period = lease / 3;
     // The holder must hear of a loss at least this long before the lease's
     // end, so no renewal attempt may run into this margin.
@@ -152,11 +171,7 @@ async fn watch<F, Fut>(
     loop {
         tokio::time::sleep_until(next.into()).await;
         let started = Instant::now();
-        let budget = state
-            .valid_until()
-            .checked_sub(margin)
-            .map_or(Duration::ZERO, |last| last.saturating_duration_since(started))
-            .min(attempt_timeout);
+        let budget = renewal_budget(state.valid_until(), margin, started, attempt_timeout);
         if budget.is_zero() {
             state.mark_lost(LossReason::Unreachable);
             return;
@@ -166,8 +181,8 @@ async fn watch<F, Fut>(
             Renewal::Renewed => {
                 // A renewal so late that no validity is left cannot be
                 // counted on: it is handled as a failure below.
-                if let Some(valid) = validity(lease, started.elapsed()) {
-                    state.set_valid_until(started + valid);
+                if let Some(valid_until) = renewed_until(lease, started, Instant::now()) {
+                    state.set_valid_until(valid_until);
                     state.renewals.fetch_add(1, Ordering::Relaxed);
                     state.telemetry.renewed();
                     next = started + period;
@@ -181,10 +196,70 @@ async fn watch<F, Fut>(
             Renewal::Failed => {}
         }
         let now = Instant::now();
-        if state.valid_until().saturating_duration_since(now) <= period {
+        if !worth_retrying(state.valid_until(), now, period) {
             state.mark_lost(LossReason::Unreachable);
             return;
         }
         next = now + period / 4;
+    }
+}
+
+/// How long a renewal that starts at `started` may take: until `margin`
+/// before the lease's locally measured end, and at most `attempt_timeout`
+/// (zero: no time is left for one).
+fn renewal_budget(
+    valid_until: Instant,
+    margin: Duration,
+    started: Instant,
+    attempt_timeout: Duration,
+) -> Duration {
+    valid_until
+        .checked_sub(margin)
+        .map_or(Duration::ZERO, |last| last.saturating_duration_since(started))
+        .min(attempt_timeout)
+}
+
+/// The new end of validity after a renewal sent at `started` succeeded at
+/// `now` (`None`: it came back too late to leave any validity).
+fn renewed_until(lease: Duration, started: Instant, now: Instant) -> Option<Instant> {
+    validity(lease, now.saturating_duration_since(started)).map(|valid| started + valid)
+}
+
+/// After a failed renewal at `now`: whether more than one renewal period of
+/// the lease is left to try again in.
+fn worth_retrying(valid_until: Instant, now: Instant, period: Duration) -> bool {
+    valid_until.saturating_duration_since(now) > period
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_renewal_may_run_until_the_margin_before_the_lease_end_and_no_longer_than_its_timeout() {
+        let t0 = Instant::now();
+        let until = t0 + MS * 900;
+        assert_eq!(renewal_budget(until, MS * 100, t0, MS * 50), MS * 50);
+        assert_eq!(renewal_budget(until, MS * 100, t0 + MS * 780, MS * 50), MS * 20);
+        assert_eq!(renewal_budget(until, MS * 100, t0 + MS * 800, MS * 50), Duration::ZERO);
+        assert_eq!(renewal_budget(until, MS * 100, t0 + MS * 950, MS * 50), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_renewal_extends_validity_from_its_start_unless_it_came_back_too_late() {
+        let t0 = Instant::now();
+        let second = Duration::from_secs(1);
+        assert_eq!(renewed_until(second, t0, t0 + MS * 100), Some(t0 + MS * 888));
+        assert_eq!(renewed_until(second, t0, t0 + MS * 990), None);
+    }
+
+    #[test]
+    fn failed_renewals_are_retried_only_while_more_than_a_period_is_left() {
+        let t0 = Instant::now();
+        assert!(worth_retrying(t0 + MS * 400, t0, MS * 300));
+        assert!(!worth_retrying(t0 + MS * 300, t0, MS * 300));
+        assert!(!worth_retrying(t0, t0 + MS * 10, MS * 300));
     }
 }

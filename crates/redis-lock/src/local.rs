@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::PubSubSink;
+use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{Notify, OnceCell, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -162,63 +162,78 @@ impl Wakeups {
         }
     }
 
+    /// Opens a new connection subscribed to every registered channel and
+    /// makes it the current one, with a task reading its messages. On
+    /// failure the state keeps no connection (the next registration tries
+    /// again).
     async fn connect(&self, state: &mut State) {
-        let pubsub = match tokio::time::timeout(
-            self.connect_timeout,
-            self.client.get_async_pubsub(),
-        )
-        .await
-        {
+        let channels: Vec<String> = state.refs.keys().cloned().collect();
+        let Some((sink, stream)) = self.open(&channels).await else { return };
+        state.disconnect();
+        state.generation += 1;
+        let closed = self.closed.child_token();
+        state.sink = Some((sink, closed.clone()));
+        let reader = Reader { shared: Arc::downgrade(&self.shared), generation: state.generation };
+        tokio::spawn(reader.run(stream, closed));
+    }
+
+    /// A pub/sub connection subscribed to `channels`, each step bounded by
+    /// the connect timeout.
+    async fn open(&self, channels: &[String]) -> Option<(PubSubSink, PubSubStream)> {
+        let connecting = self.client.get_async_pubsub();
+        let pubsub = match tokio::time::timeout(self.connect_timeout, connecting).await {
             Ok(Ok(pubsub)) => pubsub,
             Ok(Err(err)) => {
                 tracing::debug!(%err, "lock wake-up connection failed");
-                return;
+                return None;
             }
             Err(_) => {
                 tracing::debug!("lock wake-up connection timed out");
-                return;
+                return None;
             }
         };
-        let (mut sink, mut stream) = pubsub.split();
-        let channels: Vec<String> = state.refs.keys().cloned().collect();
+        let (mut sink, stream) = pubsub.split();
         if !channels.is_empty() {
             self.telemetry.round_trips(1);
-            match tokio::time::timeout(self.connect_timeout, sink.subscribe(&channels)).await {
-                Ok(Ok(())) => {}
-                _ => {
-                    tracing::debug!("lock wake-up subscription failed on a new connection");
-                    return;
-                }
+            let subscribed = tokio::time::timeout(self.connect_timeout, sink.subscribe(channels));
+            if !matches!(subscribed.await, Ok(Ok(()))) {
+                tracing::debug!("lock wake-up subscription failed on a new connection");
+                return None;
             }
         }
-        state.disconnect();
-        state.generation += 1;
-        let generation = state.generation;
-        let closed = self.closed.child_token();
-        state.sink = Some((sink, closed.clone()));
-        let shared = Arc::downgrade(&self.shared);
-        tokio::spawn(async move {
-            loop {
-                let msg = tokio::select! {
-                    _ = closed.cancelled() => return,
-                    msg = stream.next() => msg,
-                };
-                let Some(shared) = shared.upgrade() else { return };
-                let Some(msg) = msg else {
-                    // The connection ended: forget it, so the next
-                    // registration reconnects (waits stay PTTL-bounded).
-                    let mut state = shared.state.lock().await;
-                    if state.generation == generation {
-                        state.disconnect();
-                    }
-                    return;
-                };
-                let routes = shared.routes.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(wake) = routes.get(msg.get_channel_name()) {
-                    wake.notify_one();
+        Some((sink, stream))
+    }
+}
+
+/// The task that routes one connection's messages to the waiters.
+struct Reader {
+    shared: Weak<Shared>,
+    /// The connection's generation: the reader clears only its own.
+    generation: u64,
+}
+
+impl Reader {
+    async fn run(self, mut stream: PubSubStream, closed: CancellationToken) {
+        loop {
+            let msg = tokio::select! {
+                _ = closed.cancelled() => return,
+                msg = stream.next() => msg,
+            };
+            let Some(shared) = self.shared.upgrade() else { return };
+            let Some(msg) = msg else {
+                // The connection ended: forget it, so the next
+                // registration reconnects (waits stay PTTL-bounded).
+                let mut state = shared.state.lock().await;
+                if state.generation == self.generation {
+                    state.disconnect();
                 }
+                return;
+            };
+            let routes = shared.routes.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(wake) = routes.get(msg.get_channel_name()) {
+                wake.notify_one();
             }
-        });
+        }
     }
 }
 

@@ -7,12 +7,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use seckill::lock::{LockError, LockName, LockOptions, LossReason, Redlock, RedlockConfig};
+use redis_lock::{LockError, LockName, LockOptions, LossReason, Redlock, RedlockConfig};
+use test_support::RedisServer;
 
-use crate::harness::{RedisServer, raw, unique_name};
+use crate::harness::{raw, unique_name};
 
-fn nodes(n: usize) -> Vec<RedisServer> {
-    (0..n).map(|_| RedisServer::start()).collect()
+async fn nodes(n: usize) -> Vec<RedisServer> {
+    let mut servers = Vec::with_capacity(n);
+    for _ in 0..n {
+        servers.push(RedisServer::start().await);
+    }
+    servers
 }
 
 fn redlock(servers: &[RedisServer]) -> Redlock {
@@ -27,7 +32,7 @@ async fn key_exists(server: &RedisServer, name: &LockName) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t13_redlock_acquires_with_one_of_three_nodes_down() {
-    let mut servers = nodes(3);
+    let mut servers = nodes(3).await;
     servers[0].kill();
     let (name, lock) = (unique_name("t13"), redlock(&servers));
 
@@ -43,7 +48,7 @@ async fn t13_redlock_acquires_with_one_of_three_nodes_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_without_a_quorum_fails_cleanly_and_leaves_no_key() {
-    let mut servers = nodes(3);
+    let mut servers = nodes(3).await;
     servers[0].kill();
     servers[1].kill();
     let (name, lock) = (unique_name("no-quorum"), redlock(&servers));
@@ -60,7 +65,7 @@ async fn redlock_without_a_quorum_fails_cleanly_and_leaves_no_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_contenders_never_hold_the_lock_together() {
-    let servers = nodes(3);
+    let servers = nodes(3).await;
     let name = unique_name("redlock-exclusion");
     let locks = [redlock(&servers), redlock(&servers)];
     let inside = Arc::new(AtomicU32::new(0));
@@ -94,7 +99,7 @@ async fn redlock_contenders_never_hold_the_lock_together() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_watchdog_renews_on_a_quorum_and_tells_the_holder_when_it_is_lost() {
-    let mut servers = nodes(3);
+    let mut servers = nodes(3).await;
     let (name, lock) = (unique_name("redlock-watchdog"), redlock(&servers));
     let lease = Duration::from_millis(300);
 
@@ -125,15 +130,15 @@ async fn redlock_watchdog_renews_on_a_quorum_and_tells_the_holder_when_it_is_los
 /// believe they hold the lock. Only fencing at the resource can catch this.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t5_a_node_restarted_empty_lets_a_second_client_take_a_majority() {
-    let mut servers = nodes(3);
+    let mut servers = nodes(3).await;
     let name = unique_name("t5");
     let (a, b) = (redlock(&servers), redlock(&servers));
     let options = LockOptions::new(Duration::ZERO, Duration::from_secs(10));
 
     servers[2].kill(); // A gets nodes 0 and 1: a quorum
     let first = a.try_lock(&name, options).await.expect("A holds 2 of 3");
-    servers[2].restart(); // back, empty
-    servers[0].restart(); // one of A's nodes crashes and restarts empty at once
+    servers[2].restart().await; // back, empty
+    servers[0].restart().await; // one of A's nodes crashes and restarts empty at once
 
     let second = b.try_lock(&name, options).await.expect("B takes nodes 0 and 2");
     let now = Instant::now();

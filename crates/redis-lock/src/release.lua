@@ -12,8 +12,8 @@
 --   -1  not the owner: another owner holds the lock (nothing changed)
 --   -2  expired: nobody holds the lock (nothing changed)
 --
--- Races closed
---   * Blind DEL by a stale holder (locks.md T7): the owner is compared and the
+-- Races closed (T-ids: the crate README's "Failure timelines")
+--   * Blind DEL by a stale holder (T7): the owner is compared and the
 --     hash deleted in one atomic step, so a holder whose lease ran out can
 --     never delete the lock of the owner who came next.
 --   * Lost count after an unknown re-entry outcome: the last guard releases

@@ -4,10 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use seckill::lock::{LockConfig, LockOptions, LossReason, ReleaseOutcome};
+use redis_lock::{LockConfig, LockOptions, LossReason, ReleaseOutcome};
+use test_support::RedisServer;
 
 use crate::harness::{
-    RedisServer, SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_client, unique_name,
+    SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_client, unique_name,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,7 +80,7 @@ async fn a_lease_lock_without_watchdog_tells_its_holder_when_the_lease_ends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t12_a_holder_partitioned_from_redis_is_told_before_its_lease_runs_out() {
-    let mut server = RedisServer::start();
+    let mut server = RedisServer::start().await;
     let name = unique_name("t12");
     let config =
         LockConfig { command_timeout: Duration::from_millis(100), ..LockConfig::default() };

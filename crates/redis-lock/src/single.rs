@@ -7,10 +7,13 @@
 //! message, each round bounded by the PTTL the script returned and by the
 //! remaining wait, with jitter after a round that timed out. An attempt whose
 //! reply is lost is retried with the same owner token, which the script
-//! treats as the same acquisition (hold count stays 1, locks.md T9); when the
+//! treats as the same acquisition (hold count stays 1, timeline T9); when the
 //! wait ends with the outcome unknown, the token is released again. A reply
 //! that comes back with no validity left (`lease − elapsed − drift ≤ 0`,
-//! locks.md T3) is not a lock: it is released and never returned.
+//! timeline T3) is not a lock: it is released and never returned.
+//!
+//! Timelines (T3, T9, …) are defined in the crate README's "Failure
+//! timelines".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +22,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-use super::local::{LocalQueues, Wakeups};
+use super::local::{LocalEntry, LocalQueues, Wakeups};
 use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply};
 use super::watchdog::{self, LeaseState, Renewal};
 use super::{
@@ -123,116 +126,106 @@ impl LockClient {
         options: LockOptions,
     ) -> Result<LockGuard, LockError> {
         let lease_ms = options.validate()?;
-        let lease = Duration::from_millis(lease_ms);
         let started = Instant::now();
         let deadline = started + options.wait;
-        let inner = &self.inner;
-        let entry = inner.queues.entry(name.key());
-        let timeout = |retry_after| {
-            inner.telemetry.timed_out();
-            LockError::Timeout { name: name.to_string(), waited: started.elapsed(), retry_after }
-        };
+        let entry = self.inner.queues.entry(name.key());
         // Only the head of the local queue competes for the Redis key.
-        let _contender =
-            match tokio::time::timeout_at(deadline.into(), entry.contender.acquire()).await {
-                Ok(Ok(permit)) => permit,
-                _ => return Err(timeout(None)),
-            };
+        let Ok(Ok(_contender)) =
+            tokio::time::timeout_at(deadline.into(), entry.contender.acquire()).await
+        else {
+            return Err(self.timed_out(name, started, None));
+        };
         let owner = new_owner_token();
-        let mut conn = self.conn().await?;
-        // An attempt is useless once its reply could carry no validity.
-        let attempt_timeout =
-            validity(lease, Duration::ZERO).unwrap_or(lease).min(inner.config.command_timeout);
+        let conn = self.conn().await?;
+        let lease = Duration::from_millis(lease_ms);
+        let watchdog = options.watchdog;
+        let attempt = Attempt { name, entry: &entry, owner, lease, started, deadline, watchdog };
+        self.acquire(conn, attempt).await
+    }
+
+    /// The acquire loop of [`try_lock_with`](Self::try_lock_with), once this
+    /// task is the process's contender: one `acquire.lua` per round, and what
+    /// [`decide`] makes of its reply.
+    async fn acquire(
+        &self,
+        mut conn: ConnectionManager,
+        attempt: Attempt<'_>,
+    ) -> Result<LockGuard, LockError> {
+        let Attempt { name, entry, lease, deadline, watchdog, .. } = attempt;
+        let token = attempt.owner.as_str();
+        let lease_ms = duration_ms_ceil(lease);
+        let attempt_timeout = attempt_timeout(lease, self.inner.config.command_timeout);
         loop {
-            let attempt_started = Instant::now();
-            let reply = self
-                .call(
-                    attempt_timeout,
-                    scripts::acquire(&mut conn, name, &owner, lease_ms, AcquireMode::Acquire, true),
-                )
-                .await;
-            let now = Instant::now();
-            match reply {
-                Ok(AcquireReply::Acquired { fence, .. }) => {
-                    let elapsed = now - attempt_started;
-                    if let Some(valid) = validity(lease, elapsed) {
-                        inner.telemetry.acquired();
-                        return Ok(self.guard(
-                            name,
-                            owner,
-                            lease,
-                            FencingToken(fence),
-                            attempt_started + valid,
-                            options.watchdog,
-                        ));
-                    }
-                    // Granted, but too late to be trusted (locks.md T3).
-                    self.release_unknown(&mut conn, name, &owner).await;
-                    if now >= deadline {
-                        return Err(LockError::AcquiredTooLate {
-                            name: name.to_string(),
-                            elapsed,
-                            lease,
-                        });
-                    }
-                }
-                Ok(AcquireReply::Held { pttl_ms }) => {
-                    let pttl = u64::try_from(pttl_ms).map(Duration::from_millis).ok();
-                    if now >= deadline {
-                        return Err(timeout(pttl));
-                    }
-                    if !entry.subscriptions.initialized() {
-                        // First contention: subscribe, then try again at once,
-                        // since the release may have happened in between.
-                        entry
-                            .subscriptions
-                            .get_or_init(|| async {
-                                vec![
-                                    inner
-                                        .wakeups
-                                        .register(name.channel(), entry.wake.clone())
-                                        .await,
-                                ]
-                            })
-                            .await;
-                        continue;
-                    }
-                    let round = pttl.unwrap_or(NO_LEASE_ROUND).min(deadline - now);
-                    if tokio::time::timeout(round, entry.wake.notified()).await.is_err() {
-                        // No message (lost, or the lease just ran out).
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        tokio::time::sleep(jitter(RETRY_JITTER.min(left))).await;
-                    }
-                }
-                Ok(AcquireReply::NotOwner | AcquireReply::Expired) => {
-                    // Only a re-entry gets these replies.
-                    return Err(LockError::Redis(redis::RedisError::from((
-                        redis::ErrorKind::UnexpectedReturnType,
-                        "acquire.lua answered a new acquisition with a re-entry reply",
-                    ))));
-                }
-                Err(err @ LockError::CommandTimeout(_)) => {
-                    // Outcome unknown: retrying with the same owner token is
-                    // safe (the script sees a retry, not a re-entry).
-                    if now >= deadline {
-                        self.release_unknown(&mut conn, name, &owner).await;
-                        return Err(err);
-                    }
-                    let left = deadline - now;
-                    tokio::time::sleep(jitter(RETRY_JITTER.min(left))).await;
-                }
+            let started = Instant::now();
+            let script =
+                scripts::acquire(&mut conn, name, token, lease_ms, AcquireMode::Acquire, true);
+            let reply = match self.call(attempt_timeout, script).await {
+                Ok(reply) => Some(reply),
+                Err(LockError::CommandTimeout(_)) => None,
                 Err(err) => {
-                    // The connection failed: fail fast, and free whatever
-                    // this call may have obtained in the background.
-                    let this = self.clone();
-                    let name = name.clone();
-                    tokio::spawn(
-                        async move { this.release_unknown(&mut conn, &name, &owner).await },
-                    );
+                    self.abandon(conn, name, token);
                     return Err(err);
                 }
+            };
+            let subscribed = entry.subscriptions.initialized();
+            let round = Round { started, now: Instant::now(), deadline, lease, subscribed };
+            match decide(reply, &round) {
+                Decision::Grant { fence, valid_until } => {
+                    self.inner.telemetry.acquired();
+                    let owner = attempt.owner;
+                    return Ok(self.guard(name, owner, lease, fence, valid_until, watchdog));
+                }
+                Decision::TooLate { elapsed, give_up } => {
+                    self.release_unknown(&mut conn, name, token).await;
+                    if give_up {
+                        let name = name.to_string();
+                        return Err(LockError::AcquiredTooLate { name, elapsed, lease });
+                    }
+                }
+                Decision::TimedOut { retry_after } => {
+                    return Err(self.timed_out(name, attempt.started, retry_after));
+                }
+                Decision::Subscribe => self.subscribe(entry, name).await,
+                Decision::Wait { round } => wait_for_release(entry, round, deadline).await,
+                Decision::Retry { pause } => tokio::time::sleep(jitter(pause)).await,
+                Decision::GiveUp => {
+                    self.release_unknown(&mut conn, name, token).await;
+                    return Err(LockError::CommandTimeout(attempt_timeout));
+                }
+                Decision::Unexpected => return Err(reentry_reply_to_an_acquisition()),
             }
         }
+    }
+
+    /// Counts a timeout and builds its error.
+    fn timed_out(
+        &self,
+        name: &LockName,
+        started: Instant,
+        retry_after: Option<Duration>,
+    ) -> LockError {
+        self.inner.telemetry.timed_out();
+        LockError::Timeout { name: name.to_string(), waited: started.elapsed(), retry_after }
+    }
+
+    /// First contention on `name`: subscribes to its release channel (kept
+    /// while any task of this process waits for the lock).
+    async fn subscribe(&self, entry: &LocalEntry, name: &LockName) {
+        let wakeups = &self.inner.wakeups;
+        entry
+            .subscriptions
+            .get_or_init(|| async {
+                vec![wakeups.register(name.channel(), entry.wake.clone()).await]
+            })
+            .await;
+    }
+
+    /// The connection failed mid-acquire: frees, in the background, whatever
+    /// this acquisition may have obtained, so the caller can fail fast.
+    fn abandon(&self, mut conn: ConnectionManager, name: &LockName, owner: &str) {
+        let this = self.clone();
+        let (name, owner) = (name.clone(), owner.to_owned());
+        tokio::spawn(async move { this.release_unknown(&mut conn, &name, &owner).await });
     }
 
     fn guard(
@@ -550,5 +543,207 @@ impl std::fmt::Debug for LockGuard {
             .field("fencing_token", &self.held.fence)
             .field("lost", &self.held.state.loss())
             .finish_non_exhaustive()
+    }
+}
+
+/// One call of [`LockClient::try_lock_with`], once its task is the process's
+/// contender for the lock.
+struct Attempt<'a> {
+    name: &'a LockName,
+    entry: &'a LocalEntry,
+    /// The owner token of every round of this call.
+    owner: String,
+    lease: Duration,
+    /// When the call started (the `waited` of a [`LockError::Timeout`]).
+    started: Instant,
+    /// When the wait ends.
+    deadline: Instant,
+    watchdog: bool,
+}
+
+/// How far one acquire round got, as [`decide`] needs it.
+#[derive(Clone, Copy, Debug)]
+struct Round {
+    /// When the round's command was sent (validity is measured from here).
+    started: Instant,
+    /// When its reply (or its timeout) came back.
+    now: Instant,
+    deadline: Instant,
+    lease: Duration,
+    /// Whether this process already listens for the lock's release messages.
+    subscribed: bool,
+}
+
+/// What the acquire loop does after one round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    /// The lock is ours, valid until `valid_until`.
+    Grant { fence: FencingToken, valid_until: Instant },
+    /// Granted with no validity left (T3): release it, then try again at
+    /// once, or give up with [`LockError::AcquiredTooLate`].
+    TooLate { elapsed: Duration, give_up: bool },
+    /// Held by another owner past the deadline: [`LockError::Timeout`].
+    TimedOut { retry_after: Option<Duration> },
+    /// Held, first contention: subscribe, then try again at once (the
+    /// release may have happened in between).
+    Subscribe,
+    /// Held: wait for a release message at most `round`, then try again
+    /// (after a jittered pause when no message came).
+    Wait { round: Duration },
+    /// No reply in time, outcome unknown: try again with the same owner
+    /// token (the script sees a retry, not a re-entry, T9) after a jittered
+    /// pause of at most `pause`.
+    Retry { pause: Duration },
+    /// No reply in time and the deadline passed: release whatever we may
+    /// hold and fail with [`LockError::CommandTimeout`].
+    GiveUp,
+    /// A re-entry reply to a new acquisition: the script is not ours.
+    Unexpected,
+}
+
+/// The decision after one round whose reply is `reply` (`None`: no reply
+/// within the attempt timeout).
+fn decide(reply: Option<AcquireReply>, round: &Round) -> Decision {
+    let past_deadline = round.now >= round.deadline;
+    match reply {
+        Some(AcquireReply::Acquired { fence, .. }) => {
+            let elapsed = round.now - round.started;
+            match validity(round.lease, elapsed) {
+                Some(valid) => Decision::Grant {
+                    fence: FencingToken(fence),
+                    valid_until: round.started + valid,
+                },
+                None => Decision::TooLate { elapsed, give_up: past_deadline },
+            }
+        }
+        Some(AcquireReply::Held { pttl_ms }) => {
+            let remaining = u64::try_from(pttl_ms).map(Duration::from_millis).ok();
+            if past_deadline {
+                Decision::TimedOut { retry_after: remaining }
+            } else if !round.subscribed {
+                Decision::Subscribe
+            } else {
+                let round_max = round.deadline - round.now;
+                Decision::Wait { round: remaining.unwrap_or(NO_LEASE_ROUND).min(round_max) }
+            }
+        }
+        Some(AcquireReply::NotOwner | AcquireReply::Expired) => Decision::Unexpected,
+        None if past_deadline => Decision::GiveUp,
+        None => Decision::Retry { pause: retry_pause(round.deadline, round.now) },
+    }
+}
+
+/// Waits at most `round` for a release message; when none came (lost, or
+/// the lease just ran out), adds a jittered pause.
+async fn wait_for_release(entry: &LocalEntry, round: Duration, deadline: Instant) {
+    if tokio::time::timeout(round, entry.wake.notified()).await.is_err() {
+        tokio::time::sleep(jitter(retry_pause(deadline, Instant::now()))).await;
+    }
+}
+
+/// How long one acquire attempt may wait for its reply: never past the
+/// point where a grant could still carry validity, nor the command timeout.
+fn attempt_timeout(lease: Duration, command_timeout: Duration) -> Duration {
+    validity(lease, Duration::ZERO).unwrap_or(lease).min(command_timeout)
+}
+
+/// The upper bound of the jittered pause before a retry: [`RETRY_JITTER`],
+/// never past the deadline.
+fn retry_pause(deadline: Instant, now: Instant) -> Duration {
+    RETRY_JITTER.min(deadline.saturating_duration_since(now))
+}
+
+fn reentry_reply_to_an_acquisition() -> LockError {
+    LockError::Redis(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "acquire.lua answered a new acquisition with a re-entry reply",
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A round of a 1 s lease sent at `t0`, answered `reply_ms` later, with
+    /// the deadline `wait_ms` after `t0`.
+    fn round(reply_ms: u32, wait_ms: u32, subscribed: bool) -> Round {
+        let t0 = Instant::now();
+        Round {
+            started: t0,
+            now: t0 + MS * reply_ms,
+            deadline: t0 + MS * wait_ms,
+            lease: Duration::from_secs(1),
+            subscribed,
+        }
+    }
+
+    #[test]
+    fn a_grant_is_valid_for_the_lease_minus_elapsed_and_drift_from_the_round_start() {
+        let r = round(100, 0, false);
+        let granted = decide(Some(AcquireReply::Acquired { fence: 7, holds: 1 }), &r);
+        // 1000 − 100 − (10 + 2) ms.
+        let valid_until = r.started + MS * 888;
+        assert_eq!(granted, Decision::Grant { fence: FencingToken(7), valid_until });
+    }
+
+    #[test]
+    fn a_grant_with_no_validity_left_is_released_and_retried_until_the_deadline() {
+        let acquired = Some(AcquireReply::Acquired { fence: 7, holds: 1 });
+        let elapsed = MS * 990;
+        let before = decide(acquired, &round(990, 2000, false));
+        assert_eq!(before, Decision::TooLate { elapsed, give_up: false });
+        let after = decide(acquired, &round(990, 500, false));
+        assert_eq!(after, Decision::TooLate { elapsed, give_up: true });
+    }
+
+    #[test]
+    fn a_held_lock_subscribes_first_then_waits_at_most_the_holders_lease() {
+        let held = Some(AcquireReply::Held { pttl_ms: 300 });
+        assert_eq!(decide(held, &round(1, 2000, false)), Decision::Subscribe);
+        assert_eq!(decide(held, &round(1, 2000, true)), Decision::Wait { round: MS * 300 });
+        // Never past the deadline.
+        assert_eq!(decide(held, &round(1, 101, true)), Decision::Wait { round: MS * 100 });
+        // A key without a lease: a fixed round.
+        let forever = Some(AcquireReply::Held { pttl_ms: -1 });
+        assert_eq!(
+            decide(forever, &round(1, 5000, true)),
+            Decision::Wait { round: NO_LEASE_ROUND }
+        );
+    }
+
+    #[test]
+    fn a_held_lock_past_the_deadline_times_out_with_the_holders_lease() {
+        let held = Some(AcquireReply::Held { pttl_ms: 300 });
+        let retry_after = Some(MS * 300);
+        assert_eq!(decide(held, &round(5, 5, true)), Decision::TimedOut { retry_after });
+        let forever = Some(AcquireReply::Held { pttl_ms: -1 });
+        assert_eq!(decide(forever, &round(5, 0, false)), Decision::TimedOut { retry_after: None });
+    }
+
+    #[test]
+    fn no_reply_is_retried_with_jitter_until_the_deadline_then_given_up() {
+        assert_eq!(decide(None, &round(100, 1000, false)), Decision::Retry { pause: RETRY_JITTER });
+        assert_eq!(decide(None, &round(100, 104, true)), Decision::Retry { pause: MS * 4 });
+        assert_eq!(decide(None, &round(100, 100, true)), Decision::GiveUp);
+    }
+
+    #[test]
+    fn a_reentry_reply_to_an_acquisition_is_unexpected_even_before_the_deadline() {
+        assert_eq!(
+            decide(Some(AcquireReply::NotOwner), &round(1, 9000, true)),
+            Decision::Unexpected
+        );
+        assert_eq!(decide(Some(AcquireReply::Expired), &round(1, 0, true)), Decision::Unexpected);
+    }
+
+    #[test]
+    fn an_attempt_waits_at_most_the_leases_validity_or_the_command_timeout() {
+        let second = Duration::from_secs(1);
+        assert_eq!(attempt_timeout(second, second), MS * 988);
+        assert_eq!(attempt_timeout(second, MS * 200), MS * 200);
+        // A lease too short for any validity: the lease itself.
+        assert_eq!(attempt_timeout(MS * 2, second), MS * 2);
     }
 }

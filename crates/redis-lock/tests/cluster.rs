@@ -4,15 +4,17 @@
 
 use std::time::Duration;
 
-use seckill::lock::{LockOptions, ReleaseOutcome};
+use redis_lock::{LockOptions, ReleaseOutcome};
+use test_support::{RedisServer, eventually};
 
-use crate::harness::{RedisServer, client_with, eventually, raw, unique_name};
+use crate::harness::{client_with, raw, unique_name};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t15_every_key_of_a_lock_shares_the_slot_of_its_hash_tag() {
     let dir_conf = format!("nodes-{}.conf", uuid::Uuid::new_v4().simple());
     let server =
-        RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-config-file", &dir_conf]);
+        RedisServer::start_with(&["--cluster-enabled", "yes", "--cluster-config-file", &dir_conf])
+            .await;
     let mut conn = raw(&server.url()).await;
     let _: () = redis::cmd("CLUSTER")
         .arg("ADDSLOTSRANGE")

@@ -10,13 +10,13 @@
 //! every node that granted it or did not answer, and the round is retried
 //! after a wake-up or a jittered delay while the wait lasts. A node that is
 //! down or errs is a "no" vote, never an error of the whole lock
-//! (redlock-rs's anti-pattern, locks.md T13). The watchdog renews on all
+//! (redlock-rs's anti-pattern, timeline T13). The watchdog renews on all
 //! nodes and needs a quorum within validity each time.
 //!
 //! **An efficiency lock, not a correctness guarantee.** Redlock assumes
 //! bounded network delays, bounded process pauses and clock rates that do
 //! not drift much; a node that restarts without persistence forgets its
-//! keys and can hand a second client a majority (locks.md T5), and an early
+//! keys and can hand a second client a majority (timeline T5), and an early
 //! expiry on one node does the same (T4). It has no fencing token of its own
 //! (its random value is not monotonic): a caller that must stay correct
 //! takes fencing tokens from an independent, durable source and has the
@@ -32,7 +32,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-use super::local::{LocalQueues, Wakeups};
+use super::local::{LocalEntry, LocalQueues, Wakeups};
 use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply};
 use super::watchdog::{self, LeaseState, Renewal};
 use super::{
@@ -117,6 +117,7 @@ struct Node {
 }
 
 /// One node's answer in a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Vote {
     Yes,
     /// Held by another owner, with its remaining lease in ms.
@@ -205,78 +206,92 @@ impl Redlock {
         }
         let started = Instant::now();
         let deadline = started + options.wait;
-        let inner = &self.inner;
-        let entry = inner.queues.entry(name.key());
-        let timeout = |retry_after| {
-            inner.telemetry.timed_out();
-            LockError::Timeout { name: name.to_string(), waited: started.elapsed(), retry_after }
+        let entry = self.inner.queues.entry(name.key());
+        let Ok(Ok(_contender)) =
+            tokio::time::timeout_at(deadline.into(), entry.contender.acquire()).await
+        else {
+            return Err(self.timed_out(name, started, None));
         };
-        let _contender =
-            match tokio::time::timeout_at(deadline.into(), entry.contender.acquire()).await {
-                Ok(Ok(permit)) => permit,
-                _ => return Err(timeout(None)),
-            };
         let owner = new_owner_token();
+        let (entry, watchdog) = (&entry, options.watchdog);
         loop {
             let round_started = Instant::now();
             let votes = self.acquire_round(name, &owner, lease_ms).await;
             let elapsed = round_started.elapsed();
-            let yes = votes.iter().filter(|v| matches!(v, Vote::Yes)).count();
-            let answered = votes.iter().filter(|v| !matches!(v, Vote::Unknown)).count();
-            let valid = validity(lease, elapsed);
-            if yes >= self.quorum()
-                && let Some(valid) = valid
-            {
-                inner.telemetry.acquired();
-                return Ok(self.guard(name, owner, lease, round_started + valid, options.watchdog));
+            if let Some(valid) = granted(&votes, self.quorum(), lease, elapsed) {
+                self.inner.telemetry.acquired();
+                return Ok(self.guard(name, owner, lease, round_started + valid, watchdog));
             }
             // Failed round: free the nodes that may hold our key.
-            let maybe_ours: Vec<usize> = votes
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| !matches!(v, Vote::No { .. }))
-                .map(|(i, _)| i)
-                .collect();
-            self.release_on(&maybe_ours, name, &owner).await;
+            self.release_on(&maybe_ours(&votes), name, &owner).await;
             let now = Instant::now();
-            if now >= deadline {
-                return Err(if answered < self.quorum() {
-                    LockError::NoQuorum {
-                        name: name.to_string(),
-                        reachable: answered,
-                        nodes: self.nodes(),
-                        quorum: self.quorum(),
-                    }
-                } else if yes >= self.quorum() {
-                    LockError::AcquiredTooLate { name: name.to_string(), elapsed, lease }
-                } else {
-                    timeout(shortest_pttl(&votes))
-                });
-            }
-            let left = deadline - now;
-            if let Some(pttl) = shortest_pttl(&votes) {
-                // Held elsewhere: wait for a release message from any node,
-                // bounded by the shortest remaining lease seen.
-                if !entry.subscriptions.initialized() {
-                    entry
-                        .subscriptions
-                        .get_or_init(|| async {
-                            let registrations = inner.nodes.iter().map(|node| {
-                                node.wakeups.register(name.channel(), entry.wake.clone())
-                            });
-                            join_all(registrations).await
-                        })
-                        .await;
-                } else {
-                    let _ = tokio::time::timeout(pttl.min(left), entry.wake.notified()).await;
+            let subscribed = entry.subscriptions.initialized();
+            match next_step(&votes, self.quorum(), now, deadline, subscribed) {
+                Next::GiveUp(failure) => {
+                    return Err(self.give_up(failure, name, started, elapsed, lease));
                 }
+                Next::Subscribe => self.subscribe(entry, name).await,
+                Next::Wait(round) => {
+                    let _ = tokio::time::timeout(round, entry.wake.notified()).await;
+                }
+                Next::Retry => {}
             }
             // A random delay in [jitter/2, jitter], so that clients that
             // split the votes do not retry in lockstep (and never at once).
             let left = deadline.saturating_duration_since(Instant::now());
-            let half = inner.config.retry_jitter / 2;
+            let half = self.inner.config.retry_jitter / 2;
             tokio::time::sleep((half + jitter(half)).min(left)).await;
         }
+    }
+
+    /// The error of a `try_lock` that gives up after a round that took
+    /// `elapsed`, for a call that started at `started`.
+    fn give_up(
+        &self,
+        failure: Failure,
+        name: &LockName,
+        started: Instant,
+        elapsed: Duration,
+        lease: Duration,
+    ) -> LockError {
+        match failure {
+            Failure::NoQuorum { reachable } => LockError::NoQuorum {
+                name: name.to_string(),
+                reachable,
+                nodes: self.nodes(),
+                quorum: self.quorum(),
+            },
+            Failure::TooLate => {
+                LockError::AcquiredTooLate { name: name.to_string(), elapsed, lease }
+            }
+            Failure::Held { retry_after } => self.timed_out(name, started, retry_after),
+        }
+    }
+
+    /// Counts a timeout and builds its error.
+    fn timed_out(
+        &self,
+        name: &LockName,
+        started: Instant,
+        retry_after: Option<Duration>,
+    ) -> LockError {
+        self.inner.telemetry.timed_out();
+        LockError::Timeout { name: name.to_string(), waited: started.elapsed(), retry_after }
+    }
+
+    /// First contention: subscribes to the lock's release channel on every
+    /// node (a message from any of them wakes the contender).
+    async fn subscribe(&self, entry: &LocalEntry, name: &LockName) {
+        let nodes = &self.inner.nodes;
+        entry
+            .subscriptions
+            .get_or_init(|| async {
+                let registrations = nodes
+                    .iter()
+                    .map(|node| node.wakeups.register(name.channel(), entry.wake.clone()));
+                join_all(registrations).await
+            })
+            .await;
     }
 
     /// One acquire round on every node concurrently.
@@ -414,6 +429,82 @@ fn shortest_pttl(votes: &[Vote]) -> Option<Duration> {
             _ => None,
         })
         .min()
+}
+
+/// Counts of one round's votes.
+fn tally(votes: &[Vote]) -> (usize, usize) {
+    let yes = votes.iter().filter(|v| matches!(v, Vote::Yes)).count();
+    let answered = votes.iter().filter(|v| !matches!(v, Vote::Unknown)).count();
+    (yes, answered)
+}
+
+/// The validity of a round that took `elapsed`, when it won a quorum with
+/// some validity left (`None`: the round failed).
+fn granted(votes: &[Vote], quorum: usize, lease: Duration, elapsed: Duration) -> Option<Duration> {
+    let (yes, _) = tally(votes);
+    if yes >= quorum { validity(lease, elapsed) } else { None }
+}
+
+/// The nodes that may hold our key after a failed round: every node that
+/// did not answer "held by another owner".
+fn maybe_ours(votes: &[Vote]) -> Vec<usize> {
+    votes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !matches!(v, Vote::No { .. }))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Why a `try_lock` gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    /// Fewer than a quorum of nodes answered at all.
+    NoQuorum { reachable: usize },
+    /// A quorum granted the lock, with no validity left.
+    TooLate,
+    /// Other owners kept a quorum from us.
+    Held { retry_after: Option<Duration> },
+}
+
+/// What `try_lock` does after a failed round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Next {
+    /// The deadline passed.
+    GiveUp(Failure),
+    /// Held elsewhere, first contention: subscribe on every node.
+    Subscribe,
+    /// Held elsewhere: wait for a release message at most this long.
+    Wait(Duration),
+    /// Nobody else holds it (votes split, or nodes unreachable): retry.
+    Retry,
+}
+
+/// The step after a failed round whose votes are `votes`, decided at `now`.
+/// Every step but [`Next::GiveUp`] is followed by the jittered retry delay.
+fn next_step(
+    votes: &[Vote],
+    quorum: usize,
+    now: Instant,
+    deadline: Instant,
+    subscribed: bool,
+) -> Next {
+    let pttl = shortest_pttl(votes);
+    if now >= deadline {
+        let (yes, answered) = tally(votes);
+        return Next::GiveUp(if answered < quorum {
+            Failure::NoQuorum { reachable: answered }
+        } else if yes >= quorum {
+            Failure::TooLate
+        } else {
+            Failure::Held { retry_after: pttl }
+        });
+    }
+    match pttl {
+        Some(pttl) if subscribed => Next::Wait(pttl.min(deadline - now)),
+        Some(_) => Next::Subscribe,
+        None => Next::Retry,
+    }
 }
 
 /// A lock held on a quorum of Redlock nodes. Dropping it without
@@ -580,5 +671,57 @@ impl Node {
             })
             .await
             .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    const HELD: Vote = Vote::No { pttl_ms: 300 };
+
+    #[test]
+    fn a_round_wins_with_a_quorum_of_yes_votes_and_validity_left() {
+        let second = Duration::from_secs(1);
+        let votes = [Vote::Yes, Vote::Yes, Vote::Unknown];
+        assert_eq!(granted(&votes, 2, second, MS * 100), Some(MS * 888));
+        assert_eq!(granted(&votes, 2, second, MS * 990), None, "no validity left");
+        assert_eq!(granted(&[Vote::Yes, HELD, Vote::Unknown], 2, second, MS), None);
+    }
+
+    #[test]
+    fn a_failed_round_releases_every_node_but_those_held_by_another_owner() {
+        assert_eq!(maybe_ours(&[Vote::Yes, HELD, Vote::Unknown]), vec![0, 2]);
+        assert_eq!(maybe_ours(&[HELD, HELD, HELD]), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn the_shortest_lease_seen_bounds_the_wait() {
+        let votes = [Vote::No { pttl_ms: 900 }, HELD, Vote::No { pttl_ms: -1 }];
+        assert_eq!(shortest_pttl(&votes), Some(MS * 250), "no lease: a 250 ms round");
+        assert_eq!(shortest_pttl(&[Vote::Yes, Vote::Unknown]), None);
+    }
+
+    #[test]
+    fn before_the_deadline_a_held_lock_subscribes_then_waits_and_a_split_retries() {
+        let t0 = Instant::now();
+        let held = [Vote::Yes, HELD, HELD];
+        assert_eq!(next_step(&held, 2, t0, t0 + MS * 1000, false), Next::Subscribe);
+        assert_eq!(next_step(&held, 2, t0, t0 + MS * 1000, true), Next::Wait(MS * 300));
+        assert_eq!(next_step(&held, 2, t0, t0 + MS * 40, true), Next::Wait(MS * 40));
+        let split = [Vote::Yes, Vote::Unknown, Vote::Unknown];
+        assert_eq!(next_step(&split, 2, t0, t0 + MS * 1000, true), Next::Retry);
+    }
+
+    #[test]
+    fn at_the_deadline_the_failure_says_why() {
+        let t0 = Instant::now();
+        let give_up = |votes: &[Vote]| next_step(votes, 2, t0, t0, true);
+        let unreachable = [Vote::Yes, Vote::Unknown, Vote::Unknown];
+        assert_eq!(give_up(&unreachable), Next::GiveUp(Failure::NoQuorum { reachable: 1 }));
+        assert_eq!(give_up(&[Vote::Yes, Vote::Yes, HELD]), Next::GiveUp(Failure::TooLate));
+        let held = Failure::Held { retry_after: Some(MS * 300) };
+        assert_eq!(give_up(&[Vote::Yes, HELD, HELD]), Next::GiveUp(held));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use seckill::lock::{
+use redis_lock::{
     LockConfig, LockError, LockName, LockOptions, MIN_LEASE, Redlock, RedlockConfig, ReleaseOutcome,
 };
 
@@ -116,7 +116,7 @@ async fn t14_tiny_leases_zero_waits_and_bad_configuration_give_typed_errors() {
     assert!(matches!(LockName::new("empty-tag:{}:lock"), Err(LockError::InvalidName { .. })));
     let zero = LockConfig { command_timeout: Duration::ZERO, ..LockConfig::default() };
     assert!(invalid(
-        seckill::lock::LockClient::with_config(redis::Client::open(SHARED_REDIS).unwrap(), zero)
+        redis_lock::LockClient::with_config(redis::Client::open(SHARED_REDIS).unwrap(), zero)
             .map(|_| ())
     ));
     assert!(invalid(Redlock::new(Vec::new(), RedlockConfig::default()).map(|_| ())));

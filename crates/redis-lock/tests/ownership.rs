@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use seckill::lock::{ExtendOutcome, LockError, LockOptions, ReleaseOutcome};
+use redis_lock::{ExtendOutcome, LockError, LockOptions, ReleaseOutcome};
 
 use crate::harness::{SHARED_REDIS, cleanup, holds, pttl, raw, shared_client, unique_name};
 
@@ -172,7 +172,7 @@ async fn an_uncontended_acquire_and_release_cost_two_round_trips() {
             counted.fetch_add(n, Ordering::Relaxed);
         })
     };
-    let config = seckill::lock::LockConfig { on_round_trip: Some(hook), ..Default::default() };
+    let config = redis_lock::LockConfig { on_round_trip: Some(hook), ..Default::default() };
     let client = crate::harness::client_with(SHARED_REDIS, config);
 
     for _ in 0..10 {

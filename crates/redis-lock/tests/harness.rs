@@ -1,16 +1,14 @@
-//! Test servers and helpers: unique lock names, raw connections for
-//! inspecting keys, `redis-server` children, and a TCP proxy that delays
-//! replies.
+//! Test helpers: unique lock names, raw connections for inspecting keys,
+//! and a TCP proxy that delays replies. `redis-server` children come from
+//! `test_support`.
 
-use std::net::{SocketAddr, TcpListener as StdListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use seckill::lock::{LockClient, LockConfig, LockName};
+use redis_lock::{LockClient, LockConfig, LockName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
@@ -62,112 +60,6 @@ pub async fn cleanup(conn: &mut MultiplexedConnection, name: &LockName) {
         .query_async(conn)
         .await
         .unwrap_or(0);
-}
-
-/// A `redis-server` child process on a free port that keeps nothing on disk.
-/// Killed (and its directory removed) on drop.
-pub struct RedisServer {
-    pub port: u16,
-    child: Option<Child>,
-    dir: PathBuf,
-    extra: Vec<String>,
-}
-
-impl RedisServer {
-    pub fn start() -> Self {
-        Self::start_with(&[])
-    }
-
-    /// With extra `redis-server` arguments (e.g. cluster mode).
-    pub fn start_with(extra: &[&str]) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("locktest-redis-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let mut last_err = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            let mut server = Self {
-                port,
-                child: None,
-                dir: dir.clone(),
-                extra: extra.iter().map(|s| s.to_string()).collect(),
-            };
-            match server.spawn() {
-                Ok(()) => return server,
-                Err(err) => last_err = err,
-            }
-        }
-        panic!("could not start redis-server: {last_err}");
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).expect("a valid URL")
-    }
-
-    /// Kills the server (SIGKILL: a crash, or a partition from our side).
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts it again on the same port, empty (nothing was persisted).
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn().expect("redis-server restarts on its port");
-    }
-
-    fn spawn(&mut self) -> Result<(), String> {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("spawn: {e}"))?;
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if ping(self.port) {
-                return Ok(());
-            }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                self.child = None;
-                return Err(format!("exited with {status}"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.kill();
-        Err("no PONG within 5 s".into())
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-fn ping(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut buf = [0u8; 16];
-    stream.write_all(b"PING\r\n").is_ok()
-        && stream.read(&mut buf).map(|n| buf[..n].starts_with(b"+PONG")).unwrap_or(false)
 }
 
 /// A TCP proxy in front of a Redis server that can hold back the next reply
@@ -243,23 +135,5 @@ impl Drop for DelayProxy {
         for task in self.tasks.lock().unwrap().drain(..) {
             task.abort();
         }
-    }
-}
-
-/// Waits until `cond` holds, checking every 5 ms, for at most `within`.
-pub async fn eventually<F, Fut>(within: Duration, mut cond: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if cond().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

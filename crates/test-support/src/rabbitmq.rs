@@ -1,4 +1,4 @@
-//! A RabbitMQ node the test owns: its own node name, AMQP and distribution
+//! A RabbitMQ node a test owns: its own node name, AMQP and distribution
 //! ports, and directories under a temporary directory, beside the shared
 //! broker. Stopped (and its directories removed) when dropped.
 
@@ -6,11 +6,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use crate::free_port;
 
-pub struct OwnedBroker {
+/// A `rabbitmq-server` child (see the module documentation). Stopping and
+/// restarting it keeps its messages: it is the same node, on the same ports
+/// and directories.
+pub struct RabbitMqNode {
+    /// The AMQP port (127.0.0.1).
     pub port: u16,
     dist_port: u16,
     name: String,
@@ -18,9 +20,9 @@ pub struct OwnedBroker {
     child: Option<Child>,
 }
 
-impl OwnedBroker {
+impl RabbitMqNode {
     /// Starts the node and waits (up to 60 s) until it accepts AMQP.
-    pub async fn start() -> OwnedBroker {
+    pub async fn start() -> RabbitMqNode {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = std::env::temp_dir().join(format!("seckill-rabbit-{id}"));
         for sub in ["mnesia", "log"] {
@@ -41,7 +43,7 @@ impl OwnedBroker {
             format!("listeners.tcp.local = 127.0.0.1:{port}\n"),
         )
         .unwrap();
-        let mut broker = OwnedBroker {
+        let mut broker = RabbitMqNode {
             port,
             dist_port: free_port(),
             name: format!("seckill-test-{}", &id[..12]),
@@ -52,6 +54,7 @@ impl OwnedBroker {
         broker
     }
 
+    /// `amqp://guest:guest@127.0.0.1:<port>/%2f`.
     pub fn url(&self) -> String {
         format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
     }
@@ -110,7 +113,7 @@ impl OwnedBroker {
     }
 }
 
-impl Drop for OwnedBroker {
+impl Drop for RabbitMqNode {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);

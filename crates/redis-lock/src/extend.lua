@@ -9,10 +9,10 @@
 --   -1  not the owner: another owner holds the lock (nothing changed)
 --   -2  expired: nobody holds the lock (nothing changed)
 --
--- Races closed
---   * Extend after expiry (locks.md T8, redlock-rb #36): an extend that finds
+-- Races closed (T-ids: the crate README's "Failure timelines")
+--   * Extend after expiry (T8, redlock-rb #36): an extend that finds
 --     the key absent or owned by someone else fails; it never re-creates it.
---   * Renewal outliving release (locks.md T10, Redisson #7272): a renewal
+--   * Renewal outliving release (T10, Redisson #7272): a renewal
 --     that arrives after the release finds no owner and does nothing, so the
 --     released key stays gone even if the watchdog's cancel loses the race.
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
