@@ -25,8 +25,6 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "telemetry",
             "backends",
-            // The Redis lock library, which knows nothing of the service.
-            "lock",
             // Metric names, defined once for the service and the load test.
             "metric_names",
         ],
