@@ -41,8 +41,8 @@ pub fn init_tracing_or(default: &str) {
 
 /// Leaves out lapin's ERROR reports of a connection lost the way a broker
 /// restart loses it: the broker's `Connection.Close` with reply code 320
-/// (`CONNECTION_FORCED`: it is shutting down) and the reset socket that
-/// follows. Auto-recovery reconnects, and the AMQP handle logs the loss at
+/// (`CONNECTION_FORCED`: it is shutting down) and the reset or closed socket
+/// that goes with it. Auto-recovery reconnects, and the AMQP handle logs the loss at
 /// WARN; every other report (another close code, a protocol error) stays an
 /// ERROR.
 struct LostAmqpConnection;
@@ -81,14 +81,15 @@ impl Visit for Fields {
 
 /// Whether a lapin ERROR event with these fields (in lapin's `Debug` form)
 /// reports a connection lost to a broker restart: the close the broker sends
-/// when it shuts down, or the socket it resets.
+/// when it shuts down, or the socket it resets or closes.
 fn is_lost_connection_report(message: &str, method: &str, error: &str) -> bool {
     match message {
         "Connection closed" => method.contains("reply_code: 320"),
         "error doing IO" => ["ConnectionReset", "ConnectionAborted", "BrokenPipe", "UnexpectedEof"]
             .iter()
             .any(|kind| error.contains(&format!("kind: {kind}"))),
-        _ => false,
+        // The socket the broker closed, seen before its close frame.
+        _ => message.starts_with("Socket was readable but we read 0."),
     }
 }
 
@@ -130,6 +131,9 @@ mod tests {
     fn a_broker_restart_is_left_out_of_lapins_errors() {
         assert!(is_lost_connection_report("Connection closed", FORCED, ""));
         assert!(is_lost_connection_report("error doing IO", "", RESET));
+        let half_closed = "Socket was readable but we read 0. This usually means that the \
+                           connection is half closed, thus report it as broken.";
+        assert!(is_lost_connection_report(half_closed, "", ""));
     }
 
     #[test]

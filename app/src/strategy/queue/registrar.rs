@@ -117,49 +117,28 @@ async fn work(db: PgPool, mut jobs: mpsc::UnboundedReceiver<Job>) {
 
 type Key = (i64, i64);
 
+/// Attempts at a group's statements when Postgres picks them as a deadlock's
+/// victim (SQLSTATE 40P01). A group's insert can deadlock with a consumer's
+/// batch that recreates the same (sale, user) rows in another order (after a
+/// broker restart, for requests whose refused publish had landed); the
+/// victim's statement is rolled back whole, so running it again is safe.
+const DEADLOCK_ATTEMPTS: u32 = 3;
+
 async fn register_group(db: &PgPool, jobs: Vec<(SaleId, UserId, Quantity, Reply<Registered>)>) {
-    let ids: Vec<Uuid> = jobs.iter().map(|_| Uuid::new_v4()).collect();
-    let sales: Vec<i64> = jobs.iter().map(|j| j.0.0).collect();
-    let users: Vec<i64> = jobs.iter().map(|j| j.1.get()).collect();
-    let quantities: Vec<i32> = jobs.iter().map(|j| j.2.get()).collect();
-    let result = async {
-        // A buyer twice in one group: the second row conflicts with the first
-        // and is skipped, and finds the first below.
-        let inserted: Vec<(Uuid, i64, i64)> = sqlx::query_as(
-            "INSERT INTO purchase_requests (id, sale_id, user_id, quantity)
-             SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[])
-             ON CONFLICT (sale_id, user_id) DO NOTHING
-             RETURNING id, sale_id, user_id",
-        )
-        .bind(&ids)
-        .bind(&sales)
-        .bind(&users)
-        .bind(&quantities)
-        .fetch_all(db)
-        .await?;
-        let fresh: HashMap<Key, Uuid> =
-            inserted.into_iter().map(|(id, s, u)| ((s, u), id)).collect();
-        let (mut missing_sales, mut missing_users) = (Vec::new(), Vec::new());
-        for (i, (&sale, &user)) in sales.iter().zip(&users).enumerate() {
-            if fresh.get(&(sale, user)) != Some(&ids[i]) {
-                missing_sales.push(sale);
-                missing_users.push(user);
-            }
+    let rows = GroupRows {
+        ids: jobs.iter().map(|_| Uuid::new_v4()).collect(),
+        sales: jobs.iter().map(|j| j.0.0).collect(),
+        users: jobs.iter().map(|j| j.1.get()).collect(),
+        quantities: jobs.iter().map(|j| j.2.get()).collect(),
+    };
+    let mut attempt = 1;
+    let result = loop {
+        match register_rows(db, &rows).await {
+            Err(err) if is_deadlock(&err) && attempt < DEADLOCK_ATTEMPTS => attempt += 1,
+            other => break other,
         }
-        // ON CONFLICT waited for any conflicting insert to commit, so this
-        // later statement sees it.
-        let existing = if missing_sales.is_empty() {
-            Vec::new()
-        } else {
-            lookup(db, &missing_sales, &missing_users).await?
-        };
-        let existing: HashMap<Key, (Uuid, bool)> = existing
-            .into_iter()
-            .map(|(id, s, u, status)| ((s, u), (id, status == "pending")))
-            .collect();
-        Ok::<_, sqlx::Error>((fresh, existing))
-    }
-    .await;
+    };
+    let (ids, sales, users) = (&rows.ids, &rows.sales, &rows.users);
     match result {
         Ok((fresh, existing)) => {
             for (i, (_, _, _, reply)) in jobs.into_iter().enumerate() {
@@ -181,6 +160,62 @@ async fn register_group(db: &PgPool, jobs: Vec<(SaleId, UserId, Quantity, Reply<
         }
         Err(err) => reply_all(jobs.into_iter().map(|j| j.3), err),
     }
+}
+
+/// The rows of one group, column by column.
+struct GroupRows {
+    ids: Vec<Uuid>,
+    sales: Vec<i64>,
+    users: Vec<i64>,
+    quantities: Vec<i32>,
+}
+
+/// Inserts the group's requests and looks up those that existed: the
+/// requests inserted (by key, with the id given) and the existing ones (by
+/// key, with whether they are pending).
+async fn register_rows(
+    db: &PgPool,
+    rows: &GroupRows,
+) -> Result<(HashMap<Key, Uuid>, HashMap<Key, (Uuid, bool)>), sqlx::Error> {
+    // A buyer twice in one group: the second row conflicts with the first
+    // and is skipped, and finds the first below.
+    let inserted: Vec<(Uuid, i64, i64)> = sqlx::query_as(
+        "INSERT INTO purchase_requests (id, sale_id, user_id, quantity)
+         SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[])
+         ON CONFLICT (sale_id, user_id) DO NOTHING
+         RETURNING id, sale_id, user_id",
+    )
+    .bind(&rows.ids)
+    .bind(&rows.sales)
+    .bind(&rows.users)
+    .bind(&rows.quantities)
+    .fetch_all(db)
+    .await?;
+    let fresh: HashMap<Key, Uuid> = inserted.into_iter().map(|(id, s, u)| ((s, u), id)).collect();
+    let (mut missing_sales, mut missing_users) = (Vec::new(), Vec::new());
+    for (i, (&sale, &user)) in rows.sales.iter().zip(&rows.users).enumerate() {
+        if fresh.get(&(sale, user)) != Some(&rows.ids[i]) {
+            missing_sales.push(sale);
+            missing_users.push(user);
+        }
+    }
+    // ON CONFLICT waited for any conflicting insert to commit, so this
+    // later statement sees it.
+    let existing = if missing_sales.is_empty() {
+        Vec::new()
+    } else {
+        lookup(db, &missing_sales, &missing_users).await?
+    };
+    let existing = existing
+        .into_iter()
+        .map(|(id, s, u, status)| ((s, u), (id, status == "pending")))
+        .collect();
+    Ok((fresh, existing))
+}
+
+/// Whether Postgres aborted the statement to break a deadlock (40P01).
+fn is_deadlock(err: &sqlx::Error) -> bool {
+    err.as_database_error().and_then(|e| e.code()).as_deref() == Some("40P01")
 }
 
 async fn find_group(db: &PgPool, jobs: Vec<(SaleId, UserId, Reply<Option<Uuid>>)>) {
