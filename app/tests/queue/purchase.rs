@@ -132,7 +132,7 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
 
     // Nothing listens on this port: readiness names RabbitMQ, and a purchase
     // is refused with `busy` and a Retry-After, never accepted.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = test_support::free_port();
     let down = spawn_app(&unique_prefix(), |config| {
         config.amqp_url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
     })
