@@ -196,8 +196,11 @@ fn imports_under(src: &Path) -> Imports {
         }
         let source = std::fs::read_to_string(&file).expect("readable source");
         let code = strip_comments_and_strings(&source);
-        let mut used = crate_paths(&code);
-        used.extend(super_paths(relative, &code));
+        // Unit tests sit in an inline `mod tests` at the end of a file; its
+        // `super::` is the file itself, and tests are no part of the layering.
+        let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+        let mut used = crate_paths(code);
+        used.extend(super_paths(relative, code));
         used.remove(&module);
         imports.entry(module).or_default().extend(used);
     }
