@@ -42,9 +42,9 @@ pub fn init_tracing_or(default: &str) {
 /// Leaves out lapin's ERROR reports of a connection lost the way a broker
 /// restart loses it: the broker's `Connection.Close` with reply code 320
 /// (`CONNECTION_FORCED`: it is shutting down) and the reset or closed socket
-/// that goes with it. Auto-recovery reconnects, and the AMQP handle logs the loss at
-/// WARN; every other report (another close code, a protocol error) stays an
-/// ERROR.
+/// that goes with it, and the connection error lapin reports for either.
+/// The AMQP handle logs the loss at WARN and reconnects on the next use;
+/// every other report (another close code, a protocol error) stays an ERROR.
 struct LostAmqpConnection;
 
 impl<S: Subscriber> Layer<S> for LostAmqpConnection {
@@ -88,6 +88,13 @@ fn is_lost_connection_report(message: &str, method: &str, error: &str) -> bool {
         "error doing IO" => ["ConnectionReset", "ConnectionAborted", "BrokenPipe", "UnexpectedEof"]
             .iter()
             .any(|kind| error.contains(&format!("kind: {kind}"))),
+        // The same two causes, as lapin's `Display` of the connection error.
+        "Connection error" => {
+            let error = error.to_ascii_lowercase();
+            ["connection-forced", "connection reset", "connection aborted", "broken pipe"]
+                .iter()
+                .any(|cause| error.contains(cause))
+        }
         // The socket the broker closed, seen before its close frame.
         _ => message.starts_with("Socket was readable but we read 0."),
     }
@@ -134,6 +141,11 @@ mod tests {
         let half_closed = "Socket was readable but we read 0. This usually means that the \
                            connection is half closed, thus report it as broken.";
         assert!(is_lost_connection_report(half_closed, "", ""));
+        let forced = "protocol error: AMQP hard error: CONNECTION-FORCED: CONNECTION_FORCED - \
+                      broker forced connection closure with reason 'shutdown'";
+        assert!(is_lost_connection_report("Connection error", "", forced));
+        let reset = "IO error: Connection reset by peer (os error 104)";
+        assert!(is_lost_connection_report("Connection error", "", reset));
     }
 
     #[test]
@@ -143,5 +155,7 @@ mod tests {
         assert!(!is_lost_connection_report("Connection closed", "", ""));
         assert!(!is_lost_connection_report("error doing IO", "", PARSE));
         assert!(!is_lost_connection_report("parse error", "", RESET));
+        let internal = "protocol error: AMQP hard error: INTERNAL-ERROR: INTERNAL_ERROR";
+        assert!(!is_lost_connection_report("Connection error", "", internal));
     }
 }

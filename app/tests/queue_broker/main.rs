@@ -22,6 +22,12 @@ use crate::support::{ADMIN_TOKEN, TestApp, provoking};
 const STOCK: i64 = 1000;
 const BUYERS: i64 = 1500;
 
+/// How long the buyers may take, restart included: about 4 s of buying and
+/// 10–30 s of broker restart and reconnection on a busy 2-core machine. A
+/// sale that stops accepting or settling after the restart fails the test
+/// at this deadline instead of hanging it.
+const SALE_DEADLINE: Duration = Duration::from_secs(180);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_order() {
     provoking("a restart of its own RabbitMQ node (lost connections, 503 busy)");
@@ -55,6 +61,7 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
         accepted: Arc::new(Mutex::new(vec![(1, String::new())])),
         next: Arc::new(AtomicI64::new(2)),
         refused: Arc::default(),
+        deadline: tokio::time::Instant::now() + SALE_DEADLINE,
     };
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..10 {
@@ -94,17 +101,22 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
 }
 
 /// What the buyers of the test share: the requests accepted (buyer, request
-/// id), the next buyer to come, and how many `503 busy` answers they got.
+/// id), the next buyer to come, how many `503 busy` answers they got, and
+/// when they must be done.
 #[derive(Clone)]
 struct Buyers {
     accepted: Arc<Mutex<Vec<(i64, String)>>>,
     next: Arc<AtomicI64>,
     refused: Arc<AtomicU64>,
+    deadline: tokio::time::Instant,
 }
 
 impl Buyers {
     /// One worker: takes the next buyer until there are none left, ~25 ms
     /// per buyer, each retrying `503 busy` until answered otherwise.
+    ///
+    /// Panics: a buyer still refused at the deadline (the sale never came
+    /// back after the restart).
     async fn buy(self, client: reqwest::Client, base: String, sale: i64) {
         loop {
             let user = self.next.fetch_add(1, Ordering::Relaxed);
@@ -112,7 +124,12 @@ impl Buyers {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
-            for _ in 0..400 {
+            loop {
+                assert!(
+                    tokio::time::Instant::now() < self.deadline,
+                    "buyer {user} was still refused {SALE_DEADLINE:?} into the sale: the queue \
+                     never accepted or settled again after the broker restart"
+                );
                 let response = client
                     .post(format!("{base}/sales/{sale}/orders"))
                     .json(&json!({ "user_id": user }))

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use reqwest::{Response, StatusCode};
 use seckill::audit::Audit;
@@ -59,7 +60,13 @@ impl TestApp {
         let addr = app.local_addr();
         tokio::spawn(app.run_until(std::future::pending()));
         let db = PgPool::connect(&test_database_url()).await.expect("test pool");
-        let client = reqwest::Client::builder().pool_max_idle_per_host(256).build().unwrap();
+        // Every request is bounded, so a service that stops answering fails
+        // the test instead of hanging the suite.
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
         TestApp { addr, base: format!("http://{addr}"), client, db }
     }
 

@@ -22,9 +22,12 @@
 //!   rejected without requeue, into the dead-letter queue (the queue's
 //!   `x-delivery-limit` is the broker-side backstop). No endless requeue.
 //!
-//! The channel is opened on the shared connection; after a connection loss
-//! lapin's auto-recovery replays the QoS and the consumer, and this loop goes
-//! on reading; if recovery gives up, the loop opens a new channel.
+//! The channel is opened on the consumers' connection. When the connection
+//! or the channel is lost, the round's deliveries are left unacknowledged
+//! (the broker hands them out again), and the loop opens a new connection,
+//! redeclares the queues and subscribes again. A wait for the next delivery
+//! looks at the channel every [`LIVENESS_PERIOD`], so a channel that died
+//! without telling its consumer cannot stall the partition.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -148,14 +151,24 @@ async fn consume(
     Ok(())
 }
 
-/// The next delivery; waits through a connection recovery. `Ok(None)` when
-/// the consumer was cancelled.
-async fn next(channel: &Channel, consumer: &mut Consumer) -> anyhow::Result<Option<Delivery>> {
+/// How often a wait for a delivery checks that its channel is still open.
+const LIVENESS_PERIOD: Duration = Duration::from_secs(1);
+
+/// The next delivery. `Ok(None)` when the consumer was cancelled.
+///
+/// Errors: the consumer's error, or the channel found no longer connected
+/// while waiting.
+pub(super) async fn next(
+    channel: &Channel,
+    consumer: &mut Consumer,
+) -> anyhow::Result<Option<Delivery>> {
     loop {
-        match consumer.next().await {
-            Some(Ok(delivery)) => return Ok(Some(delivery)),
-            Some(Err(err)) => channel.wait_for_recovery(err).await?,
-            None => return Ok(None),
+        match tokio::time::timeout(LIVENESS_PERIOD, consumer.next()).await {
+            Ok(Some(Ok(delivery))) => return Ok(Some(delivery)),
+            Ok(Some(Err(err))) => return Err(err.into()),
+            Ok(None) => return Ok(None),
+            Err(_) if channel.status().connected() => {}
+            Err(_) => anyhow::bail!("the channel closed while waiting for a delivery"),
         }
     }
 }

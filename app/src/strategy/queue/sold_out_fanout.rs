@@ -18,7 +18,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, BasicPublishOptions, QueueBindOptions, QueueDeclareOptions,
 };
@@ -178,8 +177,6 @@ async fn listen_once(
     let conn = amqp.connection().await?;
     let channel = conn.create_channel().await?;
     topology.declare_events(&channel).await?;
-    // Named by the client, not the server: lapin's recovery redeclares it
-    // by name, and the broker refuses `amq.gen-*` names from clients.
     let name = format!("{}.{}", topology.events_exchange(), uuid::Uuid::new_v4().simple());
     let queue = channel
         .queue_declare(
@@ -205,13 +202,10 @@ async fn listen_once(
             FieldTable::default(),
         )
         .await?;
-    while let Some(delivery) = consumer.next().await {
-        match delivery {
-            Ok(delivery) => match serde_json::from_slice::<Event>(&delivery.data) {
-                Ok(event) => gate.apply(event),
-                Err(err) => tracing::debug!(error = %err, "unreadable sale event"),
-            },
-            Err(err) => channel.wait_for_recovery(err).await?,
+    while let Some(delivery) = super::consumer::next(&channel, &mut consumer).await? {
+        match serde_json::from_slice::<Event>(&delivery.data) {
+            Ok(event) => gate.apply(event),
+            Err(err) => tracing::debug!(error = %err, "unreadable sale event"),
         }
     }
     Ok(())
