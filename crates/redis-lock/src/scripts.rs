@@ -21,8 +21,6 @@ static FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair.
 static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rwlock_write.lua")));
 static SHARED_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("shared_acquire.lua")));
-static SHARED_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("shared_extend.lua")));
 static SHARED_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("shared_release.lua")));
 static PERIOD_CLAIM: LazyLock<Script> =
@@ -125,12 +123,12 @@ pub(crate) async fn claim(
         ClaimKind::Read => {
             let mut invocation = SHARED_ACQUIRE.key(claim.holders_key());
             invocation.key(name.key()).key(derived(name, "writer-waiting"));
-            invocation.arg(lease).arg(owner).arg(0);
+            invocation.arg(lease).arg(owner).arg(0).arg("take");
             invocation
         }
         ClaimKind::Permit { permits } => {
             let mut invocation = SHARED_ACQUIRE.key(claim.holders_key());
-            invocation.arg(lease).arg(owner).arg(permits);
+            invocation.arg(lease).arg(owner).arg(permits).arg("take");
             invocation
         }
     };
@@ -319,18 +317,22 @@ pub(crate) async fn shared_release(
     }
 }
 
-/// `shared_extend.lua`: [`ExtendReply::Extended`] or [`ExtendReply::Expired`].
+/// Renews a shared hold (`shared_acquire.lua` "renew"):
+/// [`ExtendReply::Extended`], or [`ExtendReply::Expired`] when its lease had
+/// ended.
 pub(crate) async fn shared_extend(
     conn: &mut impl ConnectionLike,
     holders: &str,
     owner: &str,
     lease_ms: u64,
 ) -> redis::RedisResult<ExtendReply> {
-    let reply: i64 = SHARED_EXTEND.key(holders).arg(lease_ms).arg(owner).invoke_async(conn).await?;
-    match reply {
-        1 => Ok(ExtendReply::Extended),
-        -2 => Ok(ExtendReply::Expired),
-        other => Err(unexpected("shared_extend.lua", &[other])),
+    let mut invocation = SHARED_ACQUIRE.key(holders);
+    invocation.arg(lease_ms).arg(owner).arg(0).arg("renew");
+    let reply: Vec<i64> = invocation.invoke_async(conn).await?;
+    match reply.as_slice() {
+        [1, ..] => Ok(ExtendReply::Extended),
+        [-2, _] => Ok(ExtendReply::Expired),
+        other => Err(unexpected("shared_acquire.lua", other)),
     }
 }
 

@@ -7,7 +7,7 @@
 //! as free for every script that reads the set, so a holder that dies gives
 //! its hold back when its lease ends, with no sweeper. The holder's side is
 //! the reentrant lock's: a [`LeaseState`] watched (and, with the watchdog,
-//! renewed every lease/3 by `shared_extend.lua`) by one task, which fires
+//! renewed every lease/3 by `shared_acquire.lua`) by one task, which fires
 //! [`lost`](SharedGuard::lost) when the lease is gone.
 
 use std::sync::Arc;

@@ -1,5 +1,5 @@
--- Take a shared hold: one of N permits of a semaphore, or a read hold of a
--- read-write lock.
+-- Take a shared hold (one of N permits of a semaphore, or a read hold of a
+-- read-write lock), or renew one that is still ours.
 --
 -- Data model: the holds are entries {owner token -> end of lease, server ms}
 -- in a sorted set. An entry whose lease ended no longer counts, whether its
@@ -12,13 +12,15 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner token (one per hold)
 -- ARGV[3]  N, the number of permits (every caller of a semaphore passes the
---          same N); 0: no limit (readers)
+--          same N); 0: no limit (readers, renewals)
+-- ARGV[4]  "take", or "renew": only refresh a hold whose lease has not ended
 --
 -- Returns
 --   {1, 0, 1}  a hold (no fencing token: holds are not exclusive)
 --   {0, ms}    refused: a writer holds the lock or waits for it (ms: its
 --              lease's or its marker's PTTL), or all N are in use (ms until
 --              the earliest lease ends)
+--   {-2, 0}    "renew": the hold's lease had ended (it is not revived)
 --
 -- Races closed
 --   * Check-then-add: expiry, the writer check, the count and the add are
@@ -28,10 +30,16 @@
 --     counting, with no sweeper process.
 --   * Retried acquire (T9): a holder already in the set is refreshed, never
 --     counted twice.
+--   * Renewal after expiry (T8) or after release (T10): a hold whose lease
+--     ended may already have been counted free and taken by someone else;
+--     "renew" never adds it back.
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('zremrangebyscore', KEYS[1], '-inf', now)
 if not redis.call('zscore', KEYS[1], ARGV[2]) then
+    if ARGV[4] == 'renew' then
+        return {-2, 0}
+    end
     for i = 2, #KEYS do
         if redis.call('exists', KEYS[i]) == 1 then
             return {0, redis.call('pttl', KEYS[i])}
