@@ -14,7 +14,9 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner token (one per acquisition)
 -- ARGV[3]  "try" (take it only if free and nobody waits), "wait" (take it
---          if it is our turn, else join or stay in line), or "leave"
+--          if it is our turn, else join or stay in line), or "leave" (out of
+--          the line, and out of the lock if a grant we never heard of made
+--          us its holder)
 -- ARGV[4]  waiter timeout in ms: a waiter's deadline is now + this, renewed
 --          by each of its attempts
 -- ARGV[5]  the prefix of each waiter's own wake-up channel (`<name>:turn:`)
@@ -46,6 +48,10 @@ local free = redis.call('exists', KEYS[1]) == 0
 if ARGV[3] == 'leave' then
     redis.call('zrem', KEYS[3], ARGV[2])
     redis.call('zrem', KEYS[4], ARGV[2])
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        redis.call('del', KEYS[1])
+        free = true
+    end
     local first = redis.call('zrange', KEYS[3], 0, 0)[1]
     if free and first then
         redis.call('publish', ARGV[5] .. first, 'turn')

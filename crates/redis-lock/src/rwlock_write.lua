@@ -14,12 +14,16 @@
 -- ARGV[2]  owner token (one per acquisition)
 -- ARGV[3]  how long the marker lasts without a new attempt, in ms (0: a
 --          single attempt, no marker)
+-- ARGV[4]  "take", or "leave": a writer that gives up drops its marker, and
+--          the writer hash if a grant it never heard of made it the writer
+-- ARGV[5]  the lock's wake-up channel (told when a writer leaves)
 --
 -- Returns
 --   {1, fencing token, hold count}  ours (a retry gets the same token back)
 --   {0, ms}                         held: by a writer for its remaining
 --                                   lease, or by readers until the last
 --                                   reader lease ends
+--   {-1, 0}                         "leave": done
 --
 -- Races closed
 --   * Check-then-set between the readers' count and the writer's key: both
@@ -29,6 +33,18 @@
 --   * Writer starvation by a stream of readers: the marker refuses new
 --     readers while a writer waits; it dies with its writer's attempts.
 --   * Retried acquire (T9): the same owner gets the same grant back.
+--   * Readers kept out by a writer that gave up: its marker goes with it,
+--     and the readers it kept out are woken.
+if ARGV[4] == 'leave' then
+    if redis.call('get', KEYS[4]) == ARGV[2] then
+        redis.call('del', KEYS[4])
+    end
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        redis.call('del', KEYS[1])
+    end
+    redis.call('publish', ARGV[5], 'released')
+    return {-1, 0}
+end
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)

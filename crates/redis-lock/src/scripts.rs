@@ -80,10 +80,15 @@ impl Claim {
         }
     }
 
-    /// Whether a refused attempt left this claim waiting in a line that it
-    /// must leave when it gives up.
+    /// Whether a refused attempt left a trace that the claim must clear when
+    /// it gives up: a place in a fair lock's line, or a waiting writer's
+    /// marker.
     pub(crate) fn queued(&self) -> bool {
-        matches!(self.kind, ClaimKind::Fair { enqueue: true, .. })
+        match self.kind {
+            ClaimKind::Fair { enqueue, .. } => enqueue,
+            ClaimKind::Write { waiter_timeout_ms } => waiter_timeout_ms > 0,
+            _ => false,
+        }
     }
 }
 
@@ -114,11 +119,7 @@ pub(crate) async fn claim(
             fair(name, owner, lease, mode, waiter_timeout_ms)
         }
         ClaimKind::Write { waiter_timeout_ms } => {
-            let mut invocation = WRITE.key(name.key());
-            invocation.key(name.fence_key()).key(derived(name, "readers"));
-            invocation.key(derived(name, "writer-waiting")).arg(lease).arg(owner);
-            invocation.arg(waiter_timeout_ms);
-            invocation
+            write(name, owner, lease, waiter_timeout_ms, "take")
         }
         ClaimKind::Read => {
             let mut invocation = SHARED_ACQUIRE.key(claim.holders_key());
@@ -134,6 +135,21 @@ pub(crate) async fn claim(
     };
     let reply: Vec<i64> = invocation.invoke_async(conn).await?;
     acquire_reply("claim", &reply)
+}
+
+/// `rwlock_write.lua` in `mode` (`take`, `leave`).
+fn write(
+    name: &LockName,
+    owner: &str,
+    lease_ms: u64,
+    waiter_timeout_ms: u64,
+    mode: &str,
+) -> redis::ScriptInvocation<'static> {
+    let mut invocation = WRITE.key(name.key());
+    invocation.key(name.fence_key()).key(derived(name, "readers"));
+    invocation.key(derived(name, "writer-waiting")).arg(lease_ms).arg(owner);
+    invocation.arg(waiter_timeout_ms).arg(mode).arg(name.channel());
+    invocation
 }
 
 /// `fair.lua` in `mode` (`try`, `wait`, `leave`).
@@ -153,21 +169,22 @@ fn fair(
 }
 
 /// Frees whatever `claim` may hold after its acquisition gave up or failed
-/// (one round trip): every hold of its owner token, and its place in line.
+/// (one round trip): every hold of its owner token, and its place in line
+/// or its waiting-writer marker.
 pub(crate) async fn abandon(
     conn: &mut impl ConnectionLike,
     claim: &Claim,
 ) -> redis::RedisResult<()> {
     let (name, owner) = (&claim.name, claim.owner.as_str());
     match claim.kind {
-        ClaimKind::Reentrant | ClaimKind::Write { .. } => {
-            release(conn, name, owner, 1, true, Wake::All).await.map(drop)
+        ClaimKind::Reentrant => release(conn, name, owner, 1, true, Wake::All).await.map(drop),
+        ClaimKind::Write { waiter_timeout_ms } => {
+            let leave = write(name, owner, 1, waiter_timeout_ms, "leave");
+            leave.invoke_async::<Vec<i64>>(conn).await.map(drop)
         }
         ClaimKind::Fair { waiter_timeout_ms, .. } => {
-            // Out of the line first, then every hold (waking the next one).
             let leave = fair(name, owner, 1, "leave", waiter_timeout_ms);
-            leave.invoke_async::<Vec<i64>>(conn).await?;
-            release(conn, name, owner, 1, true, Wake::FirstInLine).await.map(drop)
+            leave.invoke_async::<Vec<i64>>(conn).await.map(drop)
         }
         ClaimKind::Read | ClaimKind::Permit { .. } => {
             shared_release(conn, &claim.holders_key(), owner, name.channel()).await.map(drop)

@@ -123,3 +123,22 @@ async fn a_dead_reader_stops_blocking_writers_when_its_lease_ends() {
     writer.write(now).await.expect("free").release().await.unwrap();
     cleanup_rw(&name).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_gives_up_stops_keeping_readers_out() {
+    let name = unique_name("rw-give-up");
+    let [a, b, c] = [0; 3].map(|_| RwLock::new(&shared_client(), name.clone()));
+    let now = LockOptions::new(Duration::ZERO, LONG);
+    let reader = a.read(now).await.unwrap();
+    let wait = Duration::from_millis(200);
+    let started = Instant::now();
+    let refused = b.write(LockOptions::new(wait, LONG)).await;
+    assert_bounded(started.elapsed(), wait);
+    assert!(matches!(refused, Err(LockError::Timeout { .. })), "{refused:?}");
+    // Its marker went with it: a reader gets in at once, well within the
+    // waiter timeout the marker would otherwise have lasted.
+    let next = c.read(now).await.expect("readers welcome again");
+    next.release().await.unwrap();
+    reader.release().await.unwrap();
+    cleanup_rw(&name).await;
+}
