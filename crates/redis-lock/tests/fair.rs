@@ -33,19 +33,26 @@ async fn cleanup_fair(name: &LockName) {
 }
 
 /// A waiter of its own process (its heartbeat every second): takes the lock
-/// within `LONG`, notes `label` in `served`, holds it 20 ms, releases it.
+/// within `LONG`, notes `label` in `served` (the holders so far, and whether
+/// one holds it now), holds it 20 ms, releases it.
 fn waiter(
     name: &LockName,
     label: usize,
-    served: &Arc<Mutex<Vec<usize>>>,
+    served: &Arc<Mutex<(Vec<usize>, bool)>>,
 ) -> tokio::task::JoinHandle<Result<(), LockError>> {
     let client = client_with_waiter_timeout(Duration::from_secs(3));
     let lock = FairLock::new(&client, name.clone());
     let served = served.clone();
     tokio::spawn(async move {
         let guard = lock.try_lock(LockOptions::new(LONG, LONG)).await?;
-        served.lock().unwrap().push(label);
+        {
+            let mut served = served.lock().unwrap();
+            assert!(!served.1, "{label} got the lock while another held it");
+            served.0.push(label);
+            served.1 = true;
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
+        served.lock().unwrap().1 = false;
         guard.release().await.map(drop)
     })
 }
@@ -55,7 +62,7 @@ async fn waiters_are_served_in_arrival_order_and_a_newcomer_cannot_barge_in() {
     let name = unique_name("fair-order");
     let holder = FairLock::new(&shared_client(), name.clone());
     std::mem::forget(holder.try_lock(LockOptions::new(Duration::ZERO, LONG)).await.unwrap());
-    let served = Arc::new(Mutex::new(Vec::new()));
+    let served = Arc::new(Mutex::new((Vec::new(), false)));
     let mut waiters = Vec::new();
     for label in 0..4 {
         waiters.push(waiter(&name, label, &served));
@@ -73,7 +80,7 @@ async fn waiters_are_served_in_arrival_order_and_a_newcomer_cannot_barge_in() {
     for waiter in waiters {
         waiter.await.unwrap().expect("served within its wait");
     }
-    assert_eq!(*served.lock().unwrap(), vec![0, 1, 2, 3]);
+    assert_eq!(served.lock().unwrap().0, vec![0, 1, 2, 3]);
     assert_eq!(in_line(&name).await, 0);
     cleanup_fair(&name).await;
 }
