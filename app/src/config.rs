@@ -89,11 +89,18 @@ pub struct Config {
     #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
     pub db_acquire_timeout_ms: u64,
 
-    /// `redis-decr`: milliseconds between two background reconciliation
-    /// passes over the sales this Redis prefix holds; 0 turns the background
-    /// job off (`POST /admin/sales/{id}/reconcile` still works).
+    /// `redis-decr`: the period of the background reconciliation, in
+    /// milliseconds: one pass over the sales this Redis prefix holds per
+    /// period, run by one instance of those sharing the prefix; 0 turns the
+    /// background job off (`POST /admin/sales/{id}/reconcile` still works).
     #[arg(long, env = "SECKILL_RECONCILE_INTERVAL_MS", default_value_t = 5000)]
     pub reconcile_interval_ms: u64,
+
+    /// Names this instance in the `instance` label of its metrics
+    /// (`seckill_scheduled_job_runs_total`). Unset: the address it listens
+    /// on, as bound (`127.0.0.1:8080`).
+    #[arg(long, env = "SECKILL_INSTANCE")]
+    pub instance: Option<String>,
 
     /// `redis-decr`: age in milliseconds after which a reservation without an
     /// order counts as abandoned and is returned. Must exceed the longest
@@ -150,6 +157,12 @@ impl Config {
         }
     }
 
+    /// The `instance` label of this instance's metrics (`SECKILL_INSTANCE`;
+    /// set to the bound address at start when unset).
+    pub fn instance(&self) -> &str {
+        self.instance.as_deref().unwrap_or("unnamed")
+    }
+
     pub fn db_acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.db_acquire_timeout_ms)
     }
@@ -172,6 +185,7 @@ impl std::fmt::Debug for Config {
             .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
             .field("reconcile_interval_ms", &self.reconcile_interval_ms)
             .field("reconcile_grace_ms", &self.reconcile_grace_ms)
+            .field("instance", &self.instance)
             .field("sold_out_flag_ttl_ms", &self.sold_out_flag_ttl_ms)
             .field("failpoints", &self.failpoints)
             .field("amqp_prefix", &self.amqp_prefix)

@@ -53,6 +53,13 @@ pub const LOCK_RENEWALS_TOTAL: &str = "seckill_lock_renewals_total";
 /// when a pass fixed something.
 pub const RECONCILE_FIXES_TOTAL: &str = "seckill_reconcile_fixes_total";
 
+/// Counter: completed runs of a periodic job, each the one run of its period
+/// across every instance (the lock library's scheduler). Labels: `job`
+/// (`redis-decr-reconcile`), `instance` (`SECKILL_INSTANCE`, by default the
+/// address the instance listens on). Registered at 0 by every instance that
+/// runs the job, so the sum over instances is the number of periods run.
+pub const SCHEDULED_JOB_RUNS_TOTAL: &str = "seckill_scheduled_job_runs_total";
+
 /// Counter: `queue` messages dead-lettered after their last allowed
 /// delivery failed. No labels. Emitted by the `queue` consumer.
 pub const QUEUE_DEAD_LETTERED_TOTAL: &str = "seckill_queue_dead_lettered_total";

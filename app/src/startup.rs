@@ -57,7 +57,7 @@ pub struct Application {
 
 impl Application {
     /// Prepares the database, builds the state and binds `config.addr`.
-    pub async fn build(config: Config) -> anyhow::Result<Self> {
+    pub async fn build(mut config: Config) -> anyhow::Result<Self> {
         let (_, dev_token) = config.admin_token();
         if dev_token {
             tracing::warn!(
@@ -70,6 +70,9 @@ impl Application {
         let listener = TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("binding {}", config.addr))?;
+        if config.instance.is_none() {
+            config.instance = Some(listener.local_addr()?.to_string());
+        }
         let config = Arc::new(config);
         let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone())
             .context("parsing REDIS_URL")?;

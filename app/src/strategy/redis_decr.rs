@@ -119,6 +119,8 @@ pub struct RedisDecr {
     grace_ms: i64,
     /// Background reconciliation period; zero: no background job.
     interval: Duration,
+    /// The `instance` label of the reconciler's run counter.
+    instance: String,
     failpoint: Option<AfterReserve>,
 }
 
@@ -132,6 +134,7 @@ impl RedisDecr {
             flags: Arc::new(SoldOutFlags::new(Duration::from_millis(config.sold_out_flag_ttl_ms))),
             grace_ms: i64::try_from(config.reconcile_grace_ms).unwrap_or(i64::MAX),
             interval: Duration::from_millis(config.reconcile_interval_ms),
+            instance: config.instance().to_owned(),
             failpoint: AfterReserve::from_config(config.failpoints.as_deref()),
         }
     }
@@ -386,7 +389,9 @@ impl Strategy for RedisDecr {
     }
 
     /// Spawns the sold-out listener and, unless the interval is zero, the
-    /// background reconciler. Both end when the strategy is dropped.
+    /// background reconciler: one pass per interval across the instances
+    /// sharing the Redis prefix, under the lock library's scheduler. Both end
+    /// when the strategy is dropped.
     fn start_background(self: Arc<Self>) {
         tokio::spawn(sold_out_pubsub::listen(
             self.redis.client().clone(),
@@ -394,7 +399,12 @@ impl Strategy for RedisDecr {
             Arc::downgrade(&self.flags),
         ));
         if !self.interval.is_zero() {
-            tokio::spawn(reconcile::run_background(Arc::downgrade(&self), self.interval));
+            match reconcile::ScheduledPasses::new(&self.redis, self.interval, &self.instance) {
+                Ok(passes) => {
+                    tokio::spawn(passes.run(Arc::downgrade(&self)));
+                }
+                Err(err) => tracing::error!(error = %err, "background reconciliation not started"),
+            }
         }
     }
 }

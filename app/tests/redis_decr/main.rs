@@ -1,6 +1,7 @@
 //! `redis-decr` against a real Redis and a real Postgres: exact books under
-//! concurrency, compensation, reconciliation after a crash, a Redis restart,
-//! the sold-out flag across instances, and Redis being down.
+//! concurrency, compensation, reconciliation after a crash, one background
+//! pass per period across instances, a Redis restart, the sold-out flag
+//! across instances, and Redis being down.
 //!
 //! Every test uses its own Redis key prefix, so runs never see each other's
 //! keys; tests that kill Redis own a `redis-server` of their own.
@@ -13,6 +14,7 @@ mod crash;
 mod purchase;
 mod reconcile;
 mod restart;
+mod scheduled;
 mod sold_out;
 
 use std::time::Duration;

@@ -1,7 +1,14 @@
 #![doc = include_str!("../README.md")]
 //!
 //! ## Modules
-//! - `single`: [`LockClient`] and [`LockGuard`], the lock on one node;
+//! - `single`: [`LockClient`] and [`LockGuard`], the lock on one node, and
+//!   the acquire loop every primitive on one node shares;
+//! - `multi`: [`MultiLock`], several locks all or nothing;
+//! - `fair`: [`FairLock`], served in arrival order across processes;
+//! - `rwlock`: [`RwLock`], many readers or one writer;
+//! - `semaphore`: [`Semaphore`], N permits with leases;
+//! - `shared`: [`SharedGuard`], a read hold or a permit;
+//! - `scheduler`: [`Scheduler`], one run of a periodic job per period;
 //! - `redlock`: [`Redlock`] over N independent nodes;
 //! - `watchdog`: the holder's view of its lease, and the task that renews it;
 //! - `local`: the in-process queue of waiters and the shared pub/sub
@@ -11,9 +18,15 @@
 //! This file holds what they share: names, options, bounds, outcomes, errors,
 //! statistics, and the validity arithmetic.
 
+mod fair;
 mod local;
+mod multi;
 mod redlock;
+mod rwlock;
+mod scheduler;
 mod scripts;
+mod semaphore;
+mod shared;
 mod single;
 mod watchdog;
 
@@ -22,7 +35,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+pub use fair::FairLock;
+pub use multi::{MAX_MULTI_LOCK_MEMBERS, MultiGuard, MultiLock};
 pub use redlock::{Redlock, RedlockConfig, RedlockGuard, RedlockRelease};
+pub use rwlock::RwLock;
+pub use scheduler::{Clock, JobRun, PeriodicJob, RunOutcome, Scheduler, SystemClock};
+pub use semaphore::Semaphore;
+pub use shared::SharedGuard;
 pub use single::{LockClient, LockGuard};
 
 /// The shortest lease accepted: below it the lease is gone before a reply
@@ -303,6 +322,12 @@ pub struct LockConfig {
     pub command_timeout: Duration,
     /// The longest a connection attempt may take (default 1 s).
     pub connect_timeout: Duration,
+    /// How long a waiter that stopped coming back keeps its place (default
+    /// 2 s; between 30 ms and 10 min): a [`FairLock`] waiter stays in line,
+    /// a waiting [`RwLock`] writer keeps new readers out. A live waiter
+    /// renews it every third of it (one round trip), so a dead one delays
+    /// the others by at most this plus one third.
+    pub waiter_timeout: Duration,
     /// Told about every round trip sent (default: none).
     pub on_round_trip: Option<RoundTripHook>,
 }
@@ -312,6 +337,7 @@ impl Default for LockConfig {
         Self {
             command_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
+            waiter_timeout: Duration::from_secs(2),
             on_round_trip: None,
         }
     }
@@ -322,6 +348,7 @@ impl fmt::Debug for LockConfig {
         f.debug_struct("LockConfig")
             .field("command_timeout", &self.command_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("waiter_timeout", &self.waiter_timeout)
             .field("on_round_trip", &self.on_round_trip.as_ref().map(|_| "…"))
             .finish()
     }
@@ -337,6 +364,12 @@ impl LockConfig {
                     "{what} {d:?} must be positive and at most 60 s"
                 )));
             }
+        }
+        let waiter = self.waiter_timeout;
+        if waiter < MIN_WATCHDOG_LEASE || waiter > Duration::from_secs(600) {
+            return Err(LockError::InvalidConfig(format!(
+                "waiter_timeout {waiter:?} must be between {MIN_WATCHDOG_LEASE:?} and 10 min"
+            )));
         }
         Ok(())
     }

@@ -39,6 +39,17 @@ pub(crate) struct LocalEntry {
     pub(crate) subscriptions: OnceCell<Vec<Registration>>,
 }
 
+impl LocalEntry {
+    /// An entry of no queue: a fair-lock waiter's own wake-up.
+    pub(crate) fn new() -> Self {
+        Self {
+            contender: Semaphore::new(1),
+            wake: Arc::new(Notify::new()),
+            subscriptions: OnceCell::new(),
+        }
+    }
+}
+
 impl LocalQueues {
     /// The entry of `key`, shared by every task of this process that wants
     /// that lock now; dropped with the last of them.
@@ -50,11 +61,7 @@ impl LocalQueues {
         if entries.len() >= 1024 {
             entries.retain(|_, e| e.strong_count() > 0);
         }
-        let entry = Arc::new(LocalEntry {
-            contender: Semaphore::new(1),
-            wake: Arc::new(Notify::new()),
-            subscriptions: OnceCell::new(),
-        });
+        let entry = Arc::new(LocalEntry::new());
         entries.insert(key.to_owned(), Arc::downgrade(&entry));
         entry
     }

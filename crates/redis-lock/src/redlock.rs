@@ -30,10 +30,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
-use tokio_util::sync::CancellationToken;
 
 use super::local::{LocalEntry, LocalQueues, Wakeups};
-use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply};
+use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply, Wake};
 use super::watchdog::{self, LeaseState, Renewal};
 use super::{
     ExtendOutcome, LockError, LockName, LockOptions, LockStats, LossReason, RoundTripHook,
@@ -383,7 +382,7 @@ impl Redlock {
         owner: &str,
     ) -> Vec<Option<ReleaseReply>> {
         self.on_nodes(nodes, |mut conn| async move {
-            scripts::release(&mut conn, name, owner, 1, true).await
+            scripts::release(&mut conn, name, owner, 1, true, Wake::All).await
         })
         .await
     }
@@ -555,26 +554,7 @@ impl RedlockGuard {
         self.lease
     }
 
-    /// Cancelled once the lock is known or presumed lost (see
-    /// [`LockGuard::lost`](super::LockGuard::lost)).
-    pub fn lost(&self) -> &CancellationToken {
-        self.state.lost()
-    }
-
-    /// Why the lock was lost, once [`lost`](Self::lost) fired.
-    pub fn loss(&self) -> Option<LossReason> {
-        self.state.loss()
-    }
-
-    /// Successful watchdog renewals (each on a quorum) so far.
-    pub fn renewals(&self) -> u64 {
-        self.state.renewals()
-    }
-
-    /// The end of the validity computed locally (monotonic clock).
-    pub fn valid_until(&self) -> Instant {
-        self.state.valid_until()
-    }
+    watchdog::lease_accessors!();
 
     /// Sets the lease to `lease` on every node that still has our key;
     /// [`ExtendOutcome::Extended`] only when a quorum did so within validity.

@@ -2,7 +2,10 @@
 //! [`LockGuard`].
 //!
 //! Acquisition (`try_lock`): join the lock's local queue (one contender per
-//! process), then loop on `acquire.lua` with one owner token. When another
+//! process), then loop on `acquire.lua` with one owner token. The loop
+//! ([`LockClient::contend`]) is the same for every primitive of the family on
+//! one node (fair lock, read-write lock, semaphore), each with its own
+//! script. When another
 //! owner holds the lock, subscribe once to its release channel and wait for a
 //! message, each round bounded by the PTTL the script returned and by the
 //! remaining wait, with jitter after a round that timed out. An attempt whose
@@ -23,7 +26,9 @@ use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
 use super::local::{LocalEntry, LocalQueues, Wakeups};
-use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply};
+use super::scripts::{
+    self, AcquireMode, AcquireReply, Claim, ClaimKind, ExtendReply, ReleaseReply, Wake,
+};
 use super::watchdog::{self, LeaseState, Renewal};
 use super::{
     ExtendOutcome, FencingToken, LockConfig, LockError, LockName, LockOptions, LockStats,
@@ -125,6 +130,21 @@ impl LockClient {
         name: &LockName,
         options: LockOptions,
     ) -> Result<LockGuard, LockError> {
+        let (claim, grant) =
+            self.contend_in_line(name, ClaimKind::Reentrant, options, None).await?;
+        Ok(self.guard(claim, grant, options.watchdog))
+    }
+
+    /// Takes a `kind` hold of `name` as [`try_lock_with`](Self::try_lock_with)
+    /// does: through the process's local queue of the name (one contender
+    /// per process), then [`contend`](Self::contend) with a fresh owner token.
+    pub(crate) async fn contend_in_line(
+        &self,
+        name: &LockName,
+        kind: ClaimKind,
+        options: LockOptions,
+        heartbeat: Option<Duration>,
+    ) -> Result<(Claim, Grant), LockError> {
         let lease_ms = options.validate()?;
         let started = Instant::now();
         let deadline = started + options.wait;
@@ -135,61 +155,65 @@ impl LockClient {
         else {
             return Err(self.timed_out(name, started, None));
         };
-        let owner = new_owner_token();
-        let conn = self.conn().await?;
-        let lease = Duration::from_millis(lease_ms);
-        let watchdog = options.watchdog;
-        let attempt = Attempt { name, entry: &entry, owner, lease, started, deadline, watchdog };
-        self.acquire(conn, attempt).await
+        let claim = Claim { name: name.clone(), owner: new_owner_token(), lease_ms, kind };
+        let waiting = Waiting { entry: &entry, channel: name.channel(), heartbeat };
+        let grant = self.contend(&claim, &waiting, started, deadline).await?;
+        Ok((claim, grant))
     }
 
-    /// The acquire loop of [`try_lock_with`](Self::try_lock_with), once this
-    /// task is the process's contender: one `acquire.lua` per round, and what
-    /// [`decide`] makes of its reply.
-    async fn acquire(
+    /// The acquire loop of every primitive on one node, once this task may
+    /// compete: one attempt of `claim` per round, and what [`decide`] makes
+    /// of its reply. Waits for wake-ups on `waiting` between rounds.
+    pub(crate) async fn contend(
         &self,
-        mut conn: ConnectionManager,
-        attempt: Attempt<'_>,
-    ) -> Result<LockGuard, LockError> {
-        let Attempt { name, entry, lease, deadline, watchdog, .. } = attempt;
-        let token = attempt.owner.as_str();
-        let lease_ms = duration_ms_ceil(lease);
+        claim: &Claim,
+        waiting: &Waiting<'_>,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<Grant, LockError> {
+        let mut conn = self.conn().await?;
+        let lease = Duration::from_millis(claim.lease_ms);
         let attempt_timeout = attempt_timeout(lease, self.inner.config.command_timeout);
+        let name = &claim.name;
         loop {
-            let started = Instant::now();
-            let script =
-                scripts::acquire(&mut conn, name, token, lease_ms, AcquireMode::Acquire, true);
-            let reply = match self.call(attempt_timeout, script).await {
+            let round_started = Instant::now();
+            let reply = match self.call(attempt_timeout, scripts::claim(&mut conn, claim)).await {
                 Ok(reply) => Some(reply),
                 Err(LockError::CommandTimeout(_)) => None,
                 Err(err) => {
-                    self.abandon(conn, name, token);
+                    self.abandon(conn, claim);
                     return Err(err);
                 }
             };
-            let subscribed = entry.subscriptions.initialized();
-            let round = Round { started, now: Instant::now(), deadline, lease, subscribed };
+            let subscribed = waiting.entry.subscriptions.initialized();
+            let now = Instant::now();
+            let round = Round { started: round_started, now, deadline, lease, subscribed };
             match decide(reply, &round) {
                 Decision::Grant { fence, valid_until } => {
                     self.inner.telemetry.acquired();
-                    let owner = attempt.owner;
-                    return Ok(self.guard(name, owner, lease, fence, valid_until, watchdog));
+                    return Ok(Grant { fence, valid_until });
                 }
                 Decision::TooLate { elapsed, give_up } => {
-                    self.release_unknown(&mut conn, name, token).await;
+                    self.release_unknown(&mut conn, claim).await;
                     if give_up {
                         let name = name.to_string();
                         return Err(LockError::AcquiredTooLate { name, elapsed, lease });
                     }
                 }
                 Decision::TimedOut { retry_after } => {
-                    return Err(self.timed_out(name, attempt.started, retry_after));
+                    if claim.queued() {
+                        self.release_unknown(&mut conn, claim).await;
+                    }
+                    return Err(self.timed_out(name, started, retry_after));
                 }
-                Decision::Subscribe => self.subscribe(entry, name).await,
-                Decision::Wait { round } => wait_for_release(entry, round, deadline).await,
+                Decision::Subscribe => self.subscribe(waiting).await,
+                Decision::Wait { round } => {
+                    let round = waiting.heartbeat.map_or(round, |beat| round.min(beat));
+                    wait_for_release(waiting.entry, round, deadline).await;
+                }
                 Decision::Retry { pause } => tokio::time::sleep(jitter(pause)).await,
                 Decision::GiveUp => {
-                    self.release_unknown(&mut conn, name, token).await;
+                    self.release_unknown(&mut conn, claim).await;
                     return Err(LockError::CommandTimeout(attempt_timeout));
                 }
                 Decision::Unexpected => return Err(reentry_reply_to_an_acquisition()),
@@ -198,7 +222,7 @@ impl LockClient {
     }
 
     /// Counts a timeout and builds its error.
-    fn timed_out(
+    pub(crate) fn timed_out(
         &self,
         name: &LockName,
         started: Instant,
@@ -208,66 +232,79 @@ impl LockClient {
         LockError::Timeout { name: name.to_string(), waited: started.elapsed(), retry_after }
     }
 
-    /// First contention on `name`: subscribes to its release channel (kept
-    /// while any task of this process waits for the lock).
-    async fn subscribe(&self, entry: &LocalEntry, name: &LockName) {
+    /// First contention: subscribes to the waiting channel (kept while any
+    /// task of this process waits on the same local entry).
+    async fn subscribe(&self, waiting: &Waiting<'_>) {
         let wakeups = &self.inner.wakeups;
+        let entry = waiting.entry;
         entry
             .subscriptions
             .get_or_init(|| async {
-                vec![wakeups.register(name.channel(), entry.wake.clone()).await]
+                vec![wakeups.register(waiting.channel, entry.wake.clone()).await]
             })
             .await;
     }
 
     /// The connection failed mid-acquire: frees, in the background, whatever
     /// this acquisition may have obtained, so the caller can fail fast.
-    fn abandon(&self, mut conn: ConnectionManager, name: &LockName, owner: &str) {
+    fn abandon(&self, mut conn: ConnectionManager, claim: &Claim) {
         let this = self.clone();
-        let (name, owner) = (name.clone(), owner.to_owned());
-        tokio::spawn(async move { this.release_unknown(&mut conn, &name, &owner).await });
+        let claim = claim.clone();
+        tokio::spawn(async move { this.release_unknown(&mut conn, &claim).await });
     }
 
-    fn guard(
-        &self,
-        name: &LockName,
-        owner: String,
-        lease: Duration,
-        fence: FencingToken,
-        valid_until: Instant,
-        renew: bool,
-    ) -> LockGuard {
-        let state = LeaseState::new(valid_until, self.inner.telemetry.clone());
+    /// The guard of a granted reentrant, fair or write `claim`, renewed by
+    /// the watchdog when `renew`.
+    pub(crate) fn guard(&self, claim: Claim, grant: Grant, renew: bool) -> LockGuard {
+        let Claim { name, owner, lease_ms, .. } = &claim;
+        let lease = Duration::from_millis(*lease_ms);
+        let state = LeaseState::new(grant.valid_until, self.inner.telemetry.clone());
         let held = Arc::new(Held {
             client: self.clone(),
             name: name.clone(),
-            owner,
+            owner: owner.clone(),
             lease,
-            fence,
+            fence: grant.fence,
+            wake: claim.wake(),
             state: state.clone(),
         });
-        let period = lease / 3;
-        let attempt_timeout = (period / 2).min(self.inner.config.command_timeout);
-        let renewal = renew.then(|| {
-            let client = self.clone();
-            let name = name.clone();
-            let owner = held.owner.clone();
-            let lease_ms = duration_ms_ceil(lease);
-            move || {
-                let client = client.clone();
-                let name = name.clone();
-                let owner = owner.clone();
-                async move { client.renew(&name, &owner, lease_ms).await }
-            }
-        });
-        watchdog::spawn(state, lease, attempt_timeout, renewal);
+        self.watch(claim, state, renew);
         LockGuard { held, released: false }
     }
 
-    async fn renew(&self, name: &LockName, owner: &str, lease_ms: u64) -> Renewal {
+    /// Starts the task that watches `claim`'s lease through `state`, and
+    /// renews it (every lease/3) when `renew`.
+    pub(crate) fn watch(&self, claim: Claim, state: Arc<LeaseState>, renew: bool) {
+        let lease = Duration::from_millis(claim.lease_ms);
+        let timeout = self.renewal_timeout(lease);
+        let renewal = renew.then(|| {
+            let client = self.clone();
+            move || {
+                let (client, claim) = (client.clone(), claim.clone());
+                async move { client.renew(&claim).await }
+            }
+        });
+        watchdog::spawn(state, lease, timeout, renewal);
+    }
+
+    /// How long one watchdog renewal of a `lease` may take: half a renewal
+    /// period, at most the command timeout.
+    pub(crate) fn renewal_timeout(&self, lease: Duration) -> Duration {
+        (lease / 3 / 2).min(self.inner.config.command_timeout)
+    }
+
+    /// One watchdog renewal of `claim`'s hold (one round trip).
+    pub(crate) async fn renew(&self, claim: &Claim) -> Renewal {
         let Ok(mut conn) = self.conn().await else { return Renewal::Failed };
         self.inner.telemetry.round_trips(1);
-        match scripts::extend(&mut conn, name, owner, lease_ms).await {
+        let (name, owner, lease_ms) = (&claim.name, claim.owner.as_str(), claim.lease_ms);
+        let renewed = match claim.kind {
+            ClaimKind::Read | ClaimKind::Permit { .. } => {
+                scripts::shared_extend(&mut conn, &claim.holders_key(), owner, lease_ms).await
+            }
+            _ => scripts::extend(&mut conn, name, owner, lease_ms).await,
+        };
+        match renewed {
             Ok(ExtendReply::Extended) => Renewal::Renewed,
             Ok(ExtendReply::NotOwner) => Renewal::Lost(LossReason::NotOwner),
             Ok(ExtendReply::Expired) => Renewal::Lost(LossReason::Expired),
@@ -278,19 +315,28 @@ impl LockClient {
         }
     }
 
-    /// Best-effort release of every hold of `owner` after an acquisition
-    /// whose outcome is unknown or unusable; the outcome is ignored (at
-    /// worst the lease runs out).
-    async fn release_unknown(&self, conn: &mut ConnectionManager, name: &LockName, owner: &str) {
+    /// Best-effort release of every hold of `claim`'s owner (and its place in
+    /// line) after an acquisition whose outcome is unknown or unusable; the
+    /// outcome is ignored (at worst the lease runs out).
+    pub(crate) async fn release_unknown(&self, conn: &mut ConnectionManager, claim: &Claim) {
         let timeout = self.inner.config.command_timeout;
-        let released = self.call(timeout, scripts::release(conn, name, owner, 1, true)).await;
-        if let Err(err) = released {
-            tracing::debug!(%err, lock = %name, "release after a failed acquisition failed");
+        if let Err(err) = self.call(timeout, scripts::abandon(conn, claim)).await {
+            tracing::debug!(%err, lock = %claim.name, "release after a failed acquisition failed");
         }
     }
 
+    /// The client's settings.
+    pub(crate) fn config(&self) -> &LockConfig {
+        &self.inner.config
+    }
+
+    /// The counters behind [`stats`](Self::stats).
+    pub(crate) fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.inner.telemetry
+    }
+
     /// The command connection, created (lazily connecting) on first use.
-    async fn conn(&self) -> Result<ConnectionManager, LockError> {
+    pub(crate) async fn conn(&self) -> Result<ConnectionManager, LockError> {
         let config = &self.inner.config;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
@@ -307,7 +353,7 @@ impl LockClient {
     }
 
     /// Runs one command (one round trip), cut off after `timeout`.
-    async fn call<T>(
+    pub(crate) async fn call<T>(
         &self,
         timeout: Duration,
         command: impl Future<Output = redis::RedisResult<T>>,
@@ -340,6 +386,8 @@ struct Held {
     owner: String,
     lease: Duration,
     fence: FencingToken,
+    /// Whom the release wakes (a fair lock's release: the next in line).
+    wake: Wake,
     state: Arc<LeaseState>,
 }
 
@@ -483,7 +531,10 @@ impl LockGuard {
         let lease_ms = duration_ms_ceil(held.lease);
         let timeout = client.inner.config.command_timeout;
         let reply = client
-            .call(timeout, scripts::release(&mut conn, &held.name, &held.owner, lease_ms, last))
+            .call(
+                timeout,
+                scripts::release(&mut conn, &held.name, &held.owner, lease_ms, last, held.wake),
+            )
             .await?;
         Ok(match reply {
             ReleaseReply::Released => {
@@ -502,6 +553,15 @@ impl LockGuard {
                 ReleaseOutcome::Expired
             }
         })
+    }
+
+    /// Hands the hold over to a script that ends it some other way (a
+    /// periodic job's "period done"): stops the watchdog, and the guard no
+    /// longer releases on drop. Returns the client and the owner token.
+    pub(crate) fn hand_over(mut self) -> (LockClient, String) {
+        self.released = true;
+        self.held.state.stop();
+        (self.held.client.clone(), self.held.owner.clone())
     }
 
     fn lost_with(&self, reason: LossReason) -> LockError {
@@ -527,7 +587,10 @@ impl Drop for LockGuard {
             let lease_ms = duration_ms_ceil(held.lease);
             let timeout = client.inner.config.command_timeout;
             let released = client
-                .call(timeout, scripts::release(&mut conn, &held.name, &held.owner, lease_ms, last))
+                .call(
+                    timeout,
+                    scripts::release(&mut conn, &held.name, &held.owner, lease_ms, last, held.wake),
+                )
                 .await;
             if let Err(err) = released {
                 tracing::debug!(%err, lock = %held.name, "release of a dropped lock guard failed");
@@ -546,19 +609,24 @@ impl std::fmt::Debug for LockGuard {
     }
 }
 
-/// One call of [`LockClient::try_lock_with`], once its task is the process's
-/// contender for the lock.
-struct Attempt<'a> {
-    name: &'a LockName,
-    entry: &'a LocalEntry,
-    /// The owner token of every round of this call.
-    owner: String,
-    lease: Duration,
-    /// When the call started (the `waited` of a [`LockError::Timeout`]).
-    started: Instant,
-    /// When the wait ends.
-    deadline: Instant,
-    watchdog: bool,
+/// Where a contending task waits between two rounds.
+pub(crate) struct Waiting<'a> {
+    /// Its wake-up and the subscription that feeds it: the process's local
+    /// entry of the lock, or (fair lock) one of the waiter's own.
+    pub(crate) entry: &'a LocalEntry,
+    /// The channel whose messages wake it.
+    pub(crate) channel: &'a str,
+    /// The longest wait between two attempts, for a waiter whose attempts
+    /// also keep its place (fair lock, waiting writer).
+    pub(crate) heartbeat: Option<Duration>,
+}
+
+/// A successful acquisition: its fencing token (0 when the primitive has
+/// none) and the end of its validity as measured locally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) fence: FencingToken,
+    pub(crate) valid_until: Instant,
 }
 
 /// How far one acquire round got, as [`decide`] needs it.
@@ -643,7 +711,7 @@ async fn wait_for_release(entry: &LocalEntry, round: Duration, deadline: Instant
 
 /// How long one acquire attempt may wait for its reply: never past the
 /// point where a grant could still carry validity, nor the command timeout.
-fn attempt_timeout(lease: Duration, command_timeout: Duration) -> Duration {
+pub(crate) fn attempt_timeout(lease: Duration, command_timeout: Duration) -> Duration {
     validity(lease, Duration::ZERO).unwrap_or(lease).min(command_timeout)
 }
 

@@ -102,6 +102,39 @@ impl LeaseState {
     }
 }
 
+/// The accessors of a guard's lease — `lost()`, `loss()`, `renewals()`,
+/// `valid_until()` — for a guard type whose `state` field is its
+/// `Arc<LeaseState>` (a Redlock hold, a read hold, a permit).
+macro_rules! lease_accessors {
+    () => {
+        /// Cancelled once the hold is known or presumed lost (see
+        /// [`LockGuard::lost`](crate::LockGuard::lost)): the lease ended
+        /// without renewal, a renewal found it gone, or renewals failed for
+        /// too long. A critical section should stop writing when it fires.
+        pub fn lost(&self) -> &tokio_util::sync::CancellationToken {
+            self.state.lost()
+        }
+
+        /// Why the hold was lost, once [`lost`](Self::lost) fired.
+        pub fn loss(&self) -> Option<crate::LossReason> {
+            self.state.loss()
+        }
+
+        /// Successful watchdog renewals so far (Redlock: each on a quorum).
+        pub fn renewals(&self) -> u64 {
+            self.state.renewals()
+        }
+
+        /// Until when the lease is valid as measured locally (monotonic
+        /// clock, from the start of the last successful acquire or renewal,
+        /// minus the drift allowance).
+        pub fn valid_until(&self) -> std::time::Instant {
+            self.state.valid_until()
+        }
+    };
+}
+pub(crate) use lease_accessors;
+
 /// Starts the task that renews (`renew` is `Some`) or only watches the lease.
 ///
 /// `renew` runs one renewal round; each round is cut off after

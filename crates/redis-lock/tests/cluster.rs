@@ -1,13 +1,18 @@
 //! Redis Cluster readiness (T15): every key of a lock hashes to the slot of
-//! its hash tag, and the scripts run on a cluster node that rejects
-//! cross-slot scripts.
+//! its hash tag, and the scripts of every primitive of the family run on a
+//! cluster node that rejects cross-slot scripts.
 
 use std::time::Duration;
 
-use redis_lock::{LockOptions, ReleaseOutcome};
+use std::sync::Arc;
+
+use redis_lock::{
+    FairLock, LockClient, LockOptions, MultiLock, PeriodicJob, ReleaseOutcome, RunOutcome, RwLock,
+    Scheduler, Semaphore, SystemClock,
+};
 use test_support::{RedisServer, eventually};
 
-use crate::harness::{client_with, raw, unique_name};
+use crate::harness::{client_with, raw, unique_name, unique_names};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t15_every_key_of_a_lock_shares_the_slot_of_its_hash_tag() {
@@ -62,4 +67,34 @@ async fn t15_every_key_of_a_lock_shares_the_slot_of_its_hash_tag() {
     assert_eq!(inner.release().await.unwrap(), ReleaseOutcome::StillHeld { holds: 1 });
     assert_eq!(guard.fencing_token().0, 1);
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    the_rest_of_the_family_runs_on_a_cluster_node(&client).await;
+}
+
+/// One acquisition and release of each primitive of the family: none of
+/// their scripts is refused with `CROSSSLOT`.
+async fn the_rest_of_the_family_runs_on_a_cluster_node(client: &LockClient) {
+    let options = LockOptions::new(std::time::Duration::ZERO, std::time::Duration::from_secs(2));
+    let multi = MultiLock::new(client, unique_names("t15-multi", 3)).unwrap();
+    multi.try_lock(options).await.expect("multi-lock").release().await.unwrap();
+
+    let fair = FairLock::new(client, unique_name("t15-fair"));
+    let held = fair.try_lock(options).await.expect("fair lock");
+    let queued = FairLock::new(client, fair.name().clone());
+    let waited =
+        queued.try_lock(LockOptions { wait: std::time::Duration::from_millis(50), ..options });
+    assert!(waited.await.is_err(), "joined and left the line");
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+
+    let rw = RwLock::new(client, unique_name("t15-rw"));
+    rw.read(options).await.expect("read").release().await.unwrap();
+    rw.write(options).await.expect("write").release().await.unwrap();
+
+    let semaphore = Semaphore::new(client, unique_name("t15-semaphore"), 2).unwrap();
+    semaphore.acquire(options).await.expect("permit").release().await.unwrap();
+
+    let period = std::time::Duration::from_secs(60);
+    let job = PeriodicJob::new(unique_name("t15-job"), period, options.lease).unwrap();
+    let scheduler = Scheduler::new(client, Arc::new(SystemClock));
+    let ran = scheduler.run_once(&job, |_| async { Ok::<(), ()>(()) }).await.unwrap();
+    assert!(matches!(ran, RunOutcome::Ran { .. }), "{ran:?}");
 }

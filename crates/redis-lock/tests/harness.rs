@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis_lock::{LockClient, LockConfig, LockName};
+use redis_lock::{LockClient, LockConfig, LockError, LockName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
@@ -31,6 +31,58 @@ pub fn shared_client() -> LockClient {
 pub fn client_with(url: &str, config: LockConfig) -> LockClient {
     LockClient::with_config(redis::Client::open(url).expect("a valid URL"), config)
         .expect("a valid config")
+}
+
+/// `n` lock names sharing the test's prefix, in the byte order of their keys
+/// (`…{<test>:<uuid>:0}…`, `…:1}…`): each its own hash tag.
+pub fn unique_names(test: &str, n: usize) -> Vec<LockName> {
+    let run = uuid::Uuid::new_v4().simple();
+    (0..n)
+        .map(|i| LockName::new(format!("locktest:{{{test}:{run}:{i}}}:lock")).expect("tagged"))
+        .collect()
+}
+
+/// A lock client on the shared Redis whose waiters (fair lock, waiting
+/// writer) are dropped `waiter_timeout` after their last attempt.
+pub fn client_with_waiter_timeout(waiter_timeout: Duration) -> LockClient {
+    client_with(SHARED_REDIS, LockConfig { waiter_timeout, ..LockConfig::default() })
+}
+
+/// Whether `key` exists on the shared Redis.
+pub async fn exists(conn: &mut MultiplexedConnection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query_async(conn).await.expect("EXISTS")
+}
+
+/// Deletes, for each of `names`, the key `<name><suffix>` of every suffix
+/// (`""` for the name itself): the keys a primitive derives from its name.
+pub async fn cleanup_keys(names: &[&LockName], suffixes: &[&str]) {
+    let mut conn = raw(SHARED_REDIS).await;
+    let keys: Vec<String> = names
+        .iter()
+        .flat_map(|name| suffixes.iter().map(move |suffix| format!("{}{suffix}", name.key())))
+        .collect();
+    let _: i64 = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.expect("DEL");
+}
+
+/// Asserts that a wait that began with a dead holder's `lease` ended with
+/// that lease: after half of it at least, and at most 400 ms after its end.
+pub fn assert_ended_with_the_lease(waited: Duration, lease: Duration) {
+    assert!(waited >= lease / 2, "waited {waited:?}: served before the dead holder's lease ended");
+    assert!(waited < lease + Duration::from_millis(400), "waited {waited:?}, lease {lease:?}");
+}
+
+/// Asserts that a wait of `wait` that ran out lasted `wait`, and at most
+/// 300 ms more.
+pub fn assert_bounded(waited: Duration, wait: Duration) {
+    assert!(waited >= wait && waited < wait + Duration::from_millis(300), "waited {waited:?}");
+}
+
+/// Awaits every "process" (a task looping over holds), failing on the first
+/// that ended in an error or a panic.
+pub async fn join_processes(tasks: Vec<tokio::task::JoinHandle<Result<(), LockError>>>) {
+    for task in tasks {
+        task.await.expect("no panic").expect("every hold within its wait");
+    }
 }
 
 /// A plain connection to inspect keys behind the library's back.

@@ -5,13 +5,24 @@
 //!
 //! One test per failure timeline of the README's "Failure timelines" that
 //! the library alone can show (T3, T7–T15, and the lock-only half of T5),
-//! plus reentrancy, the watchdog and mutual exclusion.
+//! plus reentrancy, the watchdog and mutual exclusion; then the rest of the
+//! family (multi-lock, fair lock, read-write lock, semaphore, scheduler):
+//! exclusion or the permit count across clients, bounded waits, holder
+//! death and lease expiry. A "process" is a `LockClient` of its own (its
+//! own connections and local queues); the scheduler's instances also run
+//! on Tokio runtimes of their own.
 
 mod harness;
 
 mod cluster;
+mod costs;
+mod fair;
 mod faults;
+mod multi;
 mod ownership;
 mod redlock;
+mod rwlock;
+mod scheduler;
+mod semaphore;
 mod waiting;
 mod watchdog;

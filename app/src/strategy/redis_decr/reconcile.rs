@@ -22,9 +22,12 @@
 //!    unchanged. Otherwise it waits for a later pass.
 //!
 //! Each fix is logged, counted in `seckill_reconcile_fixes_total{kind}` and
-//! added to `sales.reconcile_fixes`. Passes are safe to run concurrently on
-//! every instance: returns are idempotent and corrections are
-//! compare-and-set.
+//! added to `sales.reconcile_fixes`. Passes are safe to run concurrently
+//! (the admin route runs one whenever asked): returns are idempotent and
+//! corrections are compare-and-set. The background passes
+//! ([`ScheduledPasses`]) run once per period across the instances, under the
+//! lock library's scheduler, so that N instances do not make N passes; a
+//! pass that crashed or lost its lock is simply run again.
 //!
 //! Not closed here: a purchase whose Postgres transaction takes longer than
 //! the grace period has its unit returned while it commits. The counter then
@@ -33,17 +36,22 @@
 //! longest purchase.
 
 use std::collections::HashSet;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use metrics::counter;
 use redis::aio::ConnectionManager;
+use redis_lock::{
+    JobRun, LockClient, LockError, LockName, MIN_WATCHDOG_LEASE, PeriodicJob, RunOutcome,
+    Scheduler, SystemClock,
+};
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 
 use super::RedisDecr;
 use super::counter::{Buyer, ReservationId, SaleCounter, Snapshot, sales_index_key};
-use crate::backends::redis_error;
+use crate::backends::{RedisHandle, redis_error};
 use crate::sale::SaleId;
 use crate::strategy::{Reconciliation, StrategyError};
 
@@ -274,18 +282,68 @@ impl RedisDecr {
     }
 }
 
-/// Runs [`RedisDecr::reconcile_all`] every `interval` until the strategy is
-/// dropped. A pass that fails (Redis or Postgres down) is logged and retried
-/// at the next tick.
-pub(super) async fn run_background(strategy: Weak<RedisDecr>, interval: Duration) {
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
-    loop {
-        ticks.tick().await;
-        let Some(strategy) = strategy.upgrade() else { return };
-        if let Err(err) = strategy.reconcile_all().await {
-            tracing::warn!(error = %err, "background reconciliation failed");
-        }
+/// The `job` label of the background reconciler's runs.
+pub const JOB: &str = "redis-decr-reconcile";
+
+/// The background reconciler: [`RedisDecr::reconcile_all`] once per
+/// interval across every instance that shares the Redis prefix, under the
+/// lock library's [`Scheduler`] (lock `PREFIX:{job:redis-decr-reconcile}`,
+/// its last period done beside it). Each completed run is counted in
+/// `seckill_scheduled_job_runs_total{job, instance}`.
+pub(super) struct ScheduledPasses {
+    scheduler: Scheduler,
+    job: PeriodicJob,
+    instance: String,
+}
+
+impl ScheduledPasses {
+    /// One pass per `interval`, with a lease of the interval (at least the
+    /// library's watchdog minimum, at most 10 s), renewed while a pass runs.
+    pub(super) fn new(
+        redis: &RedisHandle,
+        interval: Duration,
+        instance: &str,
+    ) -> Result<Self, LockError> {
+        let name = LockName::new(format!("{}:{{job:{JOB}}}", redis.prefix))?;
+        let lease = interval.clamp(MIN_WATCHDOG_LEASE, Duration::from_secs(10));
+        let job = PeriodicJob::new(name, interval, lease)?;
+        let scheduler =
+            Scheduler::new(&LockClient::new(redis.client().clone()), Arc::new(SystemClock));
+        Ok(Self { scheduler, job, instance: instance.to_owned() })
+    }
+
+    /// Runs the passes until the strategy is dropped. A pass that fails
+    /// (Redis or Postgres down) is logged and its period tried again; a pass
+    /// cut off by a lost lock leaves its period to another instance.
+    pub(super) async fn run(self, strategy: Weak<RedisDecr>) {
+        let runs = counter!(
+            crate::metric_names::SCHEDULED_JOB_RUNS_TOTAL,
+            "job" => JOB,
+            "instance" => self.instance.clone()
+        );
+        runs.increment(0);
+        let stop = CancellationToken::new();
+        let pass = |_: JobRun| {
+            let (strategy, stop) = (strategy.clone(), stop.clone());
+            async move {
+                let Some(strategy) = strategy.upgrade() else {
+                    stop.cancel();
+                    return Ok(());
+                };
+                strategy.reconcile_all().await
+            }
+        };
+        let report = |outcome: &Result<RunOutcome<StrategyError>, LockError>| match outcome {
+            Ok(RunOutcome::Ran { .. }) => runs.increment(1),
+            Ok(RunOutcome::Failed { error, .. }) => {
+                tracing::warn!(error = %error, "background reconciliation failed");
+            }
+            Ok(RunOutcome::Lost { reason, .. }) => {
+                tracing::warn!(%reason, "background reconciliation cut off: its lock was lost");
+            }
+            Ok(RunOutcome::AlreadyDone { .. } | RunOutcome::Busy { .. }) => {}
+            Err(err) => tracing::warn!(error = %err, "background reconciliation not scheduled"),
+        };
+        self.scheduler.run_every(&self.job, stop.clone(), pass, report).await;
     }
 }

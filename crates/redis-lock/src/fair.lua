@@ -1,0 +1,89 @@
+-- Take a fair lock in arrival order, wait in line, or leave the line.
+--
+-- Data model: the lock itself is the reentrant lock's hash (acquire.lua), so
+-- release.lua, extend.lua and re-entry work unchanged. Beside it, as
+-- Redisson's RFairLock: a line of waiters ordered by arrival, and each
+-- waiter's deadline, after which a waiter that stopped coming back (a dead
+-- process) is dropped from the line. Times are the Redis server's clock, so
+-- client clocks never decide an order or a deadline.
+--
+-- KEYS[1]  the lock hash {owner token -> hold count}
+-- KEYS[2]  the fencing counter
+-- KEYS[3]  the line {owner token -> arrival, server microseconds}
+-- KEYS[4]  the waiters' deadlines {owner token -> server ms}
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner token (one per acquisition)
+-- ARGV[3]  "try" (take it only if free and nobody waits), "wait" (take it
+--          if it is our turn, else join or stay in line), or "leave" (out of
+--          the line, and out of the lock if a grant we never heard of made
+--          us its holder)
+-- ARGV[4]  waiter timeout in ms: a waiter's deadline is now + this, renewed
+--          by each of its attempts
+-- ARGV[5]  the prefix of each waiter's own wake-up channel (`<name>:turn:`)
+--
+-- Returns
+--   {1, fencing token, hold count}  ours (a retry whose reply was lost gets
+--                                   the same token back)
+--   {0, pttl}                       not our turn; pttl is the holder's
+--                                   remaining lease (-2: free, someone else
+--                                   is first in line)
+--   {-1, 0}                         "leave": out of the line
+--
+-- Races closed
+--   * Barging: a newcomer never takes a free lock while others wait; only
+--     the first waiter in line does.
+--   * A dead waiter blocking the line forever: every call first drops the
+--     waiters whose deadline passed.
+--   * A lost turn message: when the lock is free and the first waiter has
+--     not taken it, every other waiter's call tells it again.
+--   * Retried acquire (T9): an owner already holding the lock gets its grant
+--     back, with the same fencing token and hold count.
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+for _, dead in ipairs(redis.call('zrangebyscore', KEYS[4], '-inf', now)) do
+    redis.call('zrem', KEYS[3], dead)
+    redis.call('zrem', KEYS[4], dead)
+end
+local free = redis.call('exists', KEYS[1]) == 0
+if ARGV[3] == 'leave' then
+    redis.call('zrem', KEYS[3], ARGV[2])
+    redis.call('zrem', KEYS[4], ARGV[2])
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+        redis.call('del', KEYS[1])
+        free = true
+    end
+    local first = redis.call('zrange', KEYS[3], 0, 0)[1]
+    if free and first then
+        redis.call('publish', ARGV[5] .. first, 'turn')
+    end
+    return {-1, 0}
+end
+local holds = redis.call('hget', KEYS[1], ARGV[2])
+if holds then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(holds)}
+end
+local first = redis.call('zrange', KEYS[3], 0, 0)[1]
+if free and (first == nil or first == ARGV[2]) then
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    redis.call('zrem', KEYS[3], ARGV[2])
+    redis.call('zrem', KEYS[4], ARGV[2])
+    return {1, redis.call('incr', KEYS[2]), 1}
+end
+if free then
+    redis.call('publish', ARGV[5] .. first, 'turn')
+end
+if ARGV[3] == 'wait' then
+    if not redis.call('zscore', KEYS[3], ARGV[2]) then
+        redis.call('zadd', KEYS[3], tonumber(time[1]) * 1000000 + tonumber(time[2]), ARGV[2])
+    end
+    local timeout = tonumber(ARGV[4])
+    redis.call('zadd', KEYS[4], now + timeout, ARGV[2])
+    for _, key in ipairs({KEYS[3], KEYS[4]}) do
+        if redis.call('pttl', key) < timeout then
+            redis.call('pexpire', key, timeout)
+        end
+    end
+end
+return {0, redis.call('pttl', KEYS[1])}

@@ -1,0 +1,74 @@
+//! [`FairLock`]: a lock served in arrival order across processes.
+//!
+//! As Redisson's `RFairLock`: the lock is the reentrant lock's hash (so
+//! re-entry, the watchdog, fencing and release are the reentrant lock's),
+//! and beside it a line of waiters ordered by their arrival on the Redis
+//! server, each with a deadline (`fair.lua`). Only the first waiter in line
+//! may take a free lock; a release wakes that waiter alone, on its own
+//! channel (`<name>:turn:<owner>`). Every attempt of a waiter renews its
+//! deadline ([`LockConfig::waiter_timeout`](super::LockConfig), renewed
+//! every third of it); a waiter that stops coming back (its process died,
+//! it lost Redis) is dropped from the line by the next call after its
+//! deadline, so a dead waiter delays the others by at most the waiter
+//! timeout plus one renewal period.
+//!
+//! Unlike [`LockClient::try_lock`], every task is its own waiter in line:
+//! tasks of one process are not merged into one contender, so the order
+//! holds between tasks as well as between processes.
+
+use std::time::Instant;
+
+use super::local::LocalEntry;
+use super::scripts::{Claim, ClaimKind, turn_channel_prefix};
+use super::single::Waiting;
+use super::{LockClient, LockError, LockGuard, LockName, LockOptions, duration_ms_ceil};
+
+/// A fair lock named `name` on one node, through `client`.
+#[derive(Clone, Debug)]
+pub struct FairLock {
+    client: LockClient,
+    name: LockName,
+}
+
+impl FairLock {
+    /// The fair lock `name`. Its keys: the lock hash `<name>`, the fencing
+    /// counter `<name>:fence`, the line `<name>:queue` and the deadlines
+    /// `<name>:waiters`; all keep the name's hash tag.
+    pub fn new(client: &LockClient, name: LockName) -> Self {
+        Self { client: client.clone(), name }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// Takes the lock when it is this caller's turn, waiting in line at most
+    /// `options.wait`. A zero wait takes it only if it is free and nobody is
+    /// waiting, and never joins the line. The guard is the reentrant lock's:
+    /// fencing token, `lost()`, re-entry, watchdog; its release hands the
+    /// lock to the next waiter in line.
+    ///
+    /// Errors: as [`LockClient::try_lock_with`]. On every error the caller
+    /// has left the line (or, when Redis cannot be reached, is dropped from
+    /// it after the waiter timeout). Dropping the future while it waits
+    /// leaves its place until the waiter timeout.
+    pub async fn try_lock(&self, options: LockOptions) -> Result<LockGuard, LockError> {
+        let lease_ms = options.validate()?;
+        let started = Instant::now();
+        let deadline = started + options.wait;
+        let waiter_timeout = self.client.config().waiter_timeout;
+        let kind = ClaimKind::Fair {
+            enqueue: !options.wait.is_zero(),
+            waiter_timeout_ms: duration_ms_ceil(waiter_timeout),
+        };
+        let owner = super::new_owner_token();
+        let channel = format!("{}{owner}", turn_channel_prefix(&self.name));
+        let claim = Claim { name: self.name.clone(), owner, lease_ms, kind };
+        let own = LocalEntry::new();
+        let waiting =
+            Waiting { entry: &own, channel: &channel, heartbeat: Some(waiter_timeout / 3) };
+        let grant = self.client.contend(&claim, &waiting, started, deadline).await?;
+        Ok(self.client.guard(claim, grant, options.watchdog))
+    }
+}
