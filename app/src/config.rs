@@ -8,6 +8,9 @@ use std::time::Duration;
 /// when it is in use.
 pub const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
 
+/// Default of `SECKILL_BATCH_MAX`, the largest `sql/batched` batch: PLACEHOLDER.
+pub const DEFAULT_BATCH_MAX: u16 = 128;
+
 /// Configuration of `seckill serve`.
 #[derive(Clone, clap::Args)]
 pub struct Config {
@@ -83,6 +86,18 @@ pub struct Config {
     #[arg(long, env = "SECKILL_QUEUE_CONSUME", default_value_t = true,
           action = clap::ArgAction::Set)]
     pub queue_consume: bool,
+
+    /// `sql/batched`: most purchases of one sale this instance settles in one
+    /// transaction; purchases beyond it wait for the next batch.
+    #[arg(long, env = "SECKILL_BATCH_MAX", default_value_t = DEFAULT_BATCH_MAX,
+          value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub batch_max: u16,
+
+    /// `sql/batched`: microseconds a batch waits for more purchases before it
+    /// settles; 0 settles at once what has gathered (group commit, no timer).
+    #[arg(long, env = "SECKILL_BATCH_WINDOW_US", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub batch_window_us: u64,
 
     /// How long a request waits for a pool connection before it is answered
     /// 503, in milliseconds.
@@ -161,6 +176,10 @@ impl Config {
     pub fn queue_batch_window(&self) -> Duration {
         Duration::from_millis(self.queue_batch_window_ms)
     }
+
+    pub fn batch_window(&self) -> Duration {
+        Duration::from_micros(self.batch_window_us)
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -181,6 +200,8 @@ impl std::fmt::Debug for Config {
             .field("queue_batch_window_ms", &self.queue_batch_window_ms)
             .field("queue_delivery_limit", &self.queue_delivery_limit)
             .field("queue_consume", &self.queue_consume)
+            .field("batch_max", &self.batch_max)
+            .field("batch_window_us", &self.batch_window_us)
             .finish_non_exhaustive()
     }
 }
