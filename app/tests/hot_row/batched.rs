@@ -17,7 +17,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::support::{TestApp, eventually, provoking};
-use crate::{Direct, assert_exact, burst, buy, orders, outcome, tally};
+use crate::{Direct, assert_exact, burst, buy, orders, outcome, tally, two_instances};
 
 /// The batch statistics of `sale` over `apps`.
 async fn batch_stats(apps: &[&TestApp], sale: i64) -> BatchStats {
@@ -30,7 +30,7 @@ async fn batch_stats(apps: &[&TestApp], sale: i64) -> BatchStats {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_buyers_of_one_unit_over_two_instances_leave_exact_books() {
-    let (one, two) = (TestApp::spawn().await, TestApp::spawn().await);
+    let (one, two) = two_instances().await;
     let sale = one.sale("sql/batched", 1).await;
     let answers = burst(&[&one, &two], sale, 1..501).await;
     let all: Vec<String> = answers.iter().map(|(_, answer)| answer.clone()).collect();
@@ -46,7 +46,7 @@ async fn five_hundred_buyers_of_one_unit_over_two_instances_leave_exact_books() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_buyers_per_unit_over_two_instances_buy_exactly_the_stock() {
-    let (one, two) = (TestApp::spawn().await, TestApp::spawn().await);
+    let (one, two) = two_instances().await;
     let sale = one.sale("sql/batched", 150).await;
     let answers = burst(&[&one, &two], sale, 1..451).await;
     let placed: BTreeMap<i64, i32> = answers
@@ -66,7 +66,7 @@ async fn three_buyers_per_unit_over_two_instances_buy_exactly_the_stock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restocks_during_batches_keep_the_books_exact_and_every_unit_sells() {
-    let (one, two) = (TestApp::spawn().await, TestApp::spawn().await);
+    let (one, two) = two_instances().await;
     let sale = one.sale("sql/batched", 40).await;
     let restocks = async {
         for _ in 0..6 {
@@ -185,34 +185,30 @@ async fn batched_answers(
     (answers, direct.strategy.stats(SaleId(sale)))
 }
 
-/// Makes Postgres refuse every order of [`REFUSED`] for `sales`, until the
-/// returned trigger is dropped with [`allow`].
+/// Makes Postgres refuse every order of [`REFUSED`] for `sales` (a trigger
+/// and its function, named after the sales), until [`allow`] drops them.
 async fn refuse(db: &PgPool, sales: [i64; 2]) -> String {
-    sqlx::query(
-        "CREATE OR REPLACE FUNCTION refuse_test_order() RETURNS trigger LANGUAGE plpgsql
-         AS $$ BEGIN RAISE EXCEPTION 'this order is refused by a test'; END $$",
-    )
-    .execute(db)
-    .await
-    .unwrap();
-    let trigger = format!("refuse_{}_{}", sales[0], sales[1]);
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "CREATE TRIGGER {trigger} BEFORE INSERT ON orders FOR EACH ROW
+    let name = format!("refuse_{}_{}", sales[0], sales[1]);
+    let function = format!(
+        "CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql
+         AS $$ BEGIN RAISE EXCEPTION 'this order is refused by a test'; END $$"
+    );
+    let trigger = format!(
+        "CREATE TRIGGER {name} BEFORE INSERT ON orders FOR EACH ROW
          WHEN (NEW.user_id = {REFUSED} AND NEW.sale_id IN ({}, {}))
-         EXECUTE FUNCTION refuse_test_order()",
+         EXECUTE FUNCTION {name}()",
         sales[0], sales[1]
-    )))
-    .execute(db)
-    .await
-    .unwrap();
-    trigger
+    );
+    for statement in [function, trigger] {
+        sqlx::query(sqlx::AssertSqlSafe(statement)).execute(db).await.unwrap();
+    }
+    name
 }
 
-async fn allow(db: &PgPool, trigger: &str) {
-    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TRIGGER {trigger} ON orders")))
-        .execute(db)
-        .await
-        .unwrap();
+async fn allow(db: &PgPool, name: &str) {
+    for statement in [format!("DROP TRIGGER {name} ON orders"), format!("DROP FUNCTION {name}()")] {
+        sqlx::query(sqlx::AssertSqlSafe(statement)).execute(db).await.unwrap();
+    }
 }
 
 /// Runs [`MIXED`] (without the refused buyer unless `with_refused`) on a
@@ -224,10 +220,13 @@ async fn mixed_batch_answers_as_sql(with_refused: bool) {
         MIXED.iter().copied().filter(|&(user, _)| with_refused || user != REFUSED).collect();
     let (sql_sale, batched_sale) =
         (mixed_sale(&app, "sql").await, mixed_sale(&app, "sql/batched").await);
-    let trigger = refuse(&app.db, [sql_sale, batched_sale]).await;
+    let refused =
+        if with_refused { Some(refuse(&app.db, [sql_sale, batched_sale]).await) } else { None };
     let expected = sql_answers(&direct, sql_sale, &purchases).await;
     let (answers, stats) = batched_answers(&direct, batched_sale, &purchases).await;
-    allow(&app.db, &trigger).await;
+    if let Some(refused) = refused {
+        allow(&app.db, &refused).await;
+    }
     assert_eq!(answers, expected);
     let rest = purchases.len() as u32 - 1;
     assert_eq!(stats.size_counts, BTreeMap::from([(1, 1), (rest, 1)]), "the plug, then one batch");

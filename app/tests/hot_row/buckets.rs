@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 
 use crate::support::{TestApp, assert_problem};
-use crate::{assert_exact, burst, buy, tally};
+use crate::{assert_exact, burst, buy, tally, two_instances};
 
 /// A `sql/buckets` sale of `stock` units over `buckets` rows.
 async fn bucket_sale(app: &TestApp, stock: i64, buckets: i32) -> i64 {
@@ -39,7 +39,7 @@ async fn sell(apps: [&TestApp; 2], sale: i64, buyers: i64) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_buyers_per_unit_buy_exactly_the_stock_over_two_instances() {
-    let (one, two) = (TestApp::spawn().await, TestApp::spawn().await);
+    let (one, two) = two_instances().await;
     let sale = bucket_sale(&one, 240, 8).await;
     assert_eq!(bucket_rows(&one.db, sale).await, vec![30; 8]);
     let answers = sell([&one, &two], sale, 720).await;
@@ -53,7 +53,7 @@ async fn three_buyers_per_unit_buy_exactly_the_stock_over_two_instances() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn as_many_buyers_as_units_each_get_one_and_no_unit_is_stranded() {
-    let (one, two) = (TestApp::spawn().await, TestApp::spawn().await);
+    let (one, two) = two_instances().await;
     for (stock, buckets) in [(200, 8), (10, 16)] {
         let sale = bucket_sale(&one, stock, buckets).await;
         let answers = sell([&one, &two], sale, stock).await;

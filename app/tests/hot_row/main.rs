@@ -28,6 +28,14 @@ use sqlx::PgPool;
 
 use crate::support::{TestApp, test_database_url};
 
+/// Two instances of the service over the test database, with the pools of
+/// the comparison's instances (10 connections each): tests with two
+/// instances run beside others on one Postgres.
+pub async fn two_instances() -> (TestApp, TestApp) {
+    let spawn = || TestApp::spawn_with(|config| config.db_pool_size = 10);
+    (spawn().await, spawn().await)
+}
+
 /// What one purchase was answered, comparable across strategies: `201 ×q`
 /// with the units, `409 <problem>`, or the status and problem of an error.
 pub async fn answer(response: reqwest::Response) -> String {
