@@ -14,13 +14,13 @@ pub const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
 /// transaction driven directly against Postgres by two concurrent drivers
 /// (`sql_batched::ceiling::units_per_s`, debug build, 3 s per size, two
 /// passes on the 2-core development machine) settled 11–16 thousand units/s
-/// in batches of 64, 23–24 thousand in batches of 128, 36–38 thousand in
+/// in batches of 64, 23–25 thousand in batches of 128, 36–38 thousand in
 /// batches of 256 and 47–49 thousand in batches of 512, one batch taking
-/// 9–11, 10–11, 14 and 21–22 ms. 256 is the smallest of these caps whose
+/// 8–11, 10–11, 14 and 21–22 ms. 256 is the smallest of these caps whose
 /// rate is above what HTTP delivers to two instances on that machine (the
-/// release `http_rps` ceiling, about 33 000 answers/s), so the cap does not
-/// hold the strategy below its front end, and a full batch still holds the
-/// sale row for a short transaction. Under the default comparison (200
+/// release `http_rps` ceiling of the README's sample run, 33 635 answers/s),
+/// so the cap does not hold the strategy below its front end, and a full
+/// batch still commits in about 14 ms. Under the default comparison (200
 /// clients over 2 instances) no batch reaches it.
 pub const DEFAULT_BATCH_MAX: u16 = 256;
 

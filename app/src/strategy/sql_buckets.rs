@@ -29,12 +29,12 @@
 //!
 //! Measured against the alternatives with pgbench (20 clients, 8 buckets,
 //! docs/hot-row.md): a first pass with `FOR UPDATE SKIP LOCKED` (take any
-//! free bucket, wait only when all are busy) sold less, because with more
-//! buyers than buckets every bucket is busy and most purchases paid both
-//! passes; a waiting conditional `UPDATE` of each bucket in turn sold as
-//! fast but refused five to seven times slower once the stock was gone (one
-//! statement per bucket). The home bucket first, the others in one
-//! statement only when needed, was as fast as the best of both.
+//! free bucket, wait only when all are busy) sold no faster, because with
+//! more buyers than buckets every bucket is busy and most purchases paid a
+//! second pass, and it refused slower; a waiting conditional `UPDATE` of
+//! each bucket in turn sold as fast but refused six to eight times slower
+//! (one statement per bucket). The home bucket first, the others only when
+//! it is dry, costs one statement per sale and one per refusal.
 //!
 //! `GET /sales/{id}` and the audit read the sale row plus its buckets (the
 //! view `sale_stock`); restocking spreads the units over the buckets

@@ -17,7 +17,7 @@
 //! gets that statement's answer (`sql`'s answer, error included) while its
 //! savepoint is rolled back and the others go on. That path costs three
 //! round trips per purchase under the row lock, which is why it is the
-//! fallback and not the rule (docs/strategies.md gives both measured).
+//! fallback and not the rule (docs/hot-row.md gives both measured).
 //!
 //! A serialization failure or deadlock (`40001`, `40P01`) retries the
 //! set-based path, up to [`ATTEMPTS`] times. An error of the connection
