@@ -5,33 +5,18 @@
 //! to the `sql_batched_units_per_s` ceiling, measured at the batch size it
 //! reached (docs/report-format.md).
 
-use std::process::Command;
-
 use serde_json::Value;
+
+mod support;
 
 const STOCK: i64 = 200;
 
-/// The test suite's database (`TEST_DATABASE_URL`, as for every test), never
-/// the comparison's or a service's.
-fn test_database_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
-}
-
 #[test]
 fn compare_reports_the_hot_row_strategies_with_batch_sizes_and_their_ceiling() {
-    let out = std::env::temp_dir().join(format!("loadtest-hot-row-{}", std::process::id()));
-    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args(["compare", "--strategies", "sql,sql/batched,sql/buckets"])
-        .args(["--stock", &STOCK.to_string(), "--users", "40", "--instances", "2"])
-        .args(["--rejection-phase", "1", "--database-url", &test_database_url()])
-        .args(["--ceiling-duration", "1", "--quiet", "--out"])
-        .arg(&out)
-        .status()
-        .expect("loadtest runs");
-    assert!(status.success(), "loadtest compare exited with {status}");
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let stock = STOCK.to_string();
+    let strategies = "sql,sql/batched,sql/buckets";
+    let (report, out) =
+        support::compare("hot-row", &["--strategies", strategies, "--stock", &stock]);
     let runs = report["runs"].as_array().unwrap();
     let run = |strategy: &str| runs.iter().find(|r| r["strategy"] == strategy).unwrap();
     for strategy in ["sql/batched", "sql/buckets"] {
