@@ -122,7 +122,8 @@ fn is_transient(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40001" | "40P01")))
 }
 
-/// The set-based path: one transaction, five round trips.
+/// The set-based path: one transaction, five round trips (three once the
+/// sale is sold out).
 async fn together(
     db: &PgPool,
     sale: SaleId,
@@ -133,8 +134,18 @@ async fn together(
         // No such sale: the `sql` statement finds no row to take from.
         return Ok(vec![Outcome::SoldOut; purchases.len()]);
     };
-    let users: Vec<i64> = purchases.iter().map(|p| p.user.get()).collect();
-    let ordered = batch::ordered_buyers(&mut tx, sale.0, &users).await?;
+    // Only the buyers whose quantity the stock covers can be refused for an
+    // order they have; a sold-out sale reads none.
+    let users: Vec<i64> = purchases
+        .iter()
+        .filter(|p| i64::from(p.quantity.get()) <= locked.remaining_stock)
+        .map(|p| p.user.get())
+        .collect();
+    let ordered = if users.is_empty() {
+        HashSet::new()
+    } else {
+        batch::ordered_buyers(&mut tx, sale.0, &users).await?
+    };
     let turns = allocate(purchases, locked.remaining_stock, ordered);
     let granted: Vec<(i64, i32)> = purchases
         .iter()
