@@ -3,7 +3,8 @@
 //! The load test reports oversell, drift and duplicates from here and never
 //! from a strategy's own counters: a strategy that miscounts would otherwise
 //! grade itself. All figures come from one statement, so they describe one
-//! snapshot.
+//! snapshot — of the sale row, its bucket rows (a sale whose stock is split,
+//! `sql/buckets`) and its orders together.
 //!
 //! Table names are unqualified on purpose: a test can shadow `orders` with a
 //! temporary table that lacks the unique constraint (temporary tables come
@@ -23,7 +24,9 @@ pub struct Audit {
     pub strategy: String,
     /// Units ever put on sale (initial stock + restocks).
     pub total_stock: i64,
-    /// `sales.remaining_stock` as stored.
+    /// Units still for sale as stored: `sales.remaining_stock` plus the
+    /// sale's bucket rows, for a strategy that splits its stock (the view
+    /// `sale_stock`).
     pub remaining_stock: i64,
     /// Number of order rows.
     pub orders: i64,
@@ -72,15 +75,15 @@ WITH per_user AS (
            min(created_at) AS first_at, max(created_at) AS last_at
     FROM orders WHERE sale_id = $1 GROUP BY user_id
 )
-SELECT s.strategy, s.total_stock, s.remaining_stock, s.reconcile_fixes,
+SELECT s.strategy, s.total_stock, st.remaining_stock, s.reconcile_fixes,
        coalesce(sum(p.n), 0)::bigint         AS orders,
        coalesce(sum(p.units), 0)::bigint     AS units_sold,
        coalesce(sum(p.n - 1), 0)::bigint     AS duplicate_orders,
        min(p.first_at)                       AS first_order_at,
        max(p.last_at)                        AS last_order_at
-FROM sales s LEFT JOIN per_user p ON true
+FROM sales s JOIN sale_stock st ON st.sale_id = s.id LEFT JOIN per_user p ON true
 WHERE s.id = $1
-GROUP BY s.id";
+GROUP BY s.id, st.remaining_stock";
 
 /// Audits sale `id`. `Ok(None)` when the sale does not exist.
 pub async fn audit(conn: &mut PgConnection, id: SaleId) -> Result<Option<Audit>, sqlx::Error> {

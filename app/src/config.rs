@@ -8,6 +8,22 @@ use std::time::Duration;
 /// when it is in use.
 pub const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
 
+/// Default of `SECKILL_BATCH_MAX`, the largest `sql/batched` batch.
+///
+/// Chosen by measurement (docs/hot-row.md): the strategy's batch
+/// transaction driven directly against Postgres by two concurrent drivers
+/// (`sql_batched::ceiling::units_per_s`, debug build, 3 s per size, two
+/// passes on the 2-core development machine) settled 11–16 thousand units/s
+/// in batches of 64, 23–25 thousand in batches of 128, 36–38 thousand in
+/// batches of 256 and 47–49 thousand in batches of 512, one batch taking
+/// 8–11, 10–11, 14 and 21–22 ms. 256 is the smallest of these caps whose
+/// rate is above what HTTP delivers to two instances on that machine (the
+/// release `http_rps` ceiling of the README's sample run, 33 635 answers/s),
+/// so the cap does not hold the strategy below its front end, and a full
+/// batch still commits in about 14 ms. Under the default comparison (200
+/// clients over 2 instances) no batch reaches it.
+pub const DEFAULT_BATCH_MAX: u16 = 256;
+
 /// Configuration of `seckill serve`.
 #[derive(Clone, clap::Args)]
 pub struct Config {
@@ -83,6 +99,18 @@ pub struct Config {
     #[arg(long, env = "SECKILL_QUEUE_CONSUME", default_value_t = true,
           action = clap::ArgAction::Set)]
     pub queue_consume: bool,
+
+    /// `sql/batched`: most purchases of one sale this instance settles in one
+    /// transaction; purchases beyond it wait for the next batch.
+    #[arg(long, env = "SECKILL_BATCH_MAX", default_value_t = DEFAULT_BATCH_MAX,
+          value_parser = clap::value_parser!(u16).range(1..=10_000))]
+    pub batch_max: u16,
+
+    /// `sql/batched`: microseconds a batch waits for more purchases before it
+    /// settles; 0 settles at once what has gathered (group commit, no timer).
+    #[arg(long, env = "SECKILL_BATCH_WINDOW_US", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub batch_window_us: u64,
 
     /// How long a request waits for a pool connection before it is answered
     /// 503, in milliseconds.
@@ -174,6 +202,10 @@ impl Config {
     pub fn queue_batch_window(&self) -> Duration {
         Duration::from_millis(self.queue_batch_window_ms)
     }
+
+    pub fn batch_window(&self) -> Duration {
+        Duration::from_micros(self.batch_window_us)
+    }
 }
 
 impl std::fmt::Debug for Config {
@@ -195,6 +227,8 @@ impl std::fmt::Debug for Config {
             .field("queue_batch_window_ms", &self.queue_batch_window_ms)
             .field("queue_delivery_limit", &self.queue_delivery_limit)
             .field("queue_consume", &self.queue_consume)
+            .field("batch_max", &self.batch_max)
+            .field("batch_window_us", &self.batch_window_us)
             .finish_non_exhaustive()
     }
 }

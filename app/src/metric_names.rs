@@ -73,3 +73,19 @@ pub const QUEUE_BATCH_SIZE: &str = "seckill_queue_batch_size";
 /// `resolution` (`placed`, `sold_out`, `already_purchased`, `rejected`).
 /// Emitted by the `queue` consumer.
 pub const QUEUE_RESOLUTIONS_TOTAL: &str = "seckill_queue_resolutions_total";
+
+/// Histogram: purchases settled per `sql/batched` transaction (a count, not
+/// a duration). No labels. Emitted once per batch by the batch leader.
+pub const GROUP_COMMIT_BATCH_SIZE: &str = "seckill_group_commit_batch_size";
+
+/// Histogram: seconds a `sql/batched` batch took to settle, from taking its
+/// purchases off the queue to their answers (a pool connection, the
+/// transaction, and its retries). No labels. Emitted once per batch.
+pub const GROUP_COMMIT_TRANSACTION_DURATION_SECONDS: &str =
+    "seckill_group_commit_transaction_duration_seconds";
+
+/// Histogram: seconds a `sql/batched` purchase waited in its sale's queue
+/// before its batch started (0 for a purchase of an idle sale). No labels.
+/// Emitted once per purchase.
+pub const GROUP_COMMIT_QUEUE_WAIT_DURATION_SECONDS: &str =
+    "seckill_group_commit_queue_wait_duration_seconds";

@@ -97,6 +97,9 @@ pub struct Sale {
     #[serde(flatten)]
     #[sqlx(flatten)]
     pub knobs: Knobs,
+    /// Rows the stock is split over (`sale_buckets`), for a strategy that
+    /// splits it (`sql/buckets`); `None`: the stock is on the sale row.
+    pub buckets: Option<i32>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -164,12 +167,15 @@ impl Sale {
 
 /// Columns of `sales` that [`Sale`] reads, in one place for every query.
 pub(crate) const SALE_COLUMNS: &str = "id, name, per_user_limit, strategy, starts_at, ends_at, \
-     lock_lease_ms, work_ms, pause_ms, pause_ratio, created_at";
+     lock_lease_ms, work_ms, pause_ms, pause_ratio, buckets, created_at";
 
 /// Stock figures of a sale, read fresh from Postgres.
 #[derive(Debug, Clone, Copy, Serialize, sqlx::FromRow)]
 pub struct Stock {
+    /// Units ever put on sale (initial stock + restocks).
     pub total_stock: i64,
+    /// Units still for sale: the sale row's plus its buckets' (the view
+    /// `sale_stock`).
     pub remaining_stock: i64,
 }
 
@@ -208,12 +214,15 @@ impl SaleCatalog {
     }
 }
 
-/// Reads the current stock of a sale. `Ok(None)` when it does not exist.
+/// Reads the current stock of a sale, buckets included. `Ok(None)` when it
+/// does not exist.
 pub async fn stock(db: &PgPool, id: SaleId) -> Result<Option<Stock>, sqlx::Error> {
-    sqlx::query_as::<_, Stock>("SELECT total_stock, remaining_stock FROM sales WHERE id = $1")
-        .bind(id.0)
-        .fetch_optional(db)
-        .await
+    sqlx::query_as::<_, Stock>(
+        "SELECT total_stock, remaining_stock FROM sale_stock WHERE sale_id = $1",
+    )
+    .bind(id.0)
+    .fetch_optional(db)
+    .await
 }
 
 #[cfg(test)]
@@ -231,6 +240,7 @@ mod tests {
             starts_at,
             ends_at,
             knobs: Knobs::default(),
+            buckets: None,
             created_at: Utc::now(),
         }
     }

@@ -1,5 +1,5 @@
 //! The admin API of the instances, as the comparison uses it: create a
-//! sale, audit it, read its queue and lock statistics. Every call is
+//! sale, audit it, read its queue, batch and lock statistics. Every call is
 //! authenticated with the invocation's admin token; an answer other than
 //! the documented success is an error that carries the service's answer.
 
@@ -9,6 +9,8 @@ use anyhow::{Context, bail};
 use seckill::audit::Audit;
 use seckill::sale::SaleId;
 use seckill::strategy::queue::QueueStats;
+use seckill::strategy::sql_batched::BatchStats;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// The admin API of the first instance.
@@ -44,25 +46,39 @@ impl Admin {
         Ok(SaleId(answer["id"].as_i64().context("sale id")?))
     }
 
+    /// `GET url` with the admin token, read as JSON. Errors: the request
+    /// failed, or the answer is not a success (`what` answered, with its
+    /// body).
+    async fn get<T: DeserializeOwned>(&self, url: String, what: &str) -> anyhow::Result<T> {
+        let response = self.client.get(url).bearer_auth(&self.token).send().await?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("{what} answered {status}: {}", response.text().await.unwrap_or_default());
+        }
+        Ok(response.json().await?)
+    }
+
     /// `max_concurrency` inside the critical section across all instances:
     /// each instance's `lock-stats` call first flushes its own recorded
     /// intervals, so the last answer covers every instance.
     pub async fn max_concurrency(&self, urls: &[String], sale: SaleId) -> anyhow::Result<i64> {
         let mut last = Value::Null;
         for url in urls {
-            let response = self
-                .client
-                .get(format!("{url}/admin/sales/{}/lock-stats", sale.0))
-                .bearer_auth(&self.token)
-                .send()
-                .await?;
-            let status = response.status();
-            last = response.json().await?;
-            if !status.is_success() {
-                bail!("lock-stats answered {status}: {last}");
-            }
+            last =
+                self.get(format!("{url}/admin/sales/{}/lock-stats", sale.0), "lock-stats").await?;
         }
         last["max_concurrency"].as_i64().context("lock-stats without max_concurrency")
+    }
+
+    /// The `sql/batched` batches of `sale` over all instances: each instance
+    /// counts its own.
+    pub async fn batch_stats(&self, urls: &[String], sale: SaleId) -> anyhow::Result<BatchStats> {
+        let mut all = Vec::with_capacity(urls.len());
+        for url in urls {
+            let url = format!("{url}/admin/sales/{}/batches", sale.0);
+            all.push(self.get(url, "batch statistics").await?);
+        }
+        Ok(BatchStats::merge(sale, &all))
     }
 
     /// The queue statistics of `sales` once none has an unresolved request,
@@ -88,30 +104,10 @@ impl Admin {
     }
 
     async fn queue_stats(&self, sale: SaleId) -> anyhow::Result<QueueStats> {
-        let response = self
-            .client
-            .get(format!("{}/admin/sales/{}/queue", self.base, sale.0))
-            .bearer_auth(&self.token)
-            .send()
-            .await?;
-        let status = response.status();
-        if !status.is_success() {
-            bail!("queue stats answered {status}: {}", response.text().await.unwrap_or_default());
-        }
-        Ok(response.json().await?)
+        self.get(format!("{}/admin/sales/{}/queue", self.base, sale.0), "queue stats").await
     }
 
     pub async fn audit(&self, sale: SaleId) -> anyhow::Result<Audit> {
-        let response = self
-            .client
-            .get(format!("{}/admin/sales/{}/audit", self.base, sale.0))
-            .bearer_auth(&self.token)
-            .send()
-            .await?;
-        let status = response.status();
-        if !status.is_success() {
-            bail!("audit answered {status}: {}", response.text().await.unwrap_or_default());
-        }
-        Ok(response.json().await?)
+        self.get(format!("{}/admin/sales/{}/audit", self.base, sale.0), "audit").await
     }
 }

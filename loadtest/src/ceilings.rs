@@ -62,6 +62,24 @@ pub struct DrainCeiling {
     pub ratio_vs_sql_tps: Option<f64>,
 }
 
+/// `sql_batched_units_per_s`: the `sql/batched` strategy's batch
+/// transaction driven directly against Postgres, with no HTTP in front, at
+/// the batch size the strategy reached in the runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BatchedCeiling {
+    /// Units settled per second.
+    pub value: f64,
+    /// Purchases per batch: the mean batch size of the `sql/batched` runs,
+    /// rounded.
+    pub batch_size: usize,
+    /// Concurrent batches: one per instance, as each instance settles one
+    /// batch of a sale at a time.
+    pub connections: usize,
+    pub duration_s: f64,
+    /// `value ÷ sql_tps.value`.
+    pub ratio_vs_sql_tps: Option<f64>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ceilings {
     pub http_rps: HttpCeiling,
@@ -74,6 +92,9 @@ pub struct Ceilings {
     /// `null` when `queue` is not compared.
     #[serde(default)]
     pub queue_drain_units_per_s: Option<DrainCeiling>,
+    /// `null` when `sql/batched` is not compared (measured after its runs).
+    #[serde(default)]
+    pub sql_batched_units_per_s: Option<BatchedCeiling>,
 }
 
 /// `clients` concurrent tasks sending `DECR` on one scratch key over one

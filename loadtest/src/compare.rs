@@ -9,13 +9,14 @@ use serde_json::json;
 
 use crate::admin::Admin;
 use crate::ceilings::{
-    self, AmqpCeiling, Ceilings, DrainCeiling, HttpCeiling, RedisCeiling, SqlCeiling,
+    self, AmqpCeiling, BatchedCeiling, Ceilings, DrainCeiling, HttpCeiling, RedisCeiling,
+    SqlCeiling,
 };
 use crate::cost::PgXacts;
 use crate::instances::{Instances, RedlockNodes};
 use crate::preflight;
 use crate::progress::Progress;
-use crate::report::{self, Machine, Report, SCHEMA_VERSION, html, markdown, summary};
+use crate::report::{self, Machine, Report, Run, SCHEMA_VERSION, html, markdown, summary};
 use crate::run::{Bench, RunKey, run_one};
 use crate::scenario;
 use crate::{CompareArgs, RenderArgs};
@@ -138,6 +139,15 @@ async fn compare(
         }
     }
     report::relate_to_sql(&mut runs);
+    let mut ceilings = ceilings;
+    if args.strategies.contains(&seckill::strategy::sql_batched::NAME) {
+        progress.stage("measuring the sql/batched ceiling");
+        let batched = batched_ceiling(args, instances, &admin, &runs, ceilings.sql_tps.value)
+            .await
+            .context("measuring sql_batched_units_per_s")?;
+        report::relate_to_batched_ceiling(&mut runs, batched.value);
+        ceilings.sql_batched_units_per_s = Some(batched);
+    }
     let summary = summary::summarize(&runs);
     Ok(Report {
         schema_version: SCHEMA_VERSION,
@@ -178,6 +188,7 @@ async fn measure_ceilings(
     Ok(Ceilings {
         amqp_rps,
         queue_drain_units_per_s,
+        sql_batched_units_per_s: None,
         http_rps: HttpCeiling {
             value: http,
             users: args.users,
@@ -268,5 +279,59 @@ async fn queue_drain(
         units: drain.units,
         batch_size: settings.batch_size,
         ratio_vs_sql_tps: Some(drain.units_per_s / sql_tps).filter(|v| v.is_finite()),
+    })
+}
+
+/// `sql_batched_units_per_s`, after the runs: the `sql/batched` batch
+/// transaction (`seckill::strategy::sql_batched::ceiling`) on a large sale,
+/// at the mean batch size the strategy's runs reached (1 when none sold), by
+/// one driver per instance, for `ceiling_duration` seconds.
+async fn batched_ceiling(
+    args: &CompareArgs,
+    instances: &Instances,
+    admin: &Admin,
+    runs: &[Run],
+    sql_tps: f64,
+) -> anyhow::Result<BatchedCeiling> {
+    let name = seckill::strategy::sql_batched::NAME.as_str();
+    let means: Vec<f64> = runs
+        .iter()
+        .filter(|run| run.strategy == name)
+        .filter_map(|run| run.batch_sizes.as_ref().map(|sizes| sizes.mean))
+        .collect();
+    let batch_size = if means.is_empty() {
+        1
+    } else {
+        (means.iter().sum::<f64>() / means.len() as f64).round().max(1.0) as usize
+    };
+    let connections = instances.urls.len().max(1);
+    let seconds = args.ceiling_duration as f64;
+    let sale = admin
+        .create_sale(json!({
+            "name": "sql_batched ceiling", "stock": 1_000_000_000_i64, "strategy": name
+        }))
+        .await?;
+    let db = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(connections as u32)
+        .min_connections(connections as u32)
+        .connect(&args.database_url)
+        .await?;
+    let value = seckill::strategy::sql_batched::ceiling::units_per_s(
+        &db,
+        sale,
+        1,
+        batch_size,
+        connections,
+        seconds,
+    )
+    .await;
+    db.close().await;
+    let value = value?;
+    Ok(BatchedCeiling {
+        value,
+        batch_size,
+        connections,
+        duration_s: seconds,
+        ratio_vs_sql_tps: Some(value / sql_tps).filter(|v| v.is_finite()),
     })
 }

@@ -62,6 +62,14 @@ const TABLE: &[Row] = &[
     Row { strategy: "sql", cell: |_| Correct },
     // The row lock is held from the read to the commit.
     Row { strategy: "sql/for-update", cell: |_| Correct },
+    // Each batch locks the sale row, applies the `sql` rule to its purchases
+    // in arrival order and takes the units with one guarded update, in one
+    // transaction: batches of several instances serialise on the row.
+    Row { strategy: "sql/batched", cell: |_| Correct },
+    // The `sql` statement on one of N bucket rows; a purchase that finds
+    // every bucket with stock locked waits for one before it is sold out,
+    // so no unit is stranded.
+    Row { strategy: "sql/buckets", cell: |_| Correct },
     // The Redis gate only filters; the `sql` statement behind it still
     // guards Postgres, and every failure after the decrement is compensated.
     Row { strategy: "redis-decr", cell: |_| Correct },
@@ -180,6 +188,8 @@ mod tests {
                 for correct in [
                     "sql",
                     "sql/for-update",
+                    "sql/batched",
+                    "sql/buckets",
                     "redis-decr",
                     "lock/setnx",
                     "lock/watchdog",

@@ -57,7 +57,8 @@ pub struct RenderArgs {
 #[derive(clap::Args, Debug, Clone, serde::Serialize)]
 pub struct CompareArgs {
     /// Strategies to compare, comma-separated (default: every implemented one).
-    #[arg(long, value_delimiter = ',', value_parser = parse_strategy)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_strategy,
+          long_help = strategies_help())]
     pub strategies: Vec<StrategyName>,
 
     /// Load profiles, comma-separated.
@@ -178,6 +179,15 @@ const LOADTEST_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/seckill_
 
 /// Default database of `--target` services: the service's own default.
 const SERVICE_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/seckill";
+
+/// The long help of `--strategies`: every registered name, in report order.
+fn strategies_help() -> String {
+    let names: Vec<&str> = StrategyName::ALL.iter().map(|name| name.as_str()).collect();
+    format!(
+        "Strategies to compare, comma-separated, out of: {} (default: every one, in this order)",
+        names.join(", ")
+    )
+}
 
 fn parse_strategy(s: &str) -> Result<StrategyName, String> {
     s.parse().map_err(|err: seckill::strategy::UnknownStrategy| err.to_string())

@@ -14,6 +14,7 @@ use seckill::audit::Audit;
 use seckill::sale::SaleId;
 use seckill::strategy::StrategyName;
 use seckill::strategy::queue::QueueStats;
+use seckill::strategy::sql_batched::BatchStats;
 use serde_json::{Value, json};
 
 use crate::CompareArgs;
@@ -64,6 +65,8 @@ struct Phases {
     rejection: PhaseResult,
     /// The statistics of a `queue` run's sales once drained.
     queue_stats: Option<Vec<QueueStats>>,
+    /// The batches of a `sql/batched` run's sales, over every instance.
+    group_commit: Option<BatchStats>,
     /// Postgres transactions before and after the sale phase.
     xacts: [Xacts; 2],
     /// The instances' counters before and after the sale phase.
@@ -178,6 +181,11 @@ async fn run_phases(
     } else {
         None
     };
+    let group_commit = if key.strategy == seckill::strategy::sql_batched::NAME {
+        Some(batch_stats(bench, &prepared.sales).await?)
+    } else {
+        None
+    };
     progress.phase("settling statistics");
     let (xacts_after, counters_after) = readings(bench).await?;
     let mut sold_in_sale_phase = 0;
@@ -193,6 +201,7 @@ async fn run_phases(
         sale,
         rejection,
         queue_stats,
+        group_commit,
         xacts: [xacts_before, xacts_after],
         counters: [counters_before, counters_after],
         sold_in_sale_phase,
@@ -205,6 +214,15 @@ async fn readings(bench: &Bench<'_>) -> anyhow::Result<(Xacts, Counters)> {
     let xacts = bench.xacts.settle().await?;
     let counters = Counters::scrape(&bench.admin.client, &bench.instances.urls).await?;
     Ok((xacts, counters))
+}
+
+/// The `sql/batched` batches of the run's sales, over every instance.
+async fn batch_stats(bench: &Bench<'_>, sales: &[SaleId]) -> anyhow::Result<BatchStats> {
+    let mut all = Vec::with_capacity(sales.len());
+    for &sale in sales {
+        all.push(bench.admin.batch_stats(&bench.instances.urls, sale).await?);
+    }
+    Ok(BatchStats::merge(sales[0], &all))
 }
 
 /// The most purchases inside a lock's critical section at once, over the
@@ -371,6 +389,7 @@ fn assemble(m: Measured, ceilings: &Ceilings) -> Run {
         outcomes.rejected = stats.iter().map(|s| s.rejected.max(0) as u64).sum();
     }
     let queue = phases.queue_stats.as_deref().map(QueueFigures::of);
+    let group_commit = phases.group_commit.and_then(|stats| stats.batch_sizes);
     let mut run = Run {
         strategy: key.strategy.as_str().to_owned(),
         profile: key.profile.name().to_owned(),
@@ -402,13 +421,14 @@ fn assemble(m: Measured, ceilings: &Ceilings) -> Run {
             sell_through_vs_sql_tps: ratio_to(sell_through_per_s, ceilings.sql_tps.value),
             rejection_vs_http_rps: ratio_to(rejection_rps, ceilings.http_rps.value),
             sell_through_vs_sql_strategy: None,
+            sell_through_vs_batched_ceiling: None,
         },
         redis_drift: audit.redis_drift,
         reconcile_fixes: audit.reconcile_fixes,
         lock_stats: counted.lock,
         accepted_unresolved: queue.as_ref().map(|q| q.unresolved),
         e2e_latency_ms: queue.as_ref().and_then(|q| q.e2e.clone()),
-        batch_sizes: queue.and_then(|q| q.batches),
+        batch_sizes: queue.and_then(|q| q.batches).or(group_commit),
         cost,
     };
     run.verdict = run.judge();
@@ -571,6 +591,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             redis_ops: None,
             amqp_rps: None,
             queue_drain_units_per_s: None,
+            sql_batched_units_per_s: None,
         }
     }
 
@@ -596,6 +617,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                 sale: phase(400, 2.0, Some(at(0))),
                 rejection: phase(500, 1.0, None),
                 queue_stats: None,
+                group_commit: None,
                 xacts: [Xacts { total: 1_000, nudges: 0 }, Xacts { total: 1_330, nudges: 30 }],
                 counters: [Counters::default(), Counters::default()],
                 sold_in_sale_phase: sold,

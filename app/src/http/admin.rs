@@ -35,6 +35,9 @@ pub struct NewSale {
     work_ms: Option<i32>,
     pause_ms: Option<i32>,
     pause_ratio: Option<f64>,
+    /// Rows the stock is split over, for a strategy that splits it (its
+    /// [`crate::strategy::Strategy::buckets`] decides the default and range).
+    buckets: Option<i32>,
 }
 
 impl NewSale {
@@ -119,12 +122,25 @@ pub async fn create_sale(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<NewSale>,
 ) -> Result<(StatusCode, Json<SaleWithStock>), AppError> {
+    let requested_buckets = body.buckets;
     let (name, stock, strategy, per_user_limit, knobs, window) = body.validate()?;
+    let buckets = state.strategies.get(strategy).buckets(requested_buckets)?;
+    // A sale with buckets keeps its units in them, spread by `bucket_share`;
+    // one statement writes the sale row and its buckets.
     let sql = format!(
-        "INSERT INTO sales (name, total_stock, remaining_stock, per_user_limit, strategy,
-                            starts_at, ends_at, lock_lease_ms, work_ms, pause_ms, pause_ratio)
-         VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-         RETURNING {SALE_COLUMNS}"
+        "WITH sale AS (
+             INSERT INTO sales (name, total_stock, remaining_stock, per_user_limit, strategy,
+                                starts_at, ends_at, lock_lease_ms, work_ms, pause_ms,
+                                pause_ratio, buckets)
+             VALUES ($1, $2, CASE WHEN $11::integer IS NULL THEN $2 ELSE 0 END, $3, $4, $5, $6,
+                     $7, $8, $9, $10, $11)
+             RETURNING {SALE_COLUMNS}
+         ), spread AS (
+             INSERT INTO sale_buckets (sale_id, bucket, remaining_stock)
+             SELECT sale.id, b, bucket_share($2, sale.buckets, b)
+             FROM sale, generate_series(0, sale.buckets - 1) AS b
+         )
+         SELECT * FROM sale"
     );
     let sale: Sale = sqlx::query_as(sqlx::AssertSqlSafe(sql))
         .bind(name)
@@ -137,6 +153,7 @@ pub async fn create_sale(
         .bind(knobs.work_ms)
         .bind(knobs.pause_ms)
         .bind(knobs.pause_ratio)
+        .bind(buckets)
         .fetch_one(&state.db)
         .await?;
     let sale = state.catalog.insert(sale);
@@ -154,8 +171,30 @@ pub struct Restock {
     units: i64,
 }
 
+/// Adds `$2` units to sale `$1` unless its total would exceed `$3`: to the
+/// sale row, or spread over its buckets (`bucket_share`) for a sale whose
+/// stock is split. Returns the new stock figures, no row when refused.
+const RESTOCK: &str = "\
+WITH sale AS (
+    UPDATE sales
+    SET total_stock = total_stock + $2,
+        remaining_stock = remaining_stock + CASE WHEN buckets IS NULL THEN $2 ELSE 0 END
+    WHERE id = $1 AND total_stock + $2 <= $3
+    RETURNING id, buckets, total_stock, remaining_stock
+), spread AS (
+    UPDATE sale_buckets b
+    SET remaining_stock = b.remaining_stock + bucket_share($2, sale.buckets, b.bucket)
+    FROM sale WHERE b.sale_id = sale.id
+    RETURNING b.remaining_stock
+)
+SELECT total_stock,
+       remaining_stock + coalesce((SELECT sum(remaining_stock) FROM spread), 0)::bigint
+         AS remaining_stock
+FROM sale";
+
 /// `POST /admin/sales/{id}/restock`: raises total and remaining stock by the
-/// same amount in one statement, so the ledger invariant holds throughout.
+/// same amount in one statement (the remaining units on the sale row or
+/// spread over its buckets), so the ledger invariant holds throughout.
 pub async fn restock(
     _: Admin,
     State(state): State<AppState>,
@@ -167,17 +206,15 @@ pub async fn restock(
     }
     let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
-    let stock: Stock = sqlx::query_as(
-        "UPDATE sales SET total_stock = total_stock + $2, remaining_stock = remaining_stock + $2
-         WHERE id = $1 AND total_stock + $2 <= $3
-         RETURNING total_stock, remaining_stock",
-    )
-    .bind(id.0)
-    .bind(body.units)
-    .bind(MAX_UNITS)
-    .fetch_optional(&state.db)
-    .await?
-    .ok_or_else(|| InvalidInput::new("units", format!("total stock would exceed {MAX_UNITS}")))?;
+    let stock: Stock = sqlx::query_as(RESTOCK)
+        .bind(id.0)
+        .bind(body.units)
+        .bind(MAX_UNITS)
+        .fetch_optional(&state.db)
+        .await?
+        .ok_or_else(|| {
+            InvalidInput::new("units", format!("total stock would exceed {MAX_UNITS}"))
+        })?;
     state.strategies.get(sale.strategy).restocked(&sale, body.units).await?;
     tracing::info!(sale_id = id.0, units = body.units, "sale restocked");
     Ok(Json(SaleWithStock { sale: (*sale).clone(), stock }))

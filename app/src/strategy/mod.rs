@@ -26,15 +26,18 @@ use axum::Router;
 
 pub(crate) use crate::outcome::already_purchased_or;
 pub use crate::outcome::{Backend, ORDERS_SALE_USER_KEY, Outcome, Reconciliation, StrategyError};
-use crate::sale::{Quantity, Sale, UserId};
+use crate::sale::{InvalidInput, Quantity, Sale, UserId};
 pub use crate::strategy_name::StrategyName;
 
+pub mod batch;
 pub mod lock;
 pub mod naive;
 pub mod queue;
 pub mod redis_decr;
 mod registry;
 pub mod sql;
+pub mod sql_batched;
+pub mod sql_buckets;
 pub mod sql_for_update;
 
 pub use registry::{Deps, Strategies, UnknownStrategy, registration};
@@ -45,6 +48,8 @@ pub const REGISTRY: &[Registration] = &[
     naive::REGISTRATION,
     sql::REGISTRATION,
     sql_for_update::REGISTRATION,
+    sql_batched::REGISTRATION,
+    sql_buckets::REGISTRATION,
     redis_decr::REGISTRATION,
     lock::process_mutex::REGISTRATION,
     lock::setnx::REGISTRATION,
@@ -116,6 +121,22 @@ pub trait Strategy: Send + Sync + 'static {
     /// Called after `units` were added to `sale` in Postgres.
     async fn restocked(&self, _sale: &Sale, _units: i64) -> Result<(), StrategyError> {
         Ok(())
+    }
+
+    /// How many bucket rows (`sale_buckets`) the stock of a new sale is split
+    /// over, given the `buckets` field of `POST /admin/sales` (`requested`,
+    /// `None` when absent); `Ok(None)` keeps the stock on the sale row. The
+    /// default keeps it there and refuses the field.
+    ///
+    /// Errors: a count this strategy does not take (`422`, naming `buckets`).
+    fn buckets(&self, requested: Option<i32>) -> Result<Option<i32>, InvalidInput> {
+        match requested {
+            None => Ok(None),
+            Some(_) => Err(InvalidInput::new(
+                "buckets",
+                "this strategy keeps the stock on the sale row and takes no buckets",
+            )),
+        }
     }
 
     /// How far the strategy's own stock counter strays from Postgres, in

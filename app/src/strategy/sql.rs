@@ -21,7 +21,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::PgPool;
+use sqlx::{PgExecutor, PgPool};
 
 use super::{
     Backend, Outcome, Registration, Strategy, StrategyError, StrategyName, already_purchased_or,
@@ -61,11 +61,12 @@ impl Sql {
     }
 }
 
-/// The `sql` strategy's transaction without simulated work: one statement in
-/// autocommit. Public so that the load test's `sql_tps` ceiling issues exactly
-/// the same transaction.
-pub async fn take_and_order(
-    db: &PgPool,
+/// The `sql` strategy's statement on `executor`: in autocommit (a pool) it
+/// is the whole transaction. Public so that the load test's `sql_tps`
+/// ceiling issues exactly the same transaction, and `sql/batched` the same
+/// statement when it settles a batch one purchase at a time.
+pub async fn take_and_order<'e>(
+    executor: impl PgExecutor<'e>,
     sale: SaleId,
     user: UserId,
     quantity: Quantity,
@@ -74,7 +75,7 @@ pub async fn take_and_order(
         .bind(sale.0)
         .bind(user.get())
         .bind(quantity.get())
-        .fetch_optional(db)
+        .fetch_optional(executor)
         .await;
     match row {
         Ok(Some(order_id)) => Ok(Outcome::Placed { order_id, quantity: quantity.get() }),
@@ -95,19 +96,11 @@ impl Strategy for Sql {
             return take_and_order(&self.db, sale.id, user, quantity).await;
         }
         let mut tx = self.db.begin().await?;
-        let row = sqlx::query_scalar::<_, i64>(TAKE_AND_ORDER)
-            .bind(sale.id.0)
-            .bind(user.get())
-            .bind(quantity.get())
-            .fetch_optional(&mut *tx)
-            .await;
-        let order_id = match row {
-            Ok(Some(order_id)) => order_id,
-            Ok(None) => return Ok(Outcome::SoldOut),
-            Err(err) => return already_purchased_or(err),
-        };
-        sale.knobs.simulate_work().await;
-        tx.commit().await?;
-        Ok(Outcome::Placed { order_id, quantity: quantity.get() })
+        let outcome = take_and_order(&mut *tx, sale.id, user, quantity).await?;
+        if let Outcome::Placed { .. } = outcome {
+            sale.knobs.simulate_work().await;
+            tx.commit().await?;
+        }
+        Ok(outcome)
     }
 }

@@ -71,6 +71,7 @@ pub fn fake_sale(id: i64, strategy: StrategyName, knobs: Knobs) -> Sale {
         starts_at: None,
         ends_at: None,
         knobs,
+        buckets: None,
         created_at: Utc::now(),
     }
 }

@@ -76,6 +76,16 @@ pub fn ceilings_line(report: &Report) -> String {
             num(drain.ratio_vs_sql_tps, 1)
         );
     }
+    if let Some(batched) = &c.sql_batched_units_per_s {
+        line += &format!(
+            "; sql_batched_units_per_s {:.0} (batches of {}, {} connections, {:.0} s, {} × sql_tps)",
+            batched.value,
+            batched.batch_size,
+            batched.connections,
+            batched.duration_s,
+            num(batched.ratio_vs_sql_tps, 1)
+        );
+    }
     line
 }
 

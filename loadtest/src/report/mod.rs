@@ -202,6 +202,10 @@ pub struct Ratio {
     /// This run's sell-through ÷ the `sql` run's in the same profile and
     /// repeat; `null` when `sql` did not run.
     pub sell_through_vs_sql_strategy: Option<f64>,
+    /// This `sql/batched` run's sell-through ÷ `sql_batched_units_per_s`;
+    /// `null` for every other strategy.
+    #[serde(default)]
+    pub sell_through_vs_batched_ceiling: Option<f64>,
 }
 
 impl Run {
@@ -241,6 +245,16 @@ pub fn relate_to_sql(runs: &mut [Run]) {
             (Some(value), Some(base)) if base > 0.0 => Some(value / base),
             _ => None,
         };
+    }
+}
+
+/// Fills `ratio.sell_through_vs_batched_ceiling` of the `sql/batched` runs
+/// from `ceiling` (`sql_batched_units_per_s`).
+pub fn relate_to_batched_ceiling(runs: &mut [Run], ceiling: f64) {
+    let name = seckill::strategy::sql_batched::NAME.as_str();
+    for run in runs.iter_mut().filter(|run| run.strategy == name) {
+        run.ratio.sell_through_vs_batched_ceiling =
+            run.sell_through_per_s.map(|value| value / ceiling).filter(|v| v.is_finite());
     }
 }
 

@@ -91,12 +91,7 @@ pub struct E2eLatency {
 
 /// Sizes of the consumer batches that settled the sale's requests (messages
 /// per batch, all sales of the batch counted).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BatchSizes {
-    pub p50: f64,
-    pub max: f64,
-    pub mean: f64,
-}
+pub use crate::strategy::batch::BatchSizes;
 
 /// `GET /admin/sales/{id}/queue`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

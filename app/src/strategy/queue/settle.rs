@@ -14,8 +14,13 @@
 //!    (a request larger than what is left is `sold_out`; a smaller one after
 //!    it may still be granted).
 //! 5. One guarded `UPDATE … SET remaining_stock = remaining_stock − granted
-//!    WHERE remaining_stock >= granted`, one multi-row order `INSERT`, one
-//!    upsert of every request's result.
+//!    WHERE remaining_stock >= granted` with one multi-row order `INSERT`
+//!    (one statement), then one upsert of every request's result.
+//!
+//! Steps 1 and 5 and the read of the buyers' orders are those every batch
+//! of purchases shares (`crate::strategy::batch`, also used by
+//! `sql/batched`); the request ids, redeliveries and result rows are the
+//! queue's own.
 //!
 //! Then commit; the caller acknowledges the messages only after that. With
 //! `B` messages per batch the stock row is updated once per batch instead of
@@ -29,7 +34,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::PurchaseMessage;
-use crate::sale::Knobs;
+use crate::strategy::batch;
 
 /// The final result of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,13 +83,6 @@ pub struct SaleAfter {
 pub struct Settled {
     pub resolutions: Vec<Resolution>,
     pub sales: Vec<SaleAfter>,
-}
-
-#[derive(sqlx::FromRow)]
-struct LockedSale {
-    remaining_stock: i64,
-    #[sqlx(flatten)]
-    knobs: Knobs,
 }
 
 #[derive(sqlx::FromRow)]
@@ -260,7 +258,7 @@ async fn settle_sale(
     resolutions: &mut [Option<Resolution>],
     batch_id: i64,
 ) -> Result<Option<SaleAfter>, sqlx::Error> {
-    let Some(locked) = lock_sale(tx, sale_id).await? else {
+    let Some(locked) = batch::lock_sale(tx, sale_id).await? else {
         // No such sale: nothing to grant, ever. Nothing to record either
         // (a request row needs its sale).
         for &i in indices {
@@ -272,12 +270,13 @@ async fn settle_sale(
     let messages: Vec<PurchaseMessage> = indices.iter().map(|&i| batch[i]).collect();
     let known = read_known(tx, sale_id, &messages).await?;
     let allocation = allocate(&messages, locked.remaining_stock, &known);
-    let granted: Vec<PurchaseMessage> = messages
+    let granted: Vec<(i64, i32)> = messages
         .iter()
         .zip(&allocation.decisions)
-        .filter_map(|(message, decision)| (*decision == Decision::Grant).then_some(*message))
+        .filter(|(_, decision)| **decision == Decision::Grant)
+        .map(|(message, _)| (message.user_id, message.quantity))
         .collect();
-    let order_of = take_stock_and_order(tx, sale_id, &granted).await?;
+    let order_of = batch::take_stock_and_order(tx, sale_id, &granted).await?;
     let resolved = resolve(&messages, &allocation.decisions, &order_of);
     let recorded: Vec<(PurchaseMessage, Resolution)> = (0..messages.len())
         .filter(|&k| allocation.decisions[k].records())
@@ -290,21 +289,6 @@ async fn settle_sale(
     }
     let (remaining_stock, sold_out) = (allocation.left, allocation.sold_out);
     Ok(Some(SaleAfter { sale_id, remaining_stock, sold_out }))
-}
-
-/// Locks the sale row (`SELECT … FOR UPDATE`) and reads its stock and knobs.
-/// `Ok(None)`: no such sale.
-async fn lock_sale(
-    tx: &mut Transaction<'static, Postgres>,
-    sale_id: i64,
-) -> Result<Option<LockedSale>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT remaining_stock, lock_lease_ms, work_ms, pause_ms, pause_ratio
-         FROM sales WHERE id = $1 FOR UPDATE",
-    )
-    .bind(sale_id)
-    .fetch_optional(&mut **tx)
-    .await
 }
 
 /// What Postgres holds about the requests and buyers of `messages`.
@@ -324,64 +308,13 @@ async fn read_known(
     .bind(&users)
     .fetch_all(&mut **tx)
     .await?;
-    let ordered: HashSet<i64> =
-        sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1 AND user_id = ANY($2)")
-            .bind(sale_id)
-            .bind(&users)
-            .fetch_all(&mut **tx)
-            .await?
-            .into_iter()
-            .collect();
+    let ordered = batch::ordered_buyers(tx, sale_id, &users).await?;
     let settled = rows
         .iter()
         .filter_map(|row| resolution_of(&row.status, row.order_id).map(|r| (row.id, r)))
         .collect();
     let owner = rows.iter().map(|row| (row.user_id, row.id)).collect();
     Ok(Known { settled, owner, ordered })
-}
-
-/// Takes the units of the `granted` messages with one guarded `UPDATE` and
-/// writes their orders with one multi-row `INSERT`; returns buyer → order id.
-/// Nothing when nothing is granted.
-///
-/// Errors: Postgres errors, and a guarded update that refuses (which cannot
-/// happen under the row lock; the batch is refused rather than write orders
-/// the stock does not cover).
-async fn take_stock_and_order(
-    tx: &mut Transaction<'static, Postgres>,
-    sale_id: i64,
-    granted: &[PurchaseMessage],
-) -> Result<HashMap<i64, i64>, sqlx::Error> {
-    if granted.is_empty() {
-        return Ok(HashMap::new());
-    }
-    let units: i64 = granted.iter().map(|m| i64::from(m.quantity)).sum();
-    let updated = sqlx::query(
-        "UPDATE sales SET remaining_stock = remaining_stock - $2
-         WHERE id = $1 AND remaining_stock >= $2",
-    )
-    .bind(sale_id)
-    .bind(units)
-    .execute(&mut **tx)
-    .await?;
-    if updated.rows_affected() != 1 {
-        return Err(sqlx::Error::Protocol(format!(
-            "sale {sale_id}: the guarded update refused {units} units under the row lock"
-        )));
-    }
-    let users: Vec<i64> = granted.iter().map(|m| m.user_id).collect();
-    let quantities: Vec<i32> = granted.iter().map(|m| m.quantity).collect();
-    let orders: Vec<(i64, i64)> = sqlx::query_as(
-        "INSERT INTO orders (sale_id, user_id, quantity)
-         SELECT $1, u, q FROM unnest($2::bigint[], $3::int[]) AS t(u, q)
-         RETURNING user_id, id",
-    )
-    .bind(sale_id)
-    .bind(&users)
-    .bind(&quantities)
-    .fetch_all(&mut **tx)
-    .await?;
-    Ok(orders.into_iter().collect())
 }
 
 /// Upserts the result row of each `recorded` request (in arrival order),

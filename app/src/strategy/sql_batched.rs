@@ -1,0 +1,206 @@
+//! `sql/batched`: group commit in the application. Concurrent purchases of
+//! one sale share one Postgres transaction, and each still gets its own
+//! synchronous answer (`201`, `409` …), the one `sql` would have given it.
+//!
+//! Why: every synchronous strategy that takes one row lock per sold unit
+//! stops at the rate Postgres commits one transaction on one hot row (the
+//! `sql_tps` ceiling). Databases built for hot rows batch the updates of a
+//! row inside the engine (statement queues, hot-row group commit); Postgres
+//! does not, so this strategy batches in front of it: one guarded update of
+//! the row per batch instead of per unit.
+//!
+//! How: in each process, the purchases of a sale that arrive while one of
+//! its batches settles queue up and form the next batch, up to
+//! `SECKILL_BATCH_MAX` ([`group_commit`]: a leader task and its followers;
+//! a purchase of an idle sale goes at once). A batch is one transaction that
+//! locks the sale row and applies the `sql` strategy's rule to each purchase
+//! in arrival order ([`settle`]): units while the stock covers the quantity
+//! (a smaller purchase after a refused larger one may still fit), `already
+//! purchased` for a buyer with an order (in Postgres or earlier in the
+//! batch), and the stock falls by exactly the units written, under the guard
+//! `remaining_stock >= units`. Batches of several processes serialise on the
+//! row lock.
+//!
+//! Invariants: the ledger of `sql`; each purchase answered once, by its own
+//! channel; a batch applied entirely or not at all. A purchase Postgres
+//! refuses fails alone (the batch is settled again one purchase at a time);
+//! an error of the connection fails its batch, `503 unavailable`. The
+//! batch runs in a task of its own, so a client that disconnects neither
+//! loses nor duplicates its order.
+//!
+//! The sale's batch statistics (per process) are at
+//! `GET /admin/sales/{id}/batches` ([`BatchStats`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use axum::Json;
+use axum::extract::State;
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use tokio::sync::oneshot;
+
+use super::batch::BatchSizes;
+use super::{
+    Backend, Deps, Outcome, Registration, Strategy, StrategyError, StrategyName, StrategyRoutes,
+};
+use crate::sale::{Quantity, Sale, SaleCatalog, SaleId, UserId};
+use crate::web::{AppError, SalePath};
+
+pub mod ceiling;
+pub mod group_commit;
+pub mod settle;
+
+use group_commit::{Batching, SaleQueue, Waiter};
+use settle::Purchase;
+
+/// Wire name, and the `strategy` label of this strategy's metrics.
+pub const NAME: StrategyName = StrategyName::declare("sql/batched");
+
+/// `sql/batched` in the registry.
+pub const REGISTRATION: Registration = Registration {
+    name: NAME,
+    about: "group commit: concurrent purchases of a sale share one transaction, each answered \
+            as sql would answer it",
+    needs: &[Backend::Postgres],
+    build: |deps| Ok(Arc::new(SqlBatched::new(deps))),
+};
+
+/// The `sql/batched` strategy; one per process.
+pub struct SqlBatched {
+    db: PgPool,
+    catalog: SaleCatalog,
+    batching: Batching,
+    /// One queue per sale this process has sold from.
+    queues: Mutex<HashMap<SaleId, Arc<SaleQueue>>>,
+}
+
+impl SqlBatched {
+    pub fn new(deps: &Deps) -> Self {
+        let batching = Batching {
+            max: usize::from(deps.config.batch_max.max(1)),
+            window: deps.config.batch_window(),
+        };
+        Self {
+            db: deps.db.clone(),
+            catalog: deps.catalog.clone(),
+            batching,
+            queues: Mutex::default(),
+        }
+    }
+
+    /// The queue of `sale`, made on first use.
+    fn queue(&self, sale: SaleId) -> Arc<SaleQueue> {
+        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+        queues.entry(sale).or_default().clone()
+    }
+
+    /// The batches this process settled for `sale`.
+    pub fn stats(&self, sale: SaleId) -> BatchStats {
+        let known = self.queues.lock().unwrap_or_else(PoisonError::into_inner).get(&sale).cloned();
+        BatchStats::of(sale, known.map(|queue| queue.sizes()).unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl Strategy for SqlBatched {
+    async fn purchase(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+    ) -> Result<Outcome, StrategyError> {
+        let (answer, answered) = oneshot::channel();
+        let queue = self.queue(sale.id);
+        let waiter =
+            Waiter { purchase: Purchase { user, quantity }, since: Instant::now(), answer };
+        if queue.join(waiter) {
+            let leader = group_commit::lead(queue, self.db.clone(), sale.id, self.batching);
+            tokio::spawn(leader);
+        }
+        answered.await.unwrap_or_else(|_| {
+            Err(StrategyError::Internal(anyhow::anyhow!(
+                "the batch of this purchase ended without answering it"
+            )))
+        })
+    }
+
+    fn routes(self: Arc<Self>, _deps: &Deps) -> Option<StrategyRoutes> {
+        let admin =
+            axum::Router::new().route("/admin/sales/{id}/batches", get(batches)).with_state(self);
+        Some(StrategyRoutes { key: "batches", public: axum::Router::new(), admin })
+    }
+}
+
+/// `GET /admin/sales/{id}/batches`: the batches of the sale in this process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchStats {
+    pub sale_id: SaleId,
+    /// Batches settled.
+    pub batches: u64,
+    /// Purchases they settled.
+    pub purchases: u64,
+    /// `null` until a batch settled.
+    pub batch_sizes: Option<BatchSizes>,
+    /// Batch size → batches of that size, so that the figures of several
+    /// processes add up exactly ([`BatchStats::merge`]).
+    pub size_counts: BTreeMap<u32, u64>,
+}
+
+impl BatchStats {
+    /// The statistics of `size_counts`.
+    pub fn of(sale_id: SaleId, size_counts: BTreeMap<u32, u64>) -> BatchStats {
+        BatchStats {
+            sale_id,
+            batches: size_counts.values().sum(),
+            purchases: size_counts.iter().map(|(&size, &n)| u64::from(size) * n).sum(),
+            batch_sizes: BatchSizes::of(&size_counts),
+            size_counts,
+        }
+    }
+
+    /// The statistics of several processes (or sales) together.
+    pub fn merge(sale_id: SaleId, all: &[BatchStats]) -> BatchStats {
+        let mut counts = BTreeMap::new();
+        for (&size, &n) in all.iter().flat_map(|stats| &stats.size_counts) {
+            *counts.entry(size).or_insert(0) += n;
+        }
+        BatchStats::of(sale_id, counts)
+    }
+}
+
+/// `200` with the sale's [`BatchStats`] in this process (zeros for a sale it
+/// has not sold from); `404` for an unknown sale.
+async fn batches(
+    State(strategy): State<Arc<SqlBatched>>,
+    SalePath(id): SalePath,
+) -> Result<Json<BatchStats>, AppError> {
+    strategy
+        .catalog
+        .get(&strategy.db, id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
+    Ok(Json(strategy.stats(id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statistics_of_several_processes_add_up() {
+        let one = BatchStats::of(SaleId(3), BTreeMap::from([(1, 2), (10, 1)]));
+        assert_eq!((one.batches, one.purchases), (3, 12));
+        let other = BatchStats::of(SaleId(3), BTreeMap::from([(10, 1), (20, 1)]));
+        let both = BatchStats::merge(SaleId(3), &[one, other]);
+        assert_eq!((both.batches, both.purchases), (5, 42));
+        assert_eq!(both.size_counts, BTreeMap::from([(1, 2), (10, 2), (20, 1)]));
+        let sizes = both.batch_sizes.unwrap();
+        assert_eq!((sizes.p50, sizes.max, sizes.mean), (10.0, 20.0, 8.4));
+        let none = BatchStats::of(SaleId(3), BTreeMap::new());
+        assert_eq!((none.batches, none.batch_sizes), (0, None));
+    }
+}
