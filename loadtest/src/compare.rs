@@ -4,12 +4,14 @@ use std::path::Path;
 
 use anyhow::Context;
 use chrono::Utc;
-use seckill::strategy::Backend;
+use seckill::strategy::queue::ceiling::Drain;
+use seckill::strategy::queue::consumer::ConsumerSettings;
 use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
 
 use crate::admin::Admin;
 use crate::ceilings::{
-    self, AmqpCeiling, Ceilings, DrainCeiling, HttpCeiling, RedisCeiling, SqlCeiling,
+    self, AmqpCeiling, Ceilings, DrainCeiling, HttpCeiling, Kind, RedisCeiling, Round, SqlCeiling,
 };
 use crate::cost::PgXacts;
 use crate::instances::{Instances, RedlockNodes};
@@ -65,6 +67,9 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
             println!("{}", markdown::summary_table(&report, false));
         }
         print!("{}", markdown::verdict_lines(&report));
+        for line in markdown::warning_lines(&report) {
+            println!("{line}");
+        }
         println!("wrote report.json, report.md and report.html in {}", args.out.display());
     }
     Ok(report.runs.iter().all(|run| run.verdict != report::Verdict::Broke))
@@ -110,14 +115,16 @@ async fn compare(
     progress: &mut Progress,
 ) -> anyhow::Result<Report> {
     let admin = Admin::new(&instances.urls[0], &instances.admin_token);
-    progress.stage("measuring the ceilings");
-    let ceilings = measure_ceilings(args, instances, &admin).await?;
-    tracing::debug!(?ceilings, "ceilings measured");
     let xacts = PgXacts::connect(&args.database_url, &instances.urls, args.pool_size).await?;
-
-    let bench = Bench { args, instances, admin: &admin, ceilings: &ceilings, xacts: &xacts };
+    let db = PgPoolOptions::new().max_connections(2).connect(&args.database_url).await?;
+    let mut ceilings = unmeasured_ceilings(args, instances);
     let mut runs = Vec::new();
     for repeat in 1..=args.repeat {
+        progress.stage(&format!("measuring the ceilings of round {repeat}/{}", args.repeat));
+        let round = measure_round(args, instances, &admin, &ceilings.kinds()).await?;
+        tracing::debug!(?round, "ceilings measured");
+        ceilings.record(&round);
+        let bench = Bench { args, instances, admin: &admin, round: &round, xacts: &xacts, db: &db };
         for &profile in &args.profile {
             for &strategy in &args.strategies {
                 progress.run(format!("{strategy} · {profile} · repeat {repeat}/{}", args.repeat));
@@ -137,6 +144,7 @@ async fn compare(
             }
         }
     }
+    db.close().await;
     report::relate_to_sql(&mut runs);
     let summary = summary::summarize(&runs);
     Ok(Report {
@@ -150,123 +158,132 @@ async fn compare(
     })
 }
 
-/// Every ceiling the compared strategies need, measured now: `http_rps` and
-/// `sql_tps` always, `redis_ops` and `amqp_rps` when a compared strategy uses
-/// that server, `queue_drain_units_per_s` when `queue` is compared.
-async fn measure_ceilings(
-    args: &CompareArgs,
-    instances: &Instances,
-    admin: &Admin,
-) -> anyhow::Result<Ceilings> {
-    let seconds = args.ceiling_duration;
-    let http = scenario::http_ceiling(&instances.urls, args.users, seconds).await?;
-    let sale = admin
-        .create_sale(
-            json!({ "name": "sql_tps ceiling", "stock": 1_000_000_000_i64, "strategy": "sql" }),
-        )
-        .await?;
-    let sql =
-        ceilings::sql_tps(&args.database_url, sale, instances.pool_connections, seconds as f64)
-            .await?;
-    let redis_ops = redis_ceiling(args).await?;
-    let amqp_rps = amqp_ceiling(args, instances).await?;
-    let queue_drain_units_per_s = if args.strategies.contains(&seckill::strategy::queue::NAME) {
-        Some(queue_drain(args, instances, admin, sql).await?)
-    } else {
-        None
-    };
-    Ok(Ceilings {
-        amqp_rps,
-        queue_drain_units_per_s,
+/// The ceilings the compared strategies need (see [`ceilings::wanted`]),
+/// with their settings and no sample yet.
+fn unmeasured_ceilings(args: &CompareArgs, instances: &Instances) -> Ceilings {
+    let seconds = args.ceiling_duration as f64;
+    let wanted = |kind| ceilings::wanted(&args.strategies, kind);
+    let settings = consumer_settings();
+    Ceilings {
         http_rps: HttpCeiling {
-            value: http,
+            value: 0.0,
+            samples: vec![],
             users: args.users,
             instances: instances.urls.len(),
-            duration_s: seconds as f64,
+            duration_s: seconds,
         },
         sql_tps: SqlCeiling {
-            value: sql,
+            value: 0.0,
+            samples: vec![],
             connections: instances.pool_connections,
-            duration_s: seconds as f64,
+            duration_s: seconds,
         },
-        redis_ops,
-    })
-}
-
-/// Whether any compared strategy uses `backend`.
-fn any_uses(args: &CompareArgs, backend: Backend) -> bool {
-    args.strategies.iter().any(|s| s.needs().contains(&backend))
-}
-
-/// `redis_ops`, when a compared strategy uses Redis.
-async fn redis_ceiling(args: &CompareArgs) -> anyhow::Result<Option<RedisCeiling>> {
-    if !any_uses(args, Backend::Redis) {
-        return Ok(None);
+        redis_ops: wanted(Kind::RedisOps).then(|| RedisCeiling {
+            value: 0.0,
+            samples: vec![],
+            clients: args.users,
+            duration_s: seconds,
+        }),
+        amqp_rps: wanted(Kind::AmqpRps).then(|| AmqpCeiling {
+            value: 0.0,
+            samples: vec![],
+            clients: args.users,
+            duration_s: seconds,
+        }),
+        queue_drain_units_per_s: wanted(Kind::QueueDrain).then(|| DrainCeiling {
+            value: 0.0,
+            samples: vec![],
+            units: drain_units(args),
+            batch_size: settings.batch_size,
+            ratio_vs_sql_tps: None,
+        }),
     }
-    let seconds = args.ceiling_duration as f64;
-    Ok(Some(RedisCeiling {
-        value: ceilings::redis_ops(&args.redis_url, args.users, seconds).await?,
-        clients: args.users,
-        duration_s: seconds,
-    }))
 }
 
-/// `amqp_rps`, when a compared strategy uses RabbitMQ.
-async fn amqp_ceiling(
-    args: &CompareArgs,
-    instances: &Instances,
-) -> anyhow::Result<Option<AmqpCeiling>> {
-    if !any_uses(args, Backend::Rabbitmq) {
-        return Ok(None);
-    }
-    let seconds = args.ceiling_duration as f64;
-    let value = seckill::strategy::queue::ceiling::amqp_round_trips(
-        &args.amqp_url,
-        &instances.amqp_prefix,
-        args.users,
-        seconds,
-    )
-    .await
-    .context("measuring amqp_rps")?;
-    Ok(Some(AmqpCeiling { value, clients: args.users, duration_s: seconds }))
-}
-
-/// `queue_drain_units_per_s`: a pre-filled queue of one-unit purchases of a
-/// large `queue` sale, settled by the strategy's own batch transaction with
-/// the instances' batch settings. `ceiling_duration × 20 000` purchases, at
-/// most 200 000 (a few seconds of draining on a 2-core machine).
-async fn queue_drain(
+/// Measures `kinds` now, in their order.
+async fn measure_round(
     args: &CompareArgs,
     instances: &Instances,
     admin: &Admin,
-    sql_tps: f64,
-) -> anyhow::Result<DrainCeiling> {
-    let units = (args.ceiling_duration * 20_000).min(200_000);
+    kinds: &[Kind],
+) -> anyhow::Result<Round> {
+    let mut round = Round::default();
+    for &kind in kinds {
+        let value = measure(args, instances, admin, kind)
+            .await
+            .with_context(|| format!("measuring {}", kind.name()))?;
+        round.set(kind, value);
+    }
+    Ok(round)
+}
+
+/// One sample of `kind` (see docs/report-format.md, "Ceilings").
+async fn measure(
+    args: &CompareArgs,
+    instances: &Instances,
+    admin: &Admin,
+    kind: Kind,
+) -> anyhow::Result<f64> {
+    let seconds = args.ceiling_duration;
+    match kind {
+        Kind::HttpRps => scenario::http_ceiling(&instances.urls, args.users, seconds).await,
+        Kind::SqlTps => {
+            let body =
+                json!({ "name": "sql_tps ceiling", "stock": 1_000_000_000_i64, "strategy": "sql" });
+            let sale = admin.create_sale(body).await?;
+            let connections = instances.pool_connections;
+            ceilings::sql_tps(&args.database_url, sale, connections, seconds as f64).await
+        }
+        Kind::RedisOps => ceilings::redis_ops(&args.redis_url, args.users, seconds as f64).await,
+        Kind::AmqpRps => {
+            seckill::strategy::queue::ceiling::amqp_round_trips(
+                &args.amqp_url,
+                &instances.amqp_prefix,
+                args.users,
+                seconds as f64,
+            )
+            .await
+        }
+        Kind::QueueDrain => Ok(queue_drain(args, &instances.amqp_prefix, admin).await?.units_per_s),
+    }
+}
+
+/// The consumer settings of the instances (the service's defaults, read
+/// from the same environment the instances inherit).
+fn consumer_settings() -> ConsumerSettings {
+    ConsumerSettings::from_config(&seckill::config::Config::from_env())
+}
+
+/// Purchases in the drain ceiling's queue: `ceiling_duration × 20 000`, at
+/// most 200 000 (a few seconds of draining on a 2-core machine).
+pub fn drain_units(args: &CompareArgs) -> u64 {
+    (args.ceiling_duration * 20_000).min(200_000)
+}
+
+/// One sample of `queue_drain_units_per_s`: a pre-filled queue of one-unit
+/// purchases of a large `queue` sale, settled by the strategy's own batch
+/// transaction with the instances' batch settings.
+pub async fn queue_drain(
+    args: &CompareArgs,
+    amqp_prefix: &str,
+    admin: &Admin,
+) -> anyhow::Result<Drain> {
     let sale = admin
         .create_sale(json!({
             "name": "queue_drain ceiling", "stock": 1_000_000_000_i64, "strategy": "queue"
         }))
         .await?;
-    let db =
-        sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&args.database_url).await?;
-    let defaults = seckill::config::Config::from_env();
-    let settings = seckill::strategy::queue::consumer::ConsumerSettings::from_config(&defaults);
+    let db = PgPoolOptions::new().max_connections(1).connect(&args.database_url).await?;
     let drain = seckill::strategy::queue::ceiling::drain(
         &db,
         &args.amqp_url,
-        &instances.amqp_prefix,
+        amqp_prefix,
         sale,
         1,
-        units,
-        settings,
+        drain_units(args),
+        consumer_settings(),
     )
-    .await
-    .context("measuring queue_drain_units_per_s")?;
+    .await;
     db.close().await;
-    Ok(DrainCeiling {
-        value: drain.units_per_s,
-        units: drain.units,
-        batch_size: settings.batch_size,
-        ratio_vs_sql_tps: Some(drain.units_per_s / sql_tps).filter(|v| v.is_finite()),
-    })
+    drain
 }

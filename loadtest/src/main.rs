@@ -7,6 +7,7 @@ mod admin;
 mod ceilings;
 mod compare;
 mod cost;
+mod cpu;
 mod expectation;
 mod instances;
 mod preflight;
@@ -16,6 +17,8 @@ mod report;
 mod run;
 mod scenario;
 mod scrape;
+mod stats;
+mod steady;
 
 use std::path::PathBuf;
 

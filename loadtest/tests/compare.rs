@@ -18,7 +18,7 @@ fn test_database_url() -> String {
 }
 
 #[test]
-fn compare_writes_a_schema_v1_report_and_judges_every_profile() {
+fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
     let out = std::env::temp_dir().join(format!("loadtest-{}", std::process::id()));
     let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .args(["compare", "--strategies", "naive,sql"])
@@ -33,7 +33,7 @@ fn compare_writes_a_schema_v1_report_and_judges_every_profile() {
 
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["schema_version"], 2);
     for key in ["generated_at", "machine", "config", "ceilings", "runs", "summary"] {
         assert!(!report[key].is_null(), "report.{key} is missing");
     }
