@@ -20,7 +20,7 @@ use crate::progress::Progress;
 use crate::report::{self, Machine, Report, SCHEMA_VERSION, html, markdown, summary};
 use crate::run::{Bench, RunKey, run_one};
 use crate::scenario;
-use crate::{CompareArgs, RenderArgs};
+use crate::{CompareArgs, DrainCheckArgs, RenderArgs};
 
 /// Runs the comparison; `Ok(false)` when a run's verdict is `broke`.
 pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
@@ -40,22 +40,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     progress.stage("starting the instances");
     let instances = Instances::start(&args, redlock.as_ref()).await?;
     let result = compare(&args, &instances, &mut progress).await;
-    // Instances started here declare their queues whatever is compared.
-    let own_queues = args.target.is_empty().then(|| instances.amqp_prefix.clone());
-    instances.stop().await;
-    if let Some(prefix) = own_queues {
-        // The run's quorum queues would otherwise outlive it on the broker.
-        let defaults = seckill::config::Config::from_env();
-        let topology = seckill::strategy::queue::Topology::new(
-            &prefix,
-            defaults.queue_partitions,
-            defaults.queue_max_length,
-            defaults.queue_delivery_limit,
-        );
-        if let Err(err) = topology.delete_at(&args.amqp_url).await {
-            tracing::warn!(error = %err, "could not delete the run's queues");
-        }
-    }
+    stop(instances, &args).await;
     progress.finish();
     let report = result?;
 
@@ -73,6 +58,84 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
         println!("wrote report.json, report.md and report.html in {}", args.out.display());
     }
     Ok(report.runs.iter().all(|run| run.verdict != report::Verdict::Broke))
+}
+
+/// Stops the instances and deletes the queues of those started here (they
+/// declare them whatever is compared; the quorum queues would otherwise
+/// outlive the invocation on the broker).
+async fn stop(instances: Instances, args: &CompareArgs) {
+    let own_queues = args.target.is_empty().then(|| instances.amqp_prefix.clone());
+    instances.stop().await;
+    if let Some(prefix) = own_queues {
+        let defaults = seckill::config::Config::from_env();
+        let topology = seckill::strategy::queue::Topology::new(
+            &prefix,
+            defaults.queue_partitions,
+            defaults.queue_max_length,
+            defaults.queue_delivery_limit,
+        );
+        if let Err(err) = topology.delete_at(&args.amqp_url).await {
+            tracing::warn!(error = %err, "could not delete the run's queues");
+        }
+    }
+}
+
+/// Least `queue_drain_units_per_s ÷ sql_tps` that `drain-check` accepts.
+pub const DRAIN_CHECK_RATIO: f64 = 5.0;
+
+/// `loadtest drain-check`: `--samples` pairs of a `sql_tps` sample and a
+/// `queue_drain_units_per_s` sample, each drain printed with where its time
+/// went; an error when any drain is below [`DRAIN_CHECK_RATIO`] × the
+/// `sql_tps` sample just before it.
+pub async fn drain_check(check: DrainCheckArgs) -> anyhow::Result<()> {
+    let mut args = check.compare;
+    args.strategies = vec![seckill::strategy::queue::NAME];
+    preflight::check(&args).await?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let instances = Instances::start(&args, None).await?;
+    let result = drain_samples(&args, &instances, check.samples).await;
+    stop(instances, &args).await;
+    let low = result?;
+    if low > 0 {
+        anyhow::bail!(
+            "{low} of {} drain samples were below {DRAIN_CHECK_RATIO} × sql_tps",
+            check.samples
+        );
+    }
+    Ok(())
+}
+
+/// Measures and prints the samples; answers how many were too low.
+async fn drain_samples(
+    args: &CompareArgs,
+    instances: &Instances,
+    samples: u32,
+) -> anyhow::Result<u32> {
+    let admin = Admin::new(&instances.urls[0], &instances.admin_token);
+    let mut low = 0;
+    for i in 1..=samples {
+        let sql = measure(args, instances, &admin, Kind::SqlTps).await?;
+        let drain = queue_drain(args, &instances.amqp_prefix, &admin).await?;
+        let ratio = drain.units_per_s / sql;
+        let t = drain.times;
+        println!(
+            "sample {i}: sql_tps {sql:.0}; queue_drain_units_per_s {:.0} = {ratio:.1} × sql_tps; \
+             {} batches of {:.1} on average; seconds waiting for a batch's first delivery {:.2}, \
+             collecting the rest {:.2}, settling {:.2}, acknowledging {:.2}",
+            drain.units_per_s,
+            t.batches,
+            t.settled as f64 / t.batches.max(1) as f64,
+            t.waiting_s,
+            t.collecting_s,
+            t.settling_s,
+            t.acking_s,
+        );
+        if ratio < DRAIN_CHECK_RATIO {
+            low += 1;
+        }
+    }
+    Ok(low)
 }
 
 /// `loadtest render`: report.md, report.html and charts/ again from a

@@ -44,6 +44,21 @@ enum Command {
     Compare(CompareArgs),
     /// Write report.md and report.html again from a report.json.
     Render(RenderArgs),
+    /// Measure the `queue_drain_units_per_s` ceiling several times, each
+    /// right after a `sql_tps` sample, and fail when any drain sample is
+    /// below 5 × its `sql_tps`: the check that the drain does not collapse.
+    DrainCheck(DrainCheckArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DrainCheckArgs {
+    /// Samples of each ceiling.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub samples: u32,
+    /// The settings of the instances and ceilings, as for `compare`
+    /// (`--strategies` and the sale flags do not apply).
+    #[command(flatten)]
+    pub compare: CompareArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -214,6 +229,7 @@ async fn main() -> std::process::ExitCode {
             compare::run(args).await
         }
         Command::Render(args) => compare::render(&args).map(|()| true),
+        Command::DrainCheck(args) => compare::drain_check(args).await.map(|()| true),
     };
     match result {
         Ok(true) => std::process::ExitCode::SUCCESS,
