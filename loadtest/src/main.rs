@@ -83,7 +83,7 @@ pub struct CompareArgs {
     pub profile: Vec<Profile>,
 
     /// Units of stock of a run, over all its sales (default: the profile's own
-    /// stock — burst 10000, retry-storm 2000, multi-sale 10000, slow 500).
+    /// stock — burst 5000, retry-storm 2000, multi-sale 10000, slow 500).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub stock: Option<u64>,
 
@@ -136,16 +136,19 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 3)]
     pub retries: u32,
 
-    /// Seconds of purchases against the sold-out sale, to measure rejections.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    /// Seconds of purchases against the sold-out sale, to measure rejections
+    /// (counted between 10 % and 90 % of the phase).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub rejection_phase: u64,
 
-    /// Seconds each ceiling is measured for.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    /// Seconds each ceiling is measured for, before every round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub ceiling_duration: u64,
 
-    /// Repeat every (strategy, profile) this many times.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    /// Rounds: every (strategy, profile) runs once per round, after the
+    /// round's own ceilings; from 3 on, every ratio gets a 95 % confidence
+    /// interval.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub repeat: u64,
 
     /// Use running services at these base URLs instead of starting instances

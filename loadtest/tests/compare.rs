@@ -4,35 +4,18 @@
 //! add up the sales of `multi-sale`, show the resubmissions of `retry-storm`,
 //! and give each run its cost per unit.
 
-use std::process::Command;
-
-use serde_json::Value;
-
 const STOCK: i64 = 200;
 
-/// The test suite's database (`TEST_DATABASE_URL`, as for every test), never
-/// the comparison's or a service's.
-fn test_database_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
-}
+mod support;
 
 #[test]
 fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
     let out = std::env::temp_dir().join(format!("loadtest-{}", std::process::id()));
-    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args(["compare", "--strategies", "naive,sql"])
-        .args(["--profile", "burst,retry-storm,multi-sale", "--stock", &STOCK.to_string()])
-        .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
-        .args(["--database-url", &test_database_url()])
-        .args(["--ceiling-duration", "1", "--storm", "3", "--sales", "4", "--quiet", "--out"])
-        .arg(&out)
-        .status()
-        .expect("loadtest runs");
-    assert!(status.success(), "loadtest compare exited with {status}");
-
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let stock = STOCK.to_string();
+    let profiles = ["--profile", "burst,retry-storm,multi-sale", "--storm", "3", "--sales", "4"];
+    let mut args = vec!["--strategies", "naive,sql", "--stock", &stock, "--repeat", "1"];
+    args.extend(profiles);
+    let report = support::compare(&out, &args);
     assert_eq!(report["schema_version"], 2);
     for key in ["generated_at", "machine", "config", "ceilings", "runs", "summary"] {
         assert!(!report[key].is_null(), "report.{key} is missing");

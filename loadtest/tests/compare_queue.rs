@@ -4,18 +4,11 @@
 //! two queue ceilings (docs/report-format.md); and it writes into the
 //! database `--database-url` names.
 
-use std::process::Command;
-
-use serde_json::Value;
-
 const STOCK: i64 = 200;
 
-/// The test suite's database (`TEST_DATABASE_URL`, as for every test), never
-/// the comparison's or a service's.
-fn test_database_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
-}
+mod support;
+
+use support::test_database_url;
 
 /// Sales of the test database with an id above `after` and `name`.
 fn sales_named(after: i64, name: &str) -> i64 {
@@ -55,21 +48,13 @@ fn last_sale_id() -> i64 {
 fn compare_reports_the_queue_strategy_with_its_ceilings_and_queue_fields() {
     let out = std::env::temp_dir().join(format!("loadtest-queue-{}", std::process::id()));
     let before = last_sale_id();
-    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args(["compare", "--strategies", "sql,queue", "--stock", &STOCK.to_string()])
-        .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
-        .args(["--database-url", &test_database_url()])
-        .args(["--ceiling-duration", "1", "--quiet", "--out"])
-        .arg(&out)
-        .status()
-        .expect("loadtest runs");
-    assert!(status.success(), "loadtest compare exited with {status}");
+    let stock = STOCK.to_string();
+    let args = ["--strategies", "sql,queue", "--stock", &stock, "--repeat", "1"];
+    let report = support::compare(&out, &args);
     // `--database-url` chose where the comparison writes: the test database.
     for name in ["sql / burst / 1 / sale 1", "queue / burst / 1 / sale 1"] {
         assert!(sales_named(before, name) >= 1, "{name} is not in the test database");
     }
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
 
     let ceilings = &report["ceilings"];
     assert!(ceilings["amqp_rps"]["value"].as_f64().unwrap() > 0.0, "{ceilings}");

@@ -1,0 +1,32 @@
+//! What the end-to-end tests of `loadtest compare` share: the database they
+//! write into and the invocation on small sales.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The test suite's database (`TEST_DATABASE_URL`, as for every test), never
+/// the comparison's or a service's.
+pub fn test_database_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
+}
+
+/// Runs `loadtest compare` with `args` on two instances, 40 goose users,
+/// one-second ceilings and rejection phase, into the test database, quietly,
+/// writing into `out`; asserts that it succeeded and answers its report.json.
+pub fn compare(out: &Path, args: &[&str]) -> Value {
+    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .arg("compare")
+        .args(args)
+        .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
+        .args(["--ceiling-duration", "1", "--database-url", &test_database_url()])
+        .args(["--quiet", "--out"])
+        .arg(out)
+        .status()
+        .expect("loadtest runs");
+    assert!(status.success(), "loadtest compare exited with {status}");
+    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+    serde_json::from_str(&text).expect("report.json is JSON")
+}
