@@ -227,13 +227,15 @@ pub fn charts(report: &Report) -> Vec<Chart> {
     let http_rps = Reference { label: "http_rps".to_owned(), value: c.http_rps.value };
     let spec = |id, title, unit, caption: String| Spec { id, title, unit, caption };
     let sell_through = format!(
-        "Units sold per second of the sale phase; the dashed line is this machine's sql_tps \
-         ceiling ({} transactions/s).",
+        "Units sold per second in each run's steady window (from 10 % to 90 % of its units \
+         sold); the dashed line is this machine's sql_tps ceiling ({} transactions/s, the \
+         median over the rounds; each run's ratios use its own round's).",
         svg::number(c.sql_tps.value)
     );
     let rejections = format!(
-        "Answers per second to fresh buyers of the sold-out sale; the dashed line is the \
-         http_rps ceiling ({} answers/s of a trivial endpoint).",
+        "Answers per second to fresh buyers of the sold-out sale, between 10 % and 90 % of the \
+         phase; the dashed line is the http_rps ceiling ({} answers/s of a trivial endpoint, \
+         the median over the rounds).",
         svg::number(c.http_rps.value)
     );
     vec![

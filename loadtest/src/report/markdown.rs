@@ -149,8 +149,8 @@ fn bullets(lines: &[String]) -> String {
 /// What the summary's cells mean.
 pub const SUMMARY_NOTE: &str = "Median (min–max) over each strategy's repeats; ratios also \
 give their 95 % confidence interval (CI, a t-interval over the per-round ratios, from 3 repeats \
-on). `vs sql`: faster or slower when the interval of `× sql` excludes 1, else \
-indistinguishable; a run whose steady window was too short is not ranked.";
+on). The verdict against sql is faster or slower when the interval of × sql excludes 1, else \
+indistinguishable; a strategy with a run whose steady window was too short is not ranked.";
 
 /// report.md: machine, ceilings, the verdict over repeats, the summary
 /// table, every run and the parameters (charts are in report.html).
