@@ -47,6 +47,8 @@ enum Command {
     /// Measure the `queue_drain_units_per_s` ceiling several times, each
     /// right after a `sql_tps` sample, and fail when any drain sample is
     /// below 5 × its `sql_tps`: the check that the drain does not collapse.
+    /// Takes the flags of `compare`, of which only `--samples`, those of the
+    /// instances and servers, `--ceiling-duration` and `--out` apply.
     DrainCheck(DrainCheckArgs),
 }
 
