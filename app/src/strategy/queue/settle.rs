@@ -308,16 +308,46 @@ async fn lock_sale(
     .await
 }
 
+/// The requests of `$1` (request ids), one primary-key lookup each.
+const REQUESTS_BY_ID: &str = "\
+SELECT r.id, r.sale_id, r.user_id, r.status, r.order_id
+FROM unnest($1::uuid[]) AS m(id)
+CROSS JOIN LATERAL (
+    SELECT id, sale_id, user_id, status, order_id FROM purchase_requests WHERE id = m.id LIMIT 1
+) r";
+
+/// The requests of sale `$1` by the buyers `$2`, one `(sale_id, user_id)`
+/// lookup each.
+const REQUESTS_BY_BUYER: &str = "\
+SELECT r.id, r.sale_id, r.user_id, r.status, r.order_id
+FROM unnest($2::bigint[]) AS m(user_id)
+CROSS JOIN LATERAL (
+    SELECT id, sale_id, user_id, status, order_id FROM purchase_requests
+    WHERE sale_id = $1 AND user_id = m.user_id LIMIT 1
+) r";
+
+/// The buyers among `$2` who have an order for sale `$1`, one
+/// `(sale_id, user_id)` lookup each.
+const BUYERS_WITH_AN_ORDER: &str = "\
+SELECT o.user_id
+FROM unnest($2::bigint[]) AS m(user_id)
+CROSS JOIN LATERAL (
+    SELECT user_id FROM orders WHERE sale_id = $1 AND user_id = m.user_id LIMIT 1
+) o";
+
 /// What Postgres holds about the requests and buyers of `messages`.
 ///
-/// Two lookups, each answered by one index whatever the statistics say:
-/// the requests by primary key, then the buyers' requests by
-/// `(sale_id, user_id)`. As one statement (`sale_id = $1 AND (id = ANY(…) OR
-/// user_id = ANY(…))`) the planner, whenever its statistics of the table were
-/// stale, read every request of the sale through the `sale_id` prefix and
-/// filtered them: a batch then cost time in proportion to the requests the
-/// sale already had, and a drain of 100 000 requests slowed down to about
-/// one `sql` transaction's rate (docs/queue.md, "The drain that collapsed").
+/// Every lookup is one key per message, joined laterally: the `LIMIT 1`
+/// keeps each subquery from being merged into a join, so each is planned
+/// alone as an equality on every column of a unique index — one index probe
+/// per key, whatever the table's statistics say. Written as one statement
+/// per table (`sale_id = $1 AND (id = ANY(…) OR user_id = ANY(…))`), the
+/// planner, whenever its statistics were stale or missing (a young
+/// database, a server without autovacuum), read every request of the sale
+/// through the `sale_id` prefix of `(sale_id, user_id)` and filtered them: a
+/// batch then cost time in proportion to the requests the sale already had,
+/// and a drain of 100 000 requests slowed to about one `sql` transaction's
+/// rate (docs/queue.md, "The drain that collapsed").
 async fn read_known(
     tx: &mut Transaction<'static, Postgres>,
     sale_id: i64,
@@ -325,32 +355,25 @@ async fn read_known(
 ) -> Result<Known, sqlx::Error> {
     let ids: Vec<Uuid> = messages.iter().map(|m| m.request_id).collect();
     let users: Vec<i64> = messages.iter().map(|m| m.user_id).collect();
-    // No condition on sale_id here: it is what the planner could scan by.
-    let mut rows: Vec<KnownRequest> = sqlx::query_as(
-        "SELECT id, sale_id, user_id, status, order_id FROM purchase_requests WHERE id = ANY($1)",
-    )
-    .bind(&ids)
-    .fetch_all(&mut **tx)
-    .await?;
+    let mut rows: Vec<KnownRequest> =
+        sqlx::query_as(REQUESTS_BY_ID).bind(&ids).fetch_all(&mut **tx).await?;
+    // A request id is unique across sales; one of another sale is not this
+    // sale's business.
     rows.retain(|row| row.sale_id == sale_id);
     rows.extend(
-        sqlx::query_as::<_, KnownRequest>(
-            "SELECT id, sale_id, user_id, status, order_id FROM purchase_requests
-             WHERE sale_id = $1 AND user_id = ANY($2)",
-        )
-        .bind(sale_id)
-        .bind(&users)
-        .fetch_all(&mut **tx)
-        .await?,
-    );
-    let ordered: HashSet<i64> =
-        sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1 AND user_id = ANY($2)")
+        sqlx::query_as::<_, KnownRequest>(REQUESTS_BY_BUYER)
             .bind(sale_id)
             .bind(&users)
             .fetch_all(&mut **tx)
-            .await?
-            .into_iter()
-            .collect();
+            .await?,
+    );
+    let ordered: HashSet<i64> = sqlx::query_scalar(BUYERS_WITH_AN_ORDER)
+        .bind(sale_id)
+        .bind(&users)
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .collect();
     let settled = rows
         .iter()
         .filter_map(|row| resolution_of(&row.status, row.order_id).map(|r| (row.id, r)))
