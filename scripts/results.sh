@@ -33,7 +33,7 @@ args="$*"
   echo
   echo "## Charts"
   echo
-  for chart in oversold undersold drift sell-through rejections latency; do
+  for chart in oversold undersold drift sell-through rejections latency vs-sql vs-http-rps; do
     [ -f "docs/results/$chart.svg" ] && echo "![$chart](results/$chart.svg)" && echo
   done
   # report.md, one heading level down, without its own title and its

@@ -1,20 +1,122 @@
 //! Ceilings of this machine, measured in the same invocation as the runs so
 //! that each strategy is judged as a ratio to what the hardware allowed right
 //! then (figures on a shared 2-core machine move by ±20 % between runs).
+//!
+//! With `--repeat N` every ceiling is measured again before each round (one
+//! round = every strategy × profile once), and a run's ratios use the
+//! ceilings of its own round: a ceiling measured minutes earlier, while the
+//! machine was busier or idler, would bound nothing. Each ceiling object of
+//! report.json keeps every round's sample and their median as `value`.
+//!
+//! The ceilings a comparison measures are a list of [`Kind`]s; a new
+//! ceiling is a new kind, its measurement in `compare.rs`, and a field of
+//! [`Ceilings`].
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use seckill::sale::{Quantity, SaleId, UserId};
-use seckill::strategy::{Outcome, sql::take_and_order};
+use seckill::strategy::{Outcome, StrategyName, sql::take_and_order};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
+
+use crate::stats::median;
+
+/// One ceiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    HttpRps,
+    SqlTps,
+    RedisOps,
+    AmqpRps,
+    QueueDrain,
+}
+
+impl Kind {
+    /// Every kind, in measuring order (`queue_drain_units_per_s` after
+    /// `sql_tps`, which its ratio divides by).
+    pub const ALL: &[Kind] =
+        &[Kind::HttpRps, Kind::SqlTps, Kind::RedisOps, Kind::AmqpRps, Kind::QueueDrain];
+
+    /// Its name in report.json.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::HttpRps => "http_rps",
+            Kind::SqlTps => "sql_tps",
+            Kind::RedisOps => "redis_ops",
+            Kind::AmqpRps => "amqp_rps",
+            Kind::QueueDrain => "queue_drain_units_per_s",
+        }
+    }
+
+    /// The per-round ceiling that bounds `strategy`'s sell-through: the
+    /// consumer's drain for `queue` (it settles in batches), one `sql`
+    /// transaction per unit for the strategies that take at least that per
+    /// unit, and none for `sql/batched` (a transaction settles many units;
+    /// its own ceiling, `sql_batched_units_per_s`, is measured after the
+    /// runs at the batch size they reached) and `sql/buckets` (its units
+    /// spread over several rows, each as fast as `sql_tps`).
+    pub fn bounding_sell_through(strategy: &str) -> Option<Kind> {
+        use seckill::strategy::{queue, sql_batched, sql_buckets};
+        match strategy {
+            s if s == queue::NAME.as_str() => Some(Kind::QueueDrain),
+            s if s == sql_batched::NAME.as_str() || s == sql_buckets::NAME.as_str() => None,
+            _ => Some(Kind::SqlTps),
+        }
+    }
+}
+
+/// How far above its ceiling a run's rate may be before the ceiling counts
+/// as undershot (measured too low): 5 %.
+pub const UNDERSHOT_MARGIN: f64 = 1.05;
+
+/// The ceilings measured before one round, by kind.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Round {
+    values: BTreeMap<Kind, f64>,
+}
+
+impl Round {
+    pub fn set(&mut self, kind: Kind, value: f64) {
+        self.values.insert(kind, value);
+    }
+
+    /// The round's value of `kind`, `None` when it was not measured.
+    pub fn get(&self, kind: Kind) -> Option<f64> {
+        self.values.get(&kind).copied()
+    }
+
+    /// The ceilings a run of `strategy` exceeded by more than
+    /// [`UNDERSHOT_MARGIN`], with the run's rate ÷ the ceiling: its
+    /// sell-through against the ceiling that bounds it, its rejection rate
+    /// against `http_rps`.
+    pub fn exceeded_by(
+        &self,
+        strategy: &str,
+        sell_through: Option<f64>,
+        rejection_rps: Option<f64>,
+    ) -> Vec<(Kind, f64)> {
+        [(Kind::bounding_sell_through(strategy), sell_through), (Some(Kind::HttpRps), rejection_rps)]
+            .into_iter()
+            .filter_map(|(kind, rate)| {
+                let kind = kind?;
+                let ratio = rate? / self.get(kind).filter(|c| *c > 0.0)?;
+                (ratio > UNDERSHOT_MARGIN).then_some((kind, ratio))
+            })
+            .collect()
+    }
+}
 
 /// `http_rps`: a trivial endpoint under the same goose settings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HttpCeiling {
+    /// Median of `samples`.
     pub value: f64,
+    /// One value per round, in round order (empty in a version-1 report).
+    #[serde(default)]
+    pub samples: Vec<f64>,
     pub users: u64,
     pub instances: usize,
     pub duration_s: f64,
@@ -24,6 +126,8 @@ pub struct HttpCeiling {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SqlCeiling {
     pub value: f64,
+    #[serde(default)]
+    pub samples: Vec<f64>,
     pub connections: u32,
     pub duration_s: f64,
 }
@@ -32,6 +136,8 @@ pub struct SqlCeiling {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RedisCeiling {
     pub value: f64,
+    #[serde(default)]
+    pub samples: Vec<f64>,
     pub clients: u64,
     pub duration_s: f64,
 }
@@ -42,6 +148,8 @@ pub struct RedisCeiling {
 pub struct AmqpCeiling {
     /// Messages consumed per second.
     pub value: f64,
+    #[serde(default)]
+    pub samples: Vec<f64>,
     pub clients: u64,
     pub duration_s: f64,
 }
@@ -52,13 +160,15 @@ pub struct AmqpCeiling {
 pub struct DrainCeiling {
     /// Units settled per second.
     pub value: f64,
+    #[serde(default)]
+    pub samples: Vec<f64>,
     /// Purchases in the queue.
     pub units: u64,
     /// The consumer's largest batch (`SECKILL_QUEUE_BATCH_SIZE` of the
     /// instances).
     pub batch_size: u16,
-    /// `value ÷ sql_tps.value`: how far batching lifts the
-    /// one-unit-per-transaction ceiling.
+    /// `value ÷ sql_tps.value`, the median over rounds of each round's
+    /// ratio: how far batching lifts the one-unit-per-transaction ceiling.
     pub ratio_vs_sql_tps: Option<f64>,
 }
 
@@ -95,6 +205,89 @@ pub struct Ceilings {
     /// `null` when `sql/batched` is not compared (measured after its runs).
     #[serde(default)]
     pub sql_batched_units_per_s: Option<BatchedCeiling>,
+}
+
+impl Ceilings {
+    /// `(value, samples)` of `kind`, `None` when it is not measured.
+    fn figures(&self, kind: Kind) -> Option<(f64, &[f64])> {
+        match kind {
+            Kind::HttpRps => Some((self.http_rps.value, &self.http_rps.samples)),
+            Kind::SqlTps => Some((self.sql_tps.value, &self.sql_tps.samples)),
+            Kind::RedisOps => self.redis_ops.as_ref().map(|c| (c.value, &c.samples[..])),
+            Kind::AmqpRps => self.amqp_rps.as_ref().map(|c| (c.value, &c.samples[..])),
+            Kind::QueueDrain => {
+                self.queue_drain_units_per_s.as_ref().map(|c| (c.value, &c.samples[..]))
+            }
+        }
+    }
+
+    fn samples_mut(&mut self, kind: Kind) -> Option<(&mut f64, &mut Vec<f64>)> {
+        match kind {
+            Kind::HttpRps => Some((&mut self.http_rps.value, &mut self.http_rps.samples)),
+            Kind::SqlTps => Some((&mut self.sql_tps.value, &mut self.sql_tps.samples)),
+            Kind::RedisOps => self.redis_ops.as_mut().map(|c| (&mut c.value, &mut c.samples)),
+            Kind::AmqpRps => self.amqp_rps.as_mut().map(|c| (&mut c.value, &mut c.samples)),
+            Kind::QueueDrain => {
+                self.queue_drain_units_per_s.as_mut().map(|c| (&mut c.value, &mut c.samples))
+            }
+        }
+    }
+
+    /// The kinds this comparison measures.
+    pub fn kinds(&self) -> Vec<Kind> {
+        Kind::ALL.iter().copied().filter(|k| self.figures(*k).is_some()).collect()
+    }
+
+    /// Adds one round's samples; every `value` becomes the median of its
+    /// samples, and the drain's ratio the median of the per-round ratios.
+    pub fn record(&mut self, round: &Round) {
+        for kind in self.kinds() {
+            if let (Some(sample), Some((value, samples))) =
+                (round.get(kind), self.samples_mut(kind))
+            {
+                samples.push(sample);
+                *value = median(samples).unwrap_or(0.0);
+            }
+        }
+        let sql = self.sql_tps.samples.clone();
+        if let Some(drain) = &mut self.queue_drain_units_per_s {
+            let ratios: Vec<f64> = drain
+                .samples
+                .iter()
+                .zip(&sql)
+                .map(|(d, s)| d / s)
+                .filter(|r| r.is_finite())
+                .collect();
+            drain.ratio_vs_sql_tps = median(&ratios);
+        }
+    }
+
+    /// The ceilings of round `round` (1-based): its samples, or each
+    /// `value` in a version-1 report, which measured them once.
+    pub fn round(&self, round: u64) -> Round {
+        let mut out = Round::default();
+        for kind in self.kinds() {
+            if let Some((value, samples)) = self.figures(kind) {
+                let i = usize::try_from(round.saturating_sub(1)).unwrap_or(usize::MAX);
+                out.set(kind, samples.get(i).copied().unwrap_or(value));
+            }
+        }
+        out
+    }
+}
+
+/// Which strategies a comparison runs decides which ceilings it measures:
+/// `redis_ops` and `amqp_rps` when a strategy uses that server, the drain
+/// when `queue` runs.
+pub fn wanted(strategies: &[StrategyName], kind: Kind) -> bool {
+    use seckill::strategy::Backend;
+    let uses = |backend| strategies.iter().any(|s| s.needs().contains(&backend));
+    match kind {
+        Kind::HttpRps | Kind::SqlTps => true,
+        Kind::RedisOps => uses(Backend::Redis),
+        Kind::AmqpRps => uses(Backend::Rabbitmq),
+        Kind::QueueDrain => strategies.contains(&seckill::strategy::queue::NAME),
+    }
 }
 
 /// `clients` concurrent tasks sending `DECR` on one scratch key over one
@@ -174,4 +367,78 @@ pub async fn sql_tps(
     let elapsed = start.elapsed().as_secs_f64();
     pool.close().await;
     Ok(committed.load(Relaxed) as f64 / elapsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ceilings() -> Ceilings {
+        Ceilings {
+            http_rps: HttpCeiling {
+                value: 0.0,
+                samples: vec![],
+                users: 10,
+                instances: 2,
+                duration_s: 1.0,
+            },
+            sql_tps: SqlCeiling { value: 0.0, samples: vec![], connections: 20, duration_s: 1.0 },
+            redis_ops: None,
+            amqp_rps: None,
+            queue_drain_units_per_s: Some(DrainCeiling {
+                value: 0.0,
+                samples: vec![],
+                units: 100,
+                batch_size: 200,
+                ratio_vs_sql_tps: None,
+            }),
+        }
+    }
+
+    fn round(http: f64, sql: f64, drain: f64) -> Round {
+        let mut round = Round::default();
+        round.set(Kind::HttpRps, http);
+        round.set(Kind::SqlTps, sql);
+        round.set(Kind::QueueDrain, drain);
+        round
+    }
+
+    #[test]
+    fn each_round_adds_a_sample_and_values_are_medians() {
+        let mut c = ceilings();
+        assert_eq!(c.kinds(), [Kind::HttpRps, Kind::SqlTps, Kind::QueueDrain]);
+        for r in [round(900.0, 100.0, 1_000.0), round(1_000.0, 200.0, 1_000.0)] {
+            c.record(&r);
+        }
+        c.record(&round(1_200.0, 50.0, 1_500.0));
+        assert_eq!(c.http_rps.samples, [900.0, 1_000.0, 1_200.0]);
+        assert_eq!((c.http_rps.value, c.sql_tps.value), (1_000.0, 100.0));
+        let drain = c.queue_drain_units_per_s.as_ref().unwrap();
+        assert_eq!(drain.ratio_vs_sql_tps, Some(10.0), "median of 10, 5 and 30");
+        // A run reads its own round's samples.
+        assert_eq!(c.round(2).get(Kind::SqlTps), Some(200.0));
+        assert_eq!(c.round(3).get(Kind::QueueDrain), Some(1_500.0));
+        assert_eq!(c.round(3).get(Kind::RedisOps), None);
+    }
+
+    #[test]
+    fn a_version_1_report_has_one_value_for_every_round() {
+        let mut c = ceilings();
+        c.sql_tps.value = 321.0;
+        assert_eq!(c.round(1).get(Kind::SqlTps), Some(321.0));
+        assert_eq!(c.round(4).get(Kind::SqlTps), Some(321.0));
+    }
+
+    #[test]
+    fn a_rate_above_its_own_ceiling_by_more_than_5_percent_is_an_undershot_ceiling() {
+        let r = round(1_000.0, 100.0, 1_000.0);
+        assert_eq!(r.exceeded_by("sql", Some(105.0), Some(1_050.0)), vec![], "5 % is allowed");
+        let exceeded = r.exceeded_by("lock/watchdog", Some(50.0), Some(1_600.0));
+        assert_eq!(exceeded, vec![(Kind::HttpRps, 1.6)]);
+        // queue's sell-through is bounded by the drain, not by sql_tps.
+        assert_eq!(r.exceeded_by("queue", Some(300.0), None), vec![]);
+        assert_eq!(r.exceeded_by("queue", Some(1_100.0), None).len(), 1);
+        assert_eq!(r.exceeded_by("sql", None, None), vec![]);
+        assert_eq!(Round::default().exceeded_by("sql", Some(1.0), Some(1.0)), vec![]);
+    }
 }

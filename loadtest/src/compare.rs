@@ -4,13 +4,15 @@ use std::path::Path;
 
 use anyhow::Context;
 use chrono::Utc;
-use seckill::strategy::Backend;
+use seckill::strategy::queue::ceiling::Drain;
+use seckill::strategy::queue::consumer::ConsumerSettings;
 use serde_json::json;
+use sqlx::postgres::PgPoolOptions;
 
 use crate::admin::Admin;
 use crate::ceilings::{
-    self, AmqpCeiling, BatchedCeiling, Ceilings, DrainCeiling, HttpCeiling, RedisCeiling,
-    SqlCeiling,
+    self, AmqpCeiling, BatchedCeiling, Ceilings, DrainCeiling, HttpCeiling, Kind, RedisCeiling,
+    Round, SqlCeiling,
 };
 use crate::cost::PgXacts;
 use crate::instances::{Instances, RedlockNodes};
@@ -19,7 +21,7 @@ use crate::progress::Progress;
 use crate::report::{self, Machine, Report, Run, SCHEMA_VERSION, html, markdown, summary};
 use crate::run::{Bench, RunKey, run_one};
 use crate::scenario;
-use crate::{CompareArgs, RenderArgs};
+use crate::{CompareArgs, DrainCheckArgs, RenderArgs};
 
 /// Runs the comparison; `Ok(false)` when a run's verdict is `broke`.
 pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
@@ -39,22 +41,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     progress.stage("starting the instances");
     let instances = Instances::start(&args, redlock.as_ref()).await?;
     let result = compare(&args, &instances, &mut progress).await;
-    // Instances started here declare their queues whatever is compared.
-    let own_queues = args.target.is_empty().then(|| instances.amqp_prefix.clone());
-    instances.stop().await;
-    if let Some(prefix) = own_queues {
-        // The run's quorum queues would otherwise outlive it on the broker.
-        let defaults = seckill::config::Config::from_env();
-        let topology = seckill::strategy::queue::Topology::new(
-            &prefix,
-            defaults.queue_partitions,
-            defaults.queue_max_length,
-            defaults.queue_delivery_limit,
-        );
-        if let Err(err) = topology.delete_at(&args.amqp_url).await {
-            tracing::warn!(error = %err, "could not delete the run's queues");
-        }
-    }
+    stop(instances, &args).await;
     progress.finish();
     let report = result?;
 
@@ -66,9 +53,90 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
             println!("{}", markdown::summary_table(&report, false));
         }
         print!("{}", markdown::verdict_lines(&report));
+        for line in markdown::warning_lines(&report) {
+            println!("{line}");
+        }
         println!("wrote report.json, report.md and report.html in {}", args.out.display());
     }
     Ok(report.runs.iter().all(|run| run.verdict != report::Verdict::Broke))
+}
+
+/// Stops the instances and deletes the queues of those started here (they
+/// declare them whatever is compared; the quorum queues would otherwise
+/// outlive the invocation on the broker).
+async fn stop(instances: Instances, args: &CompareArgs) {
+    let own_queues = args.target.is_empty().then(|| instances.amqp_prefix.clone());
+    instances.stop().await;
+    if let Some(prefix) = own_queues {
+        let defaults = seckill::config::Config::from_env();
+        let topology = seckill::strategy::queue::Topology::new(
+            &prefix,
+            defaults.queue_partitions,
+            defaults.queue_max_length,
+            defaults.queue_delivery_limit,
+        );
+        if let Err(err) = topology.delete_at(&args.amqp_url).await {
+            tracing::warn!(error = %err, "could not delete the run's queues");
+        }
+    }
+}
+
+/// Least `queue_drain_units_per_s ÷ sql_tps` that `drain-check` accepts.
+pub const DRAIN_CHECK_RATIO: f64 = 5.0;
+
+/// `loadtest drain-check`: `--samples` pairs of a `sql_tps` sample and a
+/// `queue_drain_units_per_s` sample, each drain printed with where its time
+/// went; an error when any drain is below [`DRAIN_CHECK_RATIO`] × the
+/// `sql_tps` sample just before it.
+pub async fn drain_check(check: DrainCheckArgs) -> anyhow::Result<()> {
+    let mut args = check.compare;
+    args.strategies = vec![seckill::strategy::queue::NAME];
+    preflight::check(&args).await?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let instances = Instances::start(&args, None).await?;
+    let result = drain_samples(&args, &instances, check.samples).await;
+    stop(instances, &args).await;
+    let low = result?;
+    if low > 0 {
+        anyhow::bail!(
+            "{low} of {} drain samples were below {DRAIN_CHECK_RATIO} × sql_tps",
+            check.samples
+        );
+    }
+    Ok(())
+}
+
+/// Measures and prints the samples; answers how many were too low.
+async fn drain_samples(
+    args: &CompareArgs,
+    instances: &Instances,
+    samples: u32,
+) -> anyhow::Result<u32> {
+    let admin = Admin::new(&instances.urls[0], &instances.admin_token);
+    let mut low = 0;
+    for i in 1..=samples {
+        let sql = measure(args, instances, &admin, Kind::SqlTps).await?;
+        let drain = queue_drain(args, &instances.amqp_prefix, &admin).await?;
+        let ratio = drain.units_per_s / sql;
+        let t = drain.times;
+        println!(
+            "sample {i}: sql_tps {sql:.0}; queue_drain_units_per_s {:.0} = {ratio:.1} × sql_tps; \
+             {} batches of {:.1} on average; seconds waiting for a batch's first delivery {:.2}, \
+             collecting the rest {:.2}, settling {:.2}, acknowledging {:.2}",
+            drain.units_per_s,
+            t.batches,
+            t.settled as f64 / t.batches.max(1) as f64,
+            t.waiting_s,
+            t.collecting_s,
+            t.settling_s,
+            t.acking_s,
+        );
+        if ratio < DRAIN_CHECK_RATIO {
+            low += 1;
+        }
+    }
+    Ok(low)
 }
 
 /// `loadtest render`: report.md, report.html and charts/ again from a
@@ -111,14 +179,16 @@ async fn compare(
     progress: &mut Progress,
 ) -> anyhow::Result<Report> {
     let admin = Admin::new(&instances.urls[0], &instances.admin_token);
-    progress.stage("measuring the ceilings");
-    let ceilings = measure_ceilings(args, instances, &admin).await?;
-    tracing::debug!(?ceilings, "ceilings measured");
     let xacts = PgXacts::connect(&args.database_url, &instances.urls, args.pool_size).await?;
-
-    let bench = Bench { args, instances, admin: &admin, ceilings: &ceilings, xacts: &xacts };
+    let db = PgPoolOptions::new().max_connections(2).connect(&args.database_url).await?;
+    let mut ceilings = unmeasured_ceilings(args, instances);
     let mut runs = Vec::new();
     for repeat in 1..=args.repeat {
+        progress.stage(&format!("measuring the ceilings of round {repeat}/{}", args.repeat));
+        let round = measure_round(args, instances, &admin, &ceilings.kinds()).await?;
+        tracing::debug!(?round, "ceilings measured");
+        ceilings.record(&round);
+        let bench = Bench { args, instances, admin: &admin, round: &round, xacts: &xacts, db: &db };
         for &profile in &args.profile {
             for &strategy in &args.strategies {
                 progress.run(format!("{strategy} · {profile} · repeat {repeat}/{}", args.repeat));
@@ -138,6 +208,7 @@ async fn compare(
             }
         }
     }
+    db.close().await;
     report::relate_to_sql(&mut runs);
     let mut ceilings = ceilings;
     if args.strategies.contains(&seckill::strategy::sql_batched::NAME) {
@@ -160,126 +231,135 @@ async fn compare(
     })
 }
 
-/// Every ceiling the compared strategies need, measured now: `http_rps` and
-/// `sql_tps` always, `redis_ops` and `amqp_rps` when a compared strategy uses
-/// that server, `queue_drain_units_per_s` when `queue` is compared.
-async fn measure_ceilings(
-    args: &CompareArgs,
-    instances: &Instances,
-    admin: &Admin,
-) -> anyhow::Result<Ceilings> {
-    let seconds = args.ceiling_duration;
-    let http = scenario::http_ceiling(&instances.urls, args.users, seconds).await?;
-    let sale = admin
-        .create_sale(
-            json!({ "name": "sql_tps ceiling", "stock": 1_000_000_000_i64, "strategy": "sql" }),
-        )
-        .await?;
-    let sql =
-        ceilings::sql_tps(&args.database_url, sale, instances.pool_connections, seconds as f64)
-            .await?;
-    let redis_ops = redis_ceiling(args).await?;
-    let amqp_rps = amqp_ceiling(args, instances).await?;
-    let queue_drain_units_per_s = if args.strategies.contains(&seckill::strategy::queue::NAME) {
-        Some(queue_drain(args, instances, admin, sql).await?)
-    } else {
-        None
-    };
-    Ok(Ceilings {
-        amqp_rps,
-        queue_drain_units_per_s,
+/// The ceilings the compared strategies need (see [`ceilings::wanted`]),
+/// with their settings and no sample yet.
+fn unmeasured_ceilings(args: &CompareArgs, instances: &Instances) -> Ceilings {
+    let seconds = args.ceiling_duration as f64;
+    let wanted = |kind| ceilings::wanted(&args.strategies, kind);
+    let settings = consumer_settings();
+    Ceilings {
         sql_batched_units_per_s: None,
         http_rps: HttpCeiling {
-            value: http,
+            value: 0.0,
+            samples: vec![],
             users: args.users,
             instances: instances.urls.len(),
-            duration_s: seconds as f64,
+            duration_s: seconds,
         },
         sql_tps: SqlCeiling {
-            value: sql,
+            value: 0.0,
+            samples: vec![],
             connections: instances.pool_connections,
-            duration_s: seconds as f64,
+            duration_s: seconds,
         },
-        redis_ops,
-    })
-}
-
-/// Whether any compared strategy uses `backend`.
-fn any_uses(args: &CompareArgs, backend: Backend) -> bool {
-    args.strategies.iter().any(|s| s.needs().contains(&backend))
-}
-
-/// `redis_ops`, when a compared strategy uses Redis.
-async fn redis_ceiling(args: &CompareArgs) -> anyhow::Result<Option<RedisCeiling>> {
-    if !any_uses(args, Backend::Redis) {
-        return Ok(None);
+        redis_ops: wanted(Kind::RedisOps).then(|| RedisCeiling {
+            value: 0.0,
+            samples: vec![],
+            clients: args.users,
+            duration_s: seconds,
+        }),
+        amqp_rps: wanted(Kind::AmqpRps).then(|| AmqpCeiling {
+            value: 0.0,
+            samples: vec![],
+            clients: args.users,
+            duration_s: seconds,
+        }),
+        queue_drain_units_per_s: wanted(Kind::QueueDrain).then(|| DrainCeiling {
+            value: 0.0,
+            samples: vec![],
+            units: drain_units(args),
+            batch_size: settings.batch_size,
+            ratio_vs_sql_tps: None,
+        }),
     }
-    let seconds = args.ceiling_duration as f64;
-    Ok(Some(RedisCeiling {
-        value: ceilings::redis_ops(&args.redis_url, args.users, seconds).await?,
-        clients: args.users,
-        duration_s: seconds,
-    }))
 }
 
-/// `amqp_rps`, when a compared strategy uses RabbitMQ.
-async fn amqp_ceiling(
-    args: &CompareArgs,
-    instances: &Instances,
-) -> anyhow::Result<Option<AmqpCeiling>> {
-    if !any_uses(args, Backend::Rabbitmq) {
-        return Ok(None);
-    }
-    let seconds = args.ceiling_duration as f64;
-    let value = seckill::strategy::queue::ceiling::amqp_round_trips(
-        &args.amqp_url,
-        &instances.amqp_prefix,
-        args.users,
-        seconds,
-    )
-    .await
-    .context("measuring amqp_rps")?;
-    Ok(Some(AmqpCeiling { value, clients: args.users, duration_s: seconds }))
-}
-
-/// `queue_drain_units_per_s`: a pre-filled queue of one-unit purchases of a
-/// large `queue` sale, settled by the strategy's own batch transaction with
-/// the instances' batch settings. `ceiling_duration × 20 000` purchases, at
-/// most 200 000 (a few seconds of draining on a 2-core machine).
-async fn queue_drain(
+/// Measures `kinds` now, in their order.
+async fn measure_round(
     args: &CompareArgs,
     instances: &Instances,
     admin: &Admin,
-    sql_tps: f64,
-) -> anyhow::Result<DrainCeiling> {
-    let units = (args.ceiling_duration * 20_000).min(200_000);
+    kinds: &[Kind],
+) -> anyhow::Result<Round> {
+    let mut round = Round::default();
+    for &kind in kinds {
+        let value = measure(args, instances, admin, kind)
+            .await
+            .with_context(|| format!("measuring {}", kind.name()))?;
+        round.set(kind, value);
+    }
+    Ok(round)
+}
+
+/// One sample of `kind` (see docs/report-format.md, "Ceilings").
+async fn measure(
+    args: &CompareArgs,
+    instances: &Instances,
+    admin: &Admin,
+    kind: Kind,
+) -> anyhow::Result<f64> {
+    let seconds = args.ceiling_duration;
+    match kind {
+        Kind::HttpRps => scenario::http_ceiling(&instances.urls, args.users, seconds).await,
+        Kind::SqlTps => {
+            let body =
+                json!({ "name": "sql_tps ceiling", "stock": 1_000_000_000_i64, "strategy": "sql" });
+            let sale = admin.create_sale(body).await?;
+            let connections = instances.pool_connections;
+            ceilings::sql_tps(&args.database_url, sale, connections, seconds as f64).await
+        }
+        Kind::RedisOps => ceilings::redis_ops(&args.redis_url, args.users, seconds as f64).await,
+        Kind::AmqpRps => {
+            seckill::strategy::queue::ceiling::amqp_round_trips(
+                &args.amqp_url,
+                &instances.amqp_prefix,
+                args.users,
+                seconds as f64,
+            )
+            .await
+        }
+        Kind::QueueDrain => Ok(queue_drain(args, &instances.amqp_prefix, admin).await?.units_per_s),
+    }
+}
+
+/// The consumer settings of the instances (the service's defaults, read
+/// from the same environment the instances inherit).
+fn consumer_settings() -> ConsumerSettings {
+    ConsumerSettings::from_config(&seckill::config::Config::from_env())
+}
+
+/// Purchases in the drain ceiling's queue: `ceiling_duration × 20 000`, at
+/// most 200 000 (a few seconds of draining on a 2-core machine).
+pub fn drain_units(args: &CompareArgs) -> u64 {
+    (args.ceiling_duration * 20_000).min(200_000)
+}
+
+/// One sample of `queue_drain_units_per_s`: a pre-filled queue of one-unit
+/// purchases of a large `queue` sale, settled by the strategy's own batch
+/// transaction with the instances' batch settings.
+pub async fn queue_drain(
+    args: &CompareArgs,
+    amqp_prefix: &str,
+    admin: &Admin,
+) -> anyhow::Result<Drain> {
     let sale = admin
         .create_sale(json!({
             "name": "queue_drain ceiling", "stock": 1_000_000_000_i64, "strategy": "queue"
         }))
         .await?;
-    let db =
-        sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&args.database_url).await?;
-    let defaults = seckill::config::Config::from_env();
-    let settings = seckill::strategy::queue::consumer::ConsumerSettings::from_config(&defaults);
+    let db = PgPoolOptions::new().max_connections(1).connect(&args.database_url).await?;
     let drain = seckill::strategy::queue::ceiling::drain(
         &db,
         &args.amqp_url,
-        &instances.amqp_prefix,
+        amqp_prefix,
         sale,
         1,
-        units,
-        settings,
+        drain_units(args),
+        consumer_settings(),
     )
-    .await
-    .context("measuring queue_drain_units_per_s")?;
+    .await;
     db.close().await;
-    Ok(DrainCeiling {
-        value: drain.units_per_s,
-        units: drain.units,
-        batch_size: settings.batch_size,
-        ratio_vs_sql_tps: Some(drain.units_per_s / sql_tps).filter(|v| v.is_finite()),
-    })
+    drain
 }
 
 /// `sql_batched_units_per_s`, after the runs: the `sql/batched` batch

@@ -7,6 +7,7 @@ mod admin;
 mod ceilings;
 mod compare;
 mod cost;
+mod cpu;
 mod expectation;
 mod instances;
 mod preflight;
@@ -16,6 +17,8 @@ mod report;
 mod run;
 mod scenario;
 mod scrape;
+mod stats;
+mod steady;
 
 use std::path::PathBuf;
 
@@ -41,6 +44,23 @@ enum Command {
     Compare(CompareArgs),
     /// Write report.md and report.html again from a report.json.
     Render(RenderArgs),
+    /// Measure the `queue_drain_units_per_s` ceiling several times, each
+    /// right after a `sql_tps` sample, and fail when any drain sample is
+    /// below 5 × its `sql_tps`: the check that the drain does not collapse.
+    /// Takes the flags of `compare`, of which only `--samples`, those of the
+    /// instances and servers, `--ceiling-duration` and `--out` apply.
+    DrainCheck(DrainCheckArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct DrainCheckArgs {
+    /// Samples of each ceiling.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub samples: u32,
+    /// The settings of the instances and ceilings, as for `compare`
+    /// (`--strategies` and the sale flags do not apply).
+    #[command(flatten)]
+    pub compare: CompareArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -66,7 +86,7 @@ pub struct CompareArgs {
     pub profile: Vec<Profile>,
 
     /// Units of stock of a run, over all its sales (default: the profile's own
-    /// stock — burst 10000, retry-storm 2000, multi-sale 10000, slow 500).
+    /// stock — burst 5000, retry-storm 2000, multi-sale 10000, slow 500).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub stock: Option<u64>,
 
@@ -119,16 +139,19 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 3)]
     pub retries: u32,
 
-    /// Seconds of purchases against the sold-out sale, to measure rejections.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    /// Seconds of purchases against the sold-out sale, to measure rejections
+    /// (counted between 10 % and 90 % of the phase).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub rejection_phase: u64,
 
-    /// Seconds each ceiling is measured for.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    /// Seconds each ceiling is measured for, before every round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub ceiling_duration: u64,
 
-    /// Repeat every (strategy, profile) this many times.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+    /// Rounds: every (strategy, profile) runs once per round, after the
+    /// round's own ceilings; from 3 on, every ratio gets a 95 % confidence
+    /// interval.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub repeat: u64,
 
     /// Use running services at these base URLs instead of starting instances
@@ -221,6 +244,7 @@ async fn main() -> std::process::ExitCode {
             compare::run(args).await
         }
         Command::Render(args) => compare::render(&args).map(|()| true),
+        Command::DrainCheck(args) => compare::drain_check(args).await.map(|()| true),
     };
     match result {
         Ok(true) => std::process::ExitCode::SUCCESS,

@@ -22,7 +22,10 @@ use crate::CompareArgs;
 #[serde(rename_all = "kebab-case")]
 pub enum Profile {
     /// Every buyer at once, no injected delays; a `--resubmit` fraction of
-    /// buyers sends a second time. Default stock 10000.
+    /// buyers sends a second time. Default stock 5000: long enough for a
+    /// steady window of at least 0.5 s at the fastest strategy's rate, short
+    /// enough that three repeats of every strategy fit in 12 minutes on two
+    /// cores (README, "Quick start").
     Burst,
     /// Buyers resubmit fast and many times: each sends its purchase
     /// `--storm` times back to back (default 5), as clients that retry on
@@ -95,7 +98,8 @@ impl Profile {
     /// Units of stock when `--stock` is not given.
     pub fn default_stock(self) -> u64 {
         match self {
-            Profile::Burst | Profile::MultiSale => 10_000,
+            Profile::Burst => 5_000,
+            Profile::MultiSale => 10_000,
             Profile::RetryStorm => 2_000,
             Profile::Slow => 500,
         }

@@ -19,8 +19,9 @@ use serde_json::{Value, json};
 
 use crate::CompareArgs;
 use crate::admin::Admin;
-use crate::ceilings::Ceilings;
+use crate::ceilings::{Kind, Round};
 use crate::cost::{PgXacts, RssSampler, Xacts};
+use crate::cpu::{Cpu, CpuMeter};
 use crate::expectation::{Conditions, Expectation, expected};
 use crate::instances::Instances;
 use crate::profile::{Plan, Profile};
@@ -28,6 +29,7 @@ use crate::progress::Progress;
 use crate::report::{self, BatchSizes, Cost, LockStats, Ratio, Run};
 use crate::scenario::{self, Latency, PhaseResult, per_second};
 use crate::scrape::{self, Counters, Figure};
+use crate::steady::{self, Window};
 
 /// How long the sale phase of a `queue` run waits for every accepted
 /// request to be resolved; what is left then counts as `accepted_unresolved`.
@@ -39,8 +41,11 @@ pub struct Bench<'a> {
     pub instances: &'a Instances,
     /// The admin API of the first instance.
     pub admin: &'a Admin,
-    pub ceilings: &'a Ceilings,
+    /// The ceilings of this round.
+    pub round: &'a Round,
     pub xacts: &'a PgXacts,
+    /// The comparison's database, to read the orders' commit times.
+    pub db: &'a sqlx::PgPool,
 }
 
 /// Which run: its strategy, profile and repeat (1-based).
@@ -74,6 +79,11 @@ struct Phases {
     /// Units sold when the sale phase ended, the divisor of its costs (a
     /// baseline may go on selling in the rejection phase).
     sold_in_sale_phase: i64,
+    /// The steady window of the orders written in the sale phase.
+    window: Option<Window>,
+    /// CPU seconds by process group over the sale phase; `None` with
+    /// `--target` (the instances are not this process' children).
+    cpu: Option<Cpu>,
     peak_rss_mb: Option<f64>,
 }
 
@@ -123,7 +133,7 @@ pub async fn run_one(
     let audit = add_up(&audits);
     let measured =
         Measured { key, conditions, expected, prepared, phases, audit, undersold, counted };
-    Ok(assemble(measured, bench.ceilings))
+    Ok(assemble(measured, bench.round))
 }
 
 /// Creates the run's sales with the profile's plan and knobs.
@@ -173,6 +183,8 @@ async fn run_phases(
         .phase(&format!("sale phase ({} buyers + {resubmissions} resubmissions)", prepared.buyers));
     let goose_report =
         args.out.join(format!("goose-{}-{}-{}.html", key.strategy.slug(), key.profile, key.repeat));
+    let mut meter = args.target.is_empty().then(|| CpuMeter::new(bench.instances.pids()));
+    let cpu_before = meter.as_mut().map(|m| (m.snapshot(), std::time::Instant::now()));
     let sale =
         scenario::sale_phase(urls, &ids, args.users, args.retries, buyers, goose_report).await?;
     let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
@@ -186,6 +198,11 @@ async fn run_phases(
     } else {
         None
     };
+    let cpu = meter.as_mut().zip(cpu_before).map(|(meter, (before, start))| {
+        let after = meter.snapshot();
+        meter.between(&before, &after, start.elapsed().as_secs_f64())
+    });
+    let window = steady::sale_window(&order_times(bench.db, &ids).await?);
     progress.phase("settling statistics");
     let (xacts_after, counters_after) = readings(bench).await?;
     let mut sold_in_sale_phase = 0;
@@ -205,8 +222,21 @@ async fn run_phases(
         xacts: [xacts_before, xacts_after],
         counters: [counters_before, counters_after],
         sold_in_sale_phase,
+        window,
+        cpu,
         peak_rss_mb: rss.stop().await,
     })
+}
+
+/// `(created_at, quantity)` of every order of `sales`.
+async fn order_times(
+    db: &sqlx::PgPool,
+    sales: &[i64],
+) -> anyhow::Result<Vec<(DateTime<Utc>, i64)>> {
+    Ok(sqlx::query_as("SELECT created_at, quantity::bigint FROM orders WHERE sale_id = ANY($1)")
+        .bind(sales)
+        .fetch_all(db)
+        .await?)
 }
 
 /// Settled Postgres transactions and the instances' counters, now.
@@ -302,9 +332,9 @@ fn add_up(audits: &[Audit]) -> Audit {
     }
 }
 
-/// Units sold ÷ (commit of the last unit − send of the first purchase);
-/// `None` when nothing sold or the interval is empty.
-fn sell_through(
+/// Units sold ÷ (commit of the last unit − send of the first purchase):
+/// the whole-phase rate; `None` when nothing sold or the interval is empty.
+fn sell_through_whole(
     units_sold: i64,
     first_send: Option<DateTime<Utc>>,
     last_order: Option<DateTime<Utc>>,
@@ -316,8 +346,8 @@ fn sell_through(
 
 /// `value ÷ ceiling`, `None` when either is missing or the ratio is not
 /// finite.
-fn ratio_to(value: Option<f64>, ceiling: f64) -> Option<f64> {
-    value.map(|v| v / ceiling).filter(|v| v.is_finite())
+fn ratio_to(value: Option<f64>, ceiling: Option<f64>) -> Option<f64> {
+    value.zip(ceiling).map(|(v, c)| v / c).filter(|v| v.is_finite())
 }
 
 /// The sale phase's costs per unit it sold.
@@ -329,6 +359,7 @@ fn cost(counted: &Counted, phases: &Phases) -> Cost {
         redis_round_trips_per_unit: counted.redis_round_trips.and_then(per_unit),
         pg_xacts_per_unit: per_unit(PgXacts::between(xacts_before, xacts_after) as f64),
         amqp_messages_per_unit: counted.amqp_messages.and_then(per_unit),
+        cpu_ms_per_unit: phases.cpu.as_ref().and_then(|cpu| per_unit(cpu.service_s() * 1000.0)),
         peak_rss_mb: phases.peak_rss_mb,
     }
 }
@@ -378,12 +409,15 @@ impl QueueFigures {
 /// The run record of what was measured, judged against its expectation
 /// (`ratio.sell_through_vs_sql_strategy` is filled in once every run is in,
 /// by [`report::relate_to_sql`]).
-fn assemble(m: Measured, ceilings: &Ceilings) -> Run {
+fn assemble(m: Measured, round: &Round) -> Run {
     let cost = cost(&m.counted, &m.phases);
     let Measured { key, conditions, expected, prepared, phases, audit, undersold, counted } = m;
     let (sale, rejection) = (phases.sale, phases.rejection);
-    let sell_through_per_s = sell_through(audit.units_sold, sale.first_send, audit.last_order_at);
-    let rejection_rps = Some(per_second(rejection.requests, rejection.duration_s));
+    let sell_through_whole_per_s =
+        sell_through_whole(audit.units_sold, sale.first_send, audit.last_order_at);
+    let sell_through_per_s = phases.window.and_then(|w| w.rate());
+    let rejection_rps = Some(rejection.steady_rps).filter(|r| *r > 0.0);
+    let exceeded = round.exceeded_by(key.strategy.as_str(), sell_through_per_s, rejection_rps);
     let mut outcomes = sale.outcomes;
     if let Some(stats) = &phases.queue_stats {
         outcomes.rejected = stats.iter().map(|s| s.rejected.max(0) as u64).sum();
@@ -405,7 +439,11 @@ fn assemble(m: Measured, ceilings: &Ceilings) -> Run {
         duration_s: sale.duration_s,
         throughput_rps: per_second(sale.requests, sale.duration_s),
         sell_through_per_s,
+        sell_through_whole_per_s,
+        steady_window_s: phases.window.map(|w| w.seconds),
+        too_short_to_rank: phases.window.is_none_or(|w| w.is_too_short()),
         rejection_rps,
+        ceiling_undershot: !exceeded.is_empty(),
         units_sold: audit.units_sold,
         orders: audit.orders,
         remaining_stock: audit.remaining_stock,
@@ -418,8 +456,8 @@ fn assemble(m: Measured, ceilings: &Ceilings) -> Run {
         status_counts: sale.status_counts,
         latency_ms: sale.latency_ms,
         ratio: Ratio {
-            sell_through_vs_sql_tps: ratio_to(sell_through_per_s, ceilings.sql_tps.value),
-            rejection_vs_http_rps: ratio_to(rejection_rps, ceilings.http_rps.value),
+            sell_through_vs_sql_tps: ratio_to(sell_through_per_s, round.get(Kind::SqlTps)),
+            rejection_vs_http_rps: ratio_to(rejection_rps, round.get(Kind::HttpRps)),
             sell_through_vs_sql_strategy: None,
             sell_through_vs_batched_ceiling: None,
         },
@@ -429,6 +467,7 @@ fn assemble(m: Measured, ceilings: &Ceilings) -> Run {
         accepted_unresolved: queue.as_ref().map(|q| q.unresolved),
         e2e_latency_ms: queue.as_ref().and_then(|q| q.e2e.clone()),
         batch_sizes: queue.and_then(|q| q.batches).or(group_commit),
+        cpu: phases.cpu,
         cost,
     };
     run.verdict = run.judge();
@@ -441,7 +480,6 @@ mod tests {
     use seckill::strategy::queue::results::E2eLatency;
 
     use super::*;
-    use crate::ceilings::{HttpCeiling, SqlCeiling};
     use crate::profile::SaleKnobs;
     use crate::report::Verdict;
     use crate::scenario::Outcomes;
@@ -504,13 +542,14 @@ mod tests {
 
     #[test]
     fn sell_through_needs_units_and_a_positive_interval() {
-        assert_eq!(sell_through(100, Some(at(0)), Some(at(2_000))), Some(50.0));
-        assert_eq!(sell_through(0, Some(at(0)), Some(at(2_000))), None);
-        assert_eq!(sell_through(100, Some(at(2_000)), Some(at(2_000))), None);
-        assert_eq!(sell_through(100, None, Some(at(2_000))), None);
-        assert_eq!(ratio_to(Some(50.0), 200.0), Some(0.25));
-        assert_eq!(ratio_to(Some(50.0), 0.0), None);
-        assert_eq!(ratio_to(None, 200.0), None);
+        assert_eq!(sell_through_whole(100, Some(at(0)), Some(at(2_000))), Some(50.0));
+        assert_eq!(sell_through_whole(0, Some(at(0)), Some(at(2_000))), None);
+        assert_eq!(sell_through_whole(100, Some(at(2_000)), Some(at(2_000))), None);
+        assert_eq!(sell_through_whole(100, None, Some(at(2_000))), None);
+        assert_eq!(ratio_to(Some(50.0), Some(200.0)), Some(0.25));
+        assert_eq!(ratio_to(Some(50.0), Some(0.0)), None);
+        assert_eq!(ratio_to(None, Some(200.0)), None);
+        assert_eq!(ratio_to(Some(50.0), None), None);
     }
 
     #[test]
@@ -576,6 +615,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         PhaseResult {
             requests,
             duration_s,
+            steady_rps: requests as f64 / duration_s,
             first_send,
             outcomes: Outcomes { placed: 100, sold_out: 200, ..Outcomes::default() },
             errors_5xx: 0,
@@ -584,15 +624,11 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         }
     }
 
-    fn ceilings() -> Ceilings {
-        Ceilings {
-            http_rps: HttpCeiling { value: 1000.0, users: 10, instances: 2, duration_s: 1.0 },
-            sql_tps: SqlCeiling { value: 200.0, connections: 20, duration_s: 1.0 },
-            redis_ops: None,
-            amqp_rps: None,
-            queue_drain_units_per_s: None,
-            sql_batched_units_per_s: None,
-        }
+    fn ceilings() -> Round {
+        let mut round = Round::default();
+        round.set(Kind::HttpRps, 1000.0);
+        round.set(Kind::SqlTps, 200.0);
+        round
     }
 
     fn measured(strategy: &str, sold: i64) -> Measured {
@@ -621,6 +657,15 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                 xacts: [Xacts { total: 1_000, nudges: 0 }, Xacts { total: 1_330, nudges: 30 }],
                 counters: [Counters::default(), Counters::default()],
                 sold_in_sale_phase: sold,
+                window: Some(Window { units: sold * 8 / 10, seconds: 1.6 }),
+                cpu: Some(Cpu {
+                    loadgen_s: 1.0,
+                    instances_s: 0.5,
+                    postgres_s: 0.4,
+                    redis_s: 0.0,
+                    rabbitmq_s: 0.1,
+                    machine_share_loadgen: Some(0.2),
+                }),
                 peak_rss_mb: Some(40.0),
             },
             undersold: undersold(std::slice::from_ref(&total), &[300]),
@@ -636,14 +681,28 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         assert_eq!((run.expected, run.verdict), (Expectation::Correct, Verdict::Ok));
         assert_eq!((run.buyers, run.demanded_units, run.sales, run.instances), (300, 300, 1, 2));
         assert_eq!((run.throughput_rps, run.rejection_rps), (200.0, Some(500.0)));
-        assert_eq!(run.sell_through_per_s, Some(50.0));
+        assert_eq!(run.sell_through_whole_per_s, Some(50.0));
+        assert_eq!(run.sell_through_per_s, Some(50.0), "80 units in the 1.6 s window");
+        assert_eq!((run.steady_window_s, run.too_short_to_rank), (Some(1.6), false));
         assert_eq!(run.ratio.sell_through_vs_sql_tps, Some(0.25));
         assert_eq!(run.ratio.rejection_vs_http_rps, Some(0.5));
+        assert!(!run.ceiling_undershot);
         assert_eq!(run.cost.pg_xacts_per_unit, Some(3.0), "330 transactions − 30 nudges");
+        assert_eq!(run.cost.cpu_ms_per_unit, Some(10.0), "1 s of service CPU for 100 units");
         assert_eq!(run.cost.redis_round_trips_per_unit, Some(2.5));
         assert_eq!(run.cost.amqp_messages_per_unit, None);
         assert_eq!(run.accepted_unresolved, None);
         assert_eq!(run.undersold, 0);
+    }
+
+    #[test]
+    fn a_rate_above_its_rounds_ceiling_is_flagged_and_a_short_window_is_not_ranked() {
+        let mut m = measured("sql", 100);
+        m.phases.rejection = phase(1_100, 1.0, None);
+        m.phases.window = Some(Window { units: 80, seconds: 0.4 });
+        let run = assemble(m, &ceilings());
+        assert!(run.ceiling_undershot, "1 100 answers/s against http_rps 1 000");
+        assert_eq!((run.sell_through_per_s, run.too_short_to_rank), (Some(200.0), true));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -175,6 +175,8 @@ struct Attack {
     first_send: OnceLock<(Instant, DateTime<Utc>)>,
     /// Nanoseconds after `first_send` of the latest answer.
     last_answer_ns: AtomicU64,
+    /// Seconds after `first_send` of every answer, for the steady rate.
+    answer_times_s: Mutex<Vec<f64>>,
 }
 
 impl Attack {
@@ -196,6 +198,17 @@ impl Attack {
             answers: AtomicU64::new(0),
             first_send: OnceLock::new(),
             last_answer_ns: AtomicU64::new(0),
+            answer_times_s: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Counts an answer received now, `start` being the phase's first send.
+    fn answered(&self, start: Instant) {
+        let elapsed = start.elapsed();
+        self.answers.fetch_add(1, Relaxed);
+        self.last_answer_ns.fetch_max(elapsed.as_nanos() as u64, Relaxed);
+        if let Ok(mut times) = self.answer_times_s.lock() {
+            times.push(elapsed.as_secs_f64());
         }
     }
 
@@ -223,8 +236,7 @@ impl Attack {
             let mut goose = user.request(request).await?;
             let status = goose.request.status_code;
             let (retry_after_s, body) = read_answer(goose.response).await;
-            self.answers.fetch_add(1, Relaxed);
-            self.last_answer_ns.fetch_max(start.elapsed().as_nanos() as u64, Relaxed);
+            self.answered(start);
             let kind = classify(status, &body);
             self.counters.count(kind, status);
             if kind.is_expected() {
@@ -275,6 +287,9 @@ pub struct PhaseResult {
     pub requests: u64,
     /// From the first request sent to the last answer, seconds.
     pub duration_s: f64,
+    /// Answers per second between 10 % and 90 % of the phase
+    /// ([`crate::steady::answer_rate`]).
+    pub steady_rps: f64,
     pub first_send: Option<DateTime<Utc>>,
     pub outcomes: Outcomes,
     pub errors_5xx: u64,
@@ -286,8 +301,9 @@ fn base_config(urls: &[String], users: u64) -> GooseConfiguration {
     let mut config = GooseConfiguration::default();
     config.host = Some(format!("{}/", urls[0]));
     config.users = Some(users as usize);
-    // Every user starts within the first second: a burst, not a ramp.
-    config.increase_rate = Some(users.to_string());
+    // Every user starts within the first 0.1 s: a burst, not a ramp (the
+    // steady windows of `crate::steady` assume so).
+    config.increase_rate = Some((users * 10).to_string());
     config.quiet = 1;
     config.no_print_metrics = true;
     config.no_error_summary = true;
@@ -324,9 +340,12 @@ async fn execute(
             max: ms(t.maximum_time_us),
         };
     }
+    let duration_s = attack.last_answer_ns.load(Relaxed) as f64 / 1e9;
+    let times = attack.answer_times_s.lock().map(|t| t.clone()).unwrap_or_default();
     Ok(PhaseResult {
         requests: attack.answers.load(Relaxed),
-        duration_s: attack.last_answer_ns.load(Relaxed) as f64 / 1e9,
+        duration_s,
+        steady_rps: crate::steady::answer_rate(&times, duration_s),
         first_send: attack.first_send.get().map(|(_, at)| *at),
         outcomes: attack.counters.snapshot(),
         errors_5xx: attack.counters.errors_5xx.load(Relaxed),
@@ -414,7 +433,8 @@ pub async fn rejection_phase(
 }
 
 /// The `http_rps` ceiling: `users` goose users on `GET /healthz` of every
-/// instance for `seconds` seconds; answers per second.
+/// instance for `seconds` seconds; answers per second between 10 % and 90 %
+/// of the phase, as the rejection phase is counted.
 pub async fn http_ceiling(urls: &[String], users: u64, seconds: u64) -> anyhow::Result<f64> {
     let attack = Arc::new(Attack::new(&[0], urls, 0, Vec::new(), 0));
     let shared = attack.clone();
@@ -424,16 +444,14 @@ pub async fn http_ceiling(urls: &[String], users: u64, seconds: u64) -> anyhow::
             attack.assign(user)?;
             let (start, _) = *attack.first_send.get_or_init(|| (Instant::now(), Utc::now()));
             let _ = user.get_named("healthz", "healthz").await?;
-            attack.answers.fetch_add(1, Relaxed);
-            attack.last_answer_ns.fetch_max(start.elapsed().as_nanos() as u64, Relaxed);
+            attack.answered(start);
             Ok(())
         })
     }));
     let mut config = base_config(urls, users);
     config.run_time = Some(format!("{}s", seconds.max(1)));
     config.no_reset_metrics = true;
-    let result = execute(config, transaction, &attack).await?;
-    Ok(per_second(result.requests, result.duration_s))
+    Ok(execute(config, transaction, &attack).await?.steady_rps)
 }
 
 /// `count / seconds`, 0 for an empty interval.

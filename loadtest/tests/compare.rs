@@ -4,30 +4,19 @@
 //! add up the sales of `multi-sale`, show the resubmissions of `retry-storm`,
 //! and give each run its cost per unit.
 
-mod support;
-
 const STOCK: i64 = 200;
 
+mod support;
+
 #[test]
-fn compare_writes_a_schema_v1_report_and_judges_every_profile() {
+fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
+    let out = std::env::temp_dir().join(format!("loadtest-{}", std::process::id()));
     let stock = STOCK.to_string();
-    let (strategies, profiles) = ("naive,sql", "burst,retry-storm,multi-sale");
-    let (report, out) = support::compare(
-        "profiles",
-        &[
-            "--strategies",
-            strategies,
-            "--profile",
-            profiles,
-            "--stock",
-            &stock,
-            "--storm",
-            "3",
-            "--sales",
-            "4",
-        ],
-    );
-    assert_eq!(report["schema_version"], 1);
+    let profiles = ["--profile", "burst,retry-storm,multi-sale", "--storm", "3", "--sales", "4"];
+    let mut args = vec!["--strategies", "naive,sql", "--stock", &stock, "--repeat", "1"];
+    args.extend(profiles);
+    let report = support::compare(&out, &args);
+    assert_eq!(report["schema_version"], 2);
     for key in ["generated_at", "machine", "config", "ceilings", "runs", "summary"] {
         assert!(!report[key].is_null(), "report.{key} is missing");
     }

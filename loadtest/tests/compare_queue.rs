@@ -4,11 +4,11 @@
 //! two queue ceilings (docs/report-format.md); and it writes into the
 //! database `--database-url` names.
 
-use support::test_database_url;
+const STOCK: i64 = 200;
 
 mod support;
 
-const STOCK: i64 = 200;
+use support::test_database_url;
 
 /// Sales of the test database with an id above `after` and `name`.
 fn sales_named(after: i64, name: &str) -> i64 {
@@ -46,10 +46,11 @@ fn last_sale_id() -> i64 {
 
 #[test]
 fn compare_reports_the_queue_strategy_with_its_ceilings_and_queue_fields() {
+    let out = std::env::temp_dir().join(format!("loadtest-queue-{}", std::process::id()));
     let before = last_sale_id();
     let stock = STOCK.to_string();
-    let (report, out) =
-        support::compare("queue", &["--strategies", "sql,queue", "--stock", &stock]);
+    let args = ["--strategies", "sql,queue", "--stock", &stock, "--repeat", "1"];
+    let report = support::compare(&out, &args);
     // `--database-url` chose where the comparison writes: the test database.
     for name in ["sql / burst / 1 / sale 1", "queue / burst / 1 / sale 1"] {
         assert!(sales_named(before, name) >= 1, "{name} is not in the test database");

@@ -1,8 +1,11 @@
 //! report.html in a real browser: `loadtest render` turns a report.json
 //! (built here, no load run needed) into the page, headless Chromium loads it
 //! from disk, and every chart of the rendered DOM must hold exactly one data
-//! mark per run — no run missing, none drawn twice — while the page loads
-//! nothing from anywhere.
+//! mark per run (per strategy for the interval charts) — no run missing, none
+//! drawn twice — while the page loads nothing from anywhere. In a
+//! 1400-pixel-wide window the wide tables stay inside the page and keep
+//! their strategy column in view when scrolled. A version-1 report still
+//! renders.
 //!
 //! Chromium is required: without it the test fails (CI installs Debian's
 //! `chromium` package; set `CHROMIUM` to use another binary).
@@ -15,8 +18,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// Charts with one mark per run.
 const CHARTS: &[&str] =
     &["oversold", "undersold", "drift", "sell-through", "rejections", "latency"];
+/// Charts with one mark per (strategy, profile): the ratios' intervals.
+const INTERVAL_CHARTS: &[&str] = &["vs-sql", "vs-http-rps"];
+
+const STRATEGIES: [&str; 4] = ["naive", "sql", "sql/for-update", "redis-decr"];
 
 fn run(strategy: &str, profile: &str, repeat: u64, i: u64) -> Value {
     let breaks = strategy == "naive";
@@ -52,21 +60,45 @@ fn run(strategy: &str, profile: &str, repeat: u64, i: u64) -> Value {
     })
 }
 
-fn fixture() -> (Value, BTreeSet<String>) {
+/// A version-2 run: the version-1 fields and those added since.
+fn run_v2(strategy: &str, profile: &str, repeat: u64, i: u64) -> Value {
+    let mut run = run(strategy, profile, repeat, i);
+    let ratio = if strategy == "sql" { 1.0 } else { 0.8 + 0.05 * repeat as f64 };
+    run["ratio"]["sell_through_vs_sql_strategy"] = json!(ratio);
+    run["ratio"]["rejection_vs_http_rps"] = json!(0.3 + 0.02 * repeat as f64);
+    run["sell_through_whole_per_s"] = json!(700.0);
+    run["steady_window_s"] = json!(if i == 3 { 0.3 } else { 1.9 });
+    run["too_short_to_rank"] = json!(i == 3);
+    run["ceiling_undershot"] = json!(i == 5);
+    run["cpu"] = json!({ "loadgen_s": 0.9, "instances_s": 1.1, "postgres_s": 0.8,
+                         "redis_s": 0.0, "rabbitmq_s": 0.0, "machine_share_loadgen": 0.18 });
+    run["cost"]["cpu_ms_per_unit"] = json!(1.9);
+    run
+}
+
+/// A report of 4 strategies × 2 profiles × `repeats`, of schema `version`;
+/// the `data-run` of every run, and the `data-summary` of every (strategy,
+/// profile).
+fn fixture(version: u32, repeats: u64) -> (Value, BTreeSet<String>, BTreeSet<String>) {
     let mut runs = Vec::new();
-    let mut ids = BTreeSet::new();
+    let (mut ids, mut summaries) = (BTreeSet::new(), BTreeSet::new());
     let mut i = 0;
-    for repeat in 1..=2 {
+    for repeat in 1..=repeats {
         for profile in ["burst", "multi-sale"] {
-            for strategy in ["naive", "sql", "sql/for-update", "redis-decr"] {
-                runs.push(run(strategy, profile, repeat, i));
+            for strategy in STRATEGIES {
+                runs.push(if version == 1 {
+                    run(strategy, profile, repeat, i)
+                } else {
+                    run_v2(strategy, profile, repeat, i)
+                });
                 ids.insert(format!("{strategy}|{profile}|{repeat}"));
+                summaries.insert(format!("{strategy}|{profile}"));
                 i += 1;
             }
         }
     }
-    let report = json!({
-        "schema_version": 1,
+    let mut report = json!({
+        "schema_version": version,
         "generated_at": "2026-11-29T21:00:00Z",
         "machine": { "cpus": 2, "os": "Debian GNU/Linux 12, kernel 6.1", "memory_gb": 23.4 },
         "config": { "strategies": ["naive", "sql", "sql/for-update", "redis-decr"],
@@ -78,7 +110,13 @@ fn fixture() -> (Value, BTreeSet<String>) {
         },
         "runs": runs
     });
-    (report, ids)
+    if version > 1 {
+        let samples: Vec<f64> = (0..repeats).map(|r| 7000.0 + 100.0 * r as f64).collect();
+        report["ceilings"]["http_rps"]["samples"] = json!(samples);
+        report["ceilings"]["sql_tps"]["samples"] = json!(vec![2000.0; repeats as usize]);
+        report["ceilings"]["redis_ops"]["samples"] = json!(vec![60000.0; repeats as usize]);
+    }
+    (report, ids, summaries)
 }
 
 fn chromium() -> PathBuf {
@@ -134,7 +172,8 @@ fn headless(page: &Path, extra: &[String], profile_dir: &Path) -> String {
     reader.join().unwrap().expect("Chromium's output is UTF-8")
 }
 
-/// `(chart id, marks, distinct data-run values)` of every chart figure.
+/// `(chart id, marks, distinct data-run or data-summary values)` of every
+/// chart figure.
 fn marks_per_chart(dom: &str) -> Vec<(String, usize, BTreeSet<String>)> {
     let mut charts = Vec::new();
     for figure in dom.split("<figure").skip(1) {
@@ -146,8 +185,9 @@ fn marks_per_chart(dom: &str) -> Vec<(String, usize, BTreeSet<String>)> {
             .unwrap_or("?")
             .to_owned();
         let marks = figure.matches("class=\"mark\"").count();
+        let key = if figure.contains("data-summary=") { "data-summary=\"" } else { "data-run=\"" };
         let runs = figure
-            .split("data-run=\"")
+            .split(key)
             .skip(1)
             .filter_map(|rest| rest.split('"').next())
             .map(|run| run.replace("&amp;", "&"))
@@ -157,21 +197,55 @@ fn marks_per_chart(dom: &str) -> Vec<(String, usize, BTreeSet<String>)> {
     charts
 }
 
-#[test]
-fn report_html_renders_in_chromium_with_one_mark_per_run_in_every_chart() {
-    let dir = std::env::temp_dir().join(format!("loadtest-html-{}", std::process::id()));
+/// Writes `report` into a fresh directory named after `name`, runs
+/// `loadtest render` on it, and answers the directory.
+fn render(name: &str, report: &Value) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loadtest-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let (report, ids) = fixture();
     let json_path = dir.join("report.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&report).unwrap()).unwrap();
-
+    std::fs::write(&json_path, serde_json::to_string_pretty(report).unwrap()).unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .arg("render")
         .arg(&json_path)
         .status()
         .expect("loadtest runs");
     assert!(status.success(), "loadtest render exited with {status}");
+    dir
+}
+
+#[test]
+fn a_version_1_report_still_renders() {
+    let (report, ids, _) = fixture(1, 2);
+    let dir = render("html-v1", &report);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("- naive (burst): broke in 2 of 2 runs (oversold 3, 11; drift -7, -15)"));
+    assert!(md.contains("- sql (multi-sale): kept exact books in 2 of 2 runs"));
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    for (id, marks, runs) in marks_per_chart(&html) {
+        if !INTERVAL_CHARTS.contains(&id.as_str()) {
+            assert_eq!((marks, &runs), (ids.len(), &ids), "chart {id}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// JavaScript appended to a copy of the page (report.html itself has no
+/// script): scrolls every table box to its far right and records, in
+/// `data-measure` of the body, the window width and per box its right edge,
+/// its scroll and client widths, and how far the first cell of its last
+/// row sits from the box's left edge.
+const MEASURE: &str = "<script>const boxes=[...document.querySelectorAll('div.scroll')]\
+.filter(b=>b.querySelector('table'));document.body.setAttribute('data-measure',JSON.stringify(\
+{width:window.innerWidth,boxes:boxes.map(b=>{b.scrollLeft=b.scrollWidth;const r=b.\
+getBoundingClientRect();const rows=b.querySelectorAll('tr');const c=rows[rows.length-1].\
+firstElementChild.getBoundingClientRect();return [r.right,b.scrollWidth,b.clientWidth,\
+c.left-r.left];})}));</script>";
+
+#[test]
+fn report_html_renders_in_chromium_with_one_mark_per_run_in_every_chart() {
+    let (report, ids, summaries) = fixture(2, 3);
+    let dir = render("html", &report);
     let page = dir.join("report.html");
     let html = std::fs::read_to_string(&page).unwrap();
 
@@ -179,30 +253,59 @@ fn report_html_renders_in_chromium_with_one_mark_per_run_in_every_chart() {
     for needle in ["<script", "<link", " src=", " href=", "url(", "@import"] {
         assert!(!html.contains(needle), "report.html must not load anything ({needle})");
     }
-    for chart in CHARTS {
+    for chart in CHARTS.iter().chain(INTERVAL_CHARTS) {
         assert!(dir.join("charts").join(format!("{chart}.svg")).exists(), "charts/{chart}.svg");
     }
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
-    // The summary over repeats lists every repeat's books.
-    assert!(md.contains("- naive (burst): broke in 2 of 2 runs (oversold 3, 11; drift -7, -15)"));
-    assert!(md.contains("- sql (multi-sale): kept exact books in 2 of 2 runs"));
+    assert!(md.contains("CI "), "the summary gives the ratios' intervals");
+    assert!(md.contains("too short to rank"), "run 3's window is 0.3 s");
 
     let profile_dir = dir.join("chromium-profile");
     let dom = headless(&page, &["--dump-dom".to_owned()], &profile_dir);
     assert!(dom.contains("</html>"), "Chromium dumped no DOM: {dom:.200}");
     let charts = marks_per_chart(&dom);
     let found: Vec<&str> = charts.iter().map(|(id, _, _)| id.as_str()).collect();
-    assert_eq!(found, CHARTS, "the page's charts");
-    for (id, marks, runs) in &charts {
-        assert_eq!(*marks, ids.len(), "chart {id}: one mark per run");
-        assert_eq!(runs, &ids, "chart {id}: every run, once");
+    let expected: Vec<&str> = CHARTS.iter().chain(INTERVAL_CHARTS).copied().collect();
+    assert_eq!(found, expected, "the page's charts");
+    for (id, marks, keys) in &charts {
+        let want = if INTERVAL_CHARTS.contains(&id.as_str()) { &summaries } else { &ids };
+        assert_eq!(*marks, want.len(), "chart {id}: one mark per run or strategy");
+        assert_eq!(keys, want, "chart {id}: every run or strategy, once");
     }
+
+    // 1400 px wide: every table box ends inside the window, the runs table
+    // is wider than its box (so it scrolls), and scrolled to its far right
+    // its first column is still at the box's left edge.
+    let measured = dir.join("measured.html");
+    std::fs::write(&measured, html.replace("</body>", &format!("{MEASURE}</body>"))).unwrap();
+    let dom = headless(
+        &measured,
+        &["--dump-dom".to_owned(), "--window-size=1400,2000".to_owned()],
+        &profile_dir,
+    );
+    let attribute = dom.split("data-measure=\"").nth(1).expect("the script ran").split('"');
+    let measure: Value =
+        serde_json::from_str(&attribute.into_iter().next().unwrap().replace("&quot;", "\""))
+            .unwrap();
+    let width = measure["width"].as_f64().unwrap();
+    assert_eq!(width, 1400.0);
+    let boxes = measure["boxes"].as_array().unwrap();
+    assert_eq!(boxes.len(), 2, "the summary and the runs: {measure}");
+    for b in boxes {
+        let [right, scroll, client, first_left] =
+            [0, 1, 2, 3].map(|i| b[i].as_f64().expect("a number"));
+        assert!(right <= width, "a table box ends past the window: {measure}");
+        if scroll > client {
+            assert!(first_left.abs() <= 1.0, "the strategy column scrolled away: {measure}");
+        }
+    }
+    assert!(boxes.iter().any(|b| b[1].as_f64() > b[2].as_f64()), "no table scrolls: {measure}");
 
     // And it paints: a screenshot of the page is a real image.
     let shot = dir.join("report.png");
     headless(
         &page,
-        &[format!("--screenshot={}", shot.display()), "--window-size=1280,3000".to_owned()],
+        &[format!("--screenshot={}", shot.display()), "--window-size=1400,3000".to_owned()],
         &profile_dir,
     );
     let png = std::fs::read(&shot).expect("Chromium wrote a screenshot");

@@ -49,6 +49,17 @@ pub async fn lock_sale(
     .await
 }
 
+/// The buyers among `$2` who have an order for sale `$1`, one
+/// `(sale_id, user_id)` index probe each: the lateral `LIMIT 1` keeps the
+/// planner from reading every order of the sale when its statistics are
+/// stale or missing (see `queue::settle`'s `read_known`).
+const BUYERS_WITH_AN_ORDER: &str = "\
+SELECT o.user_id
+FROM unnest($2::bigint[]) AS m(user_id)
+CROSS JOIN LATERAL (
+    SELECT user_id FROM orders WHERE sale_id = $1 AND user_id = m.user_id LIMIT 1
+) o";
+
 /// Those of `users` who have an order for the sale. Read after
 /// [`lock_sale`], it includes every order an earlier batch committed.
 pub async fn ordered_buyers(
@@ -56,12 +67,11 @@ pub async fn ordered_buyers(
     sale_id: i64,
     users: &[i64],
 ) -> Result<HashSet<i64>, sqlx::Error> {
-    let ordered: Vec<i64> =
-        sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1 AND user_id = ANY($2)")
-            .bind(sale_id)
-            .bind(users)
-            .fetch_all(conn)
-            .await?;
+    let ordered: Vec<i64> = sqlx::query_scalar(BUYERS_WITH_AN_ORDER)
+        .bind(sale_id)
+        .bind(users)
+        .fetch_all(conn)
+        .await?;
     Ok(ordered.into_iter().collect())
 }
 

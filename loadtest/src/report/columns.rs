@@ -55,6 +55,49 @@ pub fn spread(summary: &Summary, path: &str, digits: usize) -> String {
     }
 }
 
+/// `median (min–max; CI lo–hi)` of a ratio figure: [`spread`] with the
+/// 95 % interval when the summary has one.
+pub fn spread_ci(summary: &Summary, path: &str, digits: usize) -> String {
+    let text = spread(summary, path, digits);
+    match summary.figures.get(path).copied().flatten().and_then(|s| s.ci95) {
+        None => text,
+        Some([lo, hi]) => {
+            let interval = format!("CI {lo:.digits$}–{hi:.digits$}");
+            match text.strip_suffix(')') {
+                Some(open) => format!("{open}; {interval})"),
+                None => format!("{text} ({interval})"),
+            }
+        }
+    }
+}
+
+/// The verdict against `sql`, or why there is none.
+pub fn vs_sql(summary: &Summary) -> String {
+    match summary.vs_sql {
+        Some(verdict) => verdict.as_str().to_owned(),
+        None if summary.too_short_to_rank => "too short to rank".to_owned(),
+        None => ABSENT.to_owned(),
+    }
+}
+
+/// What a reader must know before ranking a run: a steady window too short
+/// to rank, a ceiling it exceeded.
+pub fn notes(run: &Run) -> String {
+    let mut notes = Vec::new();
+    if run.too_short_to_rank {
+        notes.push("too short to rank");
+    }
+    if run.ceiling_undershot {
+        notes.push("ceiling undershot");
+    }
+    if notes.is_empty() { ABSENT.to_owned() } else { notes.join(", ") }
+}
+
+/// A share as a percentage, `–` for `null`.
+fn percent(value: Option<f64>) -> String {
+    num(value.map(|v| v * 100.0), 0)
+}
+
 /// The table of every run.
 pub const RUN_COLUMNS: &[Column<Run>] = &[
     Column { header: "strategy", align: Left, cell: |r| r.strategy.clone() },
@@ -69,6 +112,7 @@ pub const RUN_COLUMNS: &[Column<Run>] = &[
     Column { header: "drift", align: Right, cell: |r| r.ledger_drift.to_string() },
     Column { header: "5xx", align: Right, cell: |r| r.errors_5xx.to_string() },
     Column { header: "sell-through/s", align: Right, cell: |r| num(r.sell_through_per_s, 0) },
+    Column { header: "window s", align: Right, cell: |r| num(r.steady_window_s, 2) },
     Column {
         header: "× sql_tps", align: Right, cell: |r| num(r.ratio.sell_through_vs_sql_tps, 2)
     },
@@ -110,6 +154,13 @@ pub const RUN_COLUMNS: &[Column<Run>] = &[
         cell: |r| num(r.cost.amqp_messages_per_unit, 1),
     },
     Column { header: "peak RSS MiB", align: Right, cell: |r| num(r.cost.peak_rss_mb, 0) },
+    Column { header: "cpu ms/unit", align: Right, cell: |r| num(r.cost.cpu_ms_per_unit, 2) },
+    Column {
+        header: "loadgen CPU %",
+        align: Right,
+        cell: |r| percent(r.cpu.as_ref().and_then(|c| c.machine_share_loadgen)),
+    },
+    Column { header: "notes", align: Left, cell: notes },
 ];
 
 /// The table of the summary over repeats: the books of every repeat, then
@@ -126,15 +177,21 @@ pub const SUMMARY_COLUMNS: &[Column<Summary>] = &[
     Column { header: "5xx", align: Right, cell: |s| spread(s, "errors_5xx", 0) },
     Column { header: "sell-through/s", align: Right, cell: |s| spread(s, "sell_through_per_s", 0) },
     Column {
+        header: "× sql",
+        align: Right,
+        cell: |s| spread_ci(s, "ratio.sell_through_vs_sql_strategy", 2),
+    },
+    Column { header: "vs sql", align: Left, cell: vs_sql },
+    Column {
         header: "× sql_tps",
         align: Right,
-        cell: |s| spread(s, "ratio.sell_through_vs_sql_tps", 2),
+        cell: |s| spread_ci(s, "ratio.sell_through_vs_sql_tps", 2),
     },
     Column { header: "rejections/s", align: Right, cell: |s| spread(s, "rejection_rps", 0) },
     Column {
         header: "× http_rps",
         align: Right,
-        cell: |s| spread(s, "ratio.rejection_vs_http_rps", 2),
+        cell: |s| spread_ci(s, "ratio.rejection_vs_http_rps", 2),
     },
     Column { header: "p50 ms", align: Right, cell: |s| spread(s, "latency_ms.p50", 1) },
     Column { header: "p99 ms", align: Right, cell: |s| spread(s, "latency_ms.p99", 1) },
@@ -156,6 +213,12 @@ pub const SUMMARY_COLUMNS: &[Column<Summary>] = &[
         cell: |s| spread(s, "cost.amqp_messages_per_unit", 1),
     },
     Column { header: "peak RSS MiB", align: Right, cell: |s| spread(s, "cost.peak_rss_mb", 0) },
+    Column { header: "cpu ms/unit", align: Right, cell: |s| spread(s, "cost.cpu_ms_per_unit", 2) },
+    Column {
+        header: "loadgen CPU share",
+        align: Right,
+        cell: |s| spread(s, "cpu.machine_share_loadgen", 2),
+    },
 ];
 
 /// The cells of `row` under `columns`, in order.
@@ -183,7 +246,7 @@ mod tests {
     #[test]
     fn a_spread_shows_the_range_only_when_there_is_one() {
         let mut summary = fixture::report().summary.remove(0);
-        let figure = |median, min, max, n| Some(Spread { median, min, max, n });
+        let figure = |median, min, max, n| Some(Spread { median, min, max, n, ci95: None });
         summary.figures.insert("a".into(), figure(2.0, 1.0, 3.5, 3));
         summary.figures.insert("b".into(), figure(2.0, 2.0, 2.0, 3));
         summary.figures.insert("c".into(), None);
@@ -191,6 +254,13 @@ mod tests {
         assert_eq!(spread(&summary, "b", 2), "2.00");
         assert_eq!(spread(&summary, "c", 0), "–");
         assert_eq!(spread(&summary, "not a figure", 0), "–");
+        let with_ci =
+            |median, min, max| Some(Spread { median, min, max, n: 3, ci95: Some([0.5, 4.0]) });
+        summary.figures.insert("r".into(), with_ci(2.0, 1.0, 3.5));
+        summary.figures.insert("s".into(), with_ci(2.0, 2.0, 2.0));
+        assert_eq!(spread_ci(&summary, "r", 1), "2.0 (1.0–3.5; CI 0.5–4.0)");
+        assert_eq!(spread_ci(&summary, "s", 1), "2.0 (CI 0.5–4.0)");
+        assert_eq!(spread_ci(&summary, "a", 1), "2.0 (1.0–3.5)", "no interval");
     }
 
     #[test]
@@ -210,6 +280,10 @@ mod tests {
         assert_eq!(cell(queue, "unresolved"), "0");
         assert_eq!(cell(queue, "batch mean"), "112.8");
         assert_eq!(cell(queue, "amqp msgs/unit"), "2.1");
+        assert_eq!(cell(sql, "notes"), "–");
+        let mut flagged = sql.clone();
+        (flagged.too_short_to_rank, flagged.ceiling_undershot) = (true, true);
+        assert_eq!(cell(&flagged, "notes"), "too short to rank, ceiling undershot");
     }
 
     #[test]

@@ -9,7 +9,8 @@
 use std::fmt::Write;
 
 use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells};
-use super::svg::{self, RangeRow, Reference, Row, escape};
+use super::summary::{Summary, VS_SQL};
+use super::svg::{self, IntervalRow, RangeRow, Reference, Row, escape};
 use super::{Report, Run, Verdict};
 
 /// One colour per strategy, in order of first appearance (Okabe–Ito
@@ -112,6 +113,43 @@ impl Spec {
         let svg = svg::ranges(self.id, self.title, self.unit, rows);
         Chart { id: self.id, title: self.title, caption: self.caption, svg }
     }
+
+    fn intervals(self, rows: &[IntervalRow], reference: &Reference) -> Chart {
+        let svg = svg::intervals(self.id, self.title, self.unit, rows, reference);
+        Chart { id: self.id, title: self.title, caption: self.caption, svg }
+    }
+}
+
+/// One interval row per (strategy, profile) of the ratio `path`, for those
+/// that have it.
+fn ratio_rows(report: &Report, path: &str) -> Vec<IntervalRow> {
+    let profiles = distinct(report.summary.iter().map(|s| s.profile.as_str()));
+    report
+        .summary
+        .iter()
+        .filter_map(|s: &Summary| {
+            let spread = s.figures.get(path).copied().flatten()?;
+            let mut label = s.strategy.clone();
+            if profiles.len() > 1 {
+                label += &format!(" · {}", s.profile);
+            }
+            Some(IntervalRow {
+                key: format!("{}|{}", s.strategy, s.profile),
+                label,
+                median: spread.median,
+                range: [spread.min, spread.max],
+                ci95: spread.ci95,
+                colour: strategy_colour(report, &s.strategy),
+                detail: format!(
+                    "median of {} repeats; range {}–{}; {}",
+                    spread.n,
+                    svg::number(spread.min),
+                    svg::number(spread.max),
+                    super::columns::vs_sql(s)
+                ),
+            })
+        })
+        .collect()
 }
 
 /// One bar per run of a figure of the books: grey at 0, orange where a
@@ -171,6 +209,12 @@ const OVERSOLD: &str = "Units sold beyond the stock (audit of Postgres). Red: a 
 expected to be correct; orange: a baseline that is expected to break.";
 const UNDERSOLD: &str = "Units wanted and in stock that did not sell.";
 const DRIFT: &str = "total − remaining − sold: 0 for exact books, negative after lost updates.";
+const VS_SQL_CAPTION: &str = "Sell-through ÷ the sql run of the same round: the median \
+(dot), the range over the repeats (thin line) and the 95 % confidence interval (bar, from 3 \
+repeats on). An interval clear of the dashed line at 1 is faster or slower than sql; one \
+across it is indistinguishable.";
+const VS_HTTP_CAPTION: &str = "Rejection throughput ÷ the http_rps ceiling of the same \
+round: median (dot), range (thin line), 95 % confidence interval (bar).";
 const LATENCY: &str = "Sale-phase purchase latency p50 (filled), p95, p99, in ms on a \
 logarithmic axis (the maximum is in each mark's tooltip).";
 
@@ -183,13 +227,15 @@ pub fn charts(report: &Report) -> Vec<Chart> {
     let http_rps = Reference { label: "http_rps".to_owned(), value: c.http_rps.value };
     let spec = |id, title, unit, caption: String| Spec { id, title, unit, caption };
     let sell_through = format!(
-        "Units sold per second of the sale phase; the dashed line is this machine's sql_tps \
-         ceiling ({} transactions/s).",
+        "Units sold per second in each run's steady window (from 10 % to 90 % of its units \
+         sold); the dashed line is this machine's sql_tps ceiling ({} transactions/s, the \
+         median over the rounds; each run's ratios use its own round's).",
         svg::number(c.sql_tps.value)
     );
     let rejections = format!(
-        "Answers per second to fresh buyers of the sold-out sale; the dashed line is the \
-         http_rps ceiling ({} answers/s of a trivial endpoint).",
+        "Answers per second to fresh buyers of the sold-out sale, between 10 % and 90 % of the \
+         phase; the dashed line is the http_rps ceiling ({} answers/s of a trivial endpoint, \
+         the median over the rounds).",
         svg::number(c.http_rps.value)
     );
     vec![
@@ -205,14 +251,25 @@ pub fn charts(report: &Report) -> Vec<Chart> {
             .bars(&rates(report, &runs, |r| r.rejection_rps), Some(&http_rps)),
         spec("latency", "Purchase latency", "ms", LATENCY.to_owned())
             .ranges(&latencies(report, &runs)),
+        spec("vs-sql", "Sell-through × sql", "× sql", VS_SQL_CAPTION.to_owned())
+            .intervals(&ratio_rows(report, VS_SQL), &one("sql")),
+        spec("vs-http-rps", "Rejections × http_rps", "× http_rps", VS_HTTP_CAPTION.to_owned())
+            .intervals(&ratio_rows(report, "ratio.rejection_vs_http_rps"), &one("http_rps")),
     ]
+}
+
+/// The reference line at 1 of a ratio to `what`.
+fn one(what: &str) -> Reference {
+    Reference { label: what.to_owned(), value: 1.0 }
 }
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:70rem;\
 padding:0 1rem;color:#222;line-height:1.45}h1{font-size:1.6rem}h2{font-size:1.25rem;\
 margin-top:2.2rem;border-bottom:1px solid #ddd}table{border-collapse:collapse;font-size:.85rem;\
 margin:.6rem 0}th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right;\
-white-space:nowrap}th{background:#f4f4f4}td.l,th.l{text-align:left}.scroll{overflow-x:auto}\
+white-space:nowrap}th{background:#f4f4f4}td.l,th.l{text-align:left}.scroll{overflow-x:auto;max-width:100%}\
+.wide th:first-child,.wide td:first-child{position:sticky;left:0;background:#fff;\
+box-shadow:inset -1px 0 0 #bbb}.wide th:first-child{background:#f4f4f4}\
 figure{margin:1.4rem 0}figcaption{font-size:.9rem;color:#555;margin-bottom:.3rem}\
 .broke{color:#C0392B;font-weight:bold}.unexpected{color:#B9770E}ul.verdicts li{margin:.2rem 0}\
 code{background:#f4f4f4;padding:0 .2rem}";
@@ -234,8 +291,11 @@ pub fn render(report: &Report) -> String {
             id = chart.id,
         );
     }
-    page.push_str(
-        "<h2>Summary over repeats</h2><p>Median (min–max) over each strategy's repeats.</p>",
+    warnings(&mut page, report);
+    let _ = write!(
+        page,
+        "<h2>Summary over repeats</h2><p>{}</p>",
+        escape(super::markdown::SUMMARY_NOTE)
     );
     table(&mut page, SUMMARY_COLUMNS, report.summary.iter().map(|s| (s, "")));
     page.push_str("<h2>Every run</h2>");
@@ -303,6 +363,23 @@ fn verdicts(page: &mut String, report: &Report) {
     );
 }
 
+/// The warnings of report.md (undershot ceilings, runs too short to rank,
+/// the load generator's share of the machine).
+fn warnings(page: &mut String, report: &Report) {
+    page.push_str("<h2>Warnings</h2>");
+    let lines = super::markdown::warning_lines(report);
+    if lines.is_empty() {
+        page.push_str("<p>None.</p>");
+        return;
+    }
+    page.push_str("<ul class=\"warnings\">");
+    for line in lines {
+        let class = if line.starts_with("warning") { " class=\"broke\"" } else { "" };
+        let _ = write!(page, "<li{class}>{}</li>", escape(&line));
+    }
+    page.push_str("</ul>");
+}
+
 /// The row class of a run whose verdict needs the reader's eye.
 fn verdict_class(run: &Run) -> &'static str {
     match run.verdict {
@@ -313,7 +390,8 @@ fn verdict_class(run: &Run) -> &'static str {
 }
 
 /// `rows` (each with its row class, `""` for none) under `columns`, in a
-/// box that scrolls sideways.
+/// box that scrolls sideways with the first column (the strategy) kept in
+/// view.
 fn table<'a, T: 'a>(
     page: &mut String,
     columns: &[Column<T>],
@@ -323,7 +401,7 @@ fn table<'a, T: 'a>(
         Align::Left => " class=\"l\"",
         Align::Right => "",
     };
-    page.push_str("<div class=\"scroll\"><table><tr>");
+    page.push_str("<div class=\"scroll\"><table class=\"wide\"><tr>");
     for column in columns {
         let _ = write!(page, "<th{}>{}</th>", align(column), escape(column.header));
     }
@@ -432,7 +510,9 @@ mod tests {
         let kept: Vec<&str> =
             now.iter().map(String::as_str).filter(|h| before.contains(h)).collect();
         assert_eq!(kept, before, "in the same order");
-        assert_eq!(now.len(), before.len() + 1, "plus `sales`, which only report.html had");
+        let added = ["sales", "window s", "cpu ms/unit", "loadgen CPU %", "notes"];
+        assert_eq!(now.len(), before.len() + added.len(), "plus {added:?}");
+        assert!(added.iter().all(|h| now.iter().any(|n| n == h)));
     }
 
     #[test]

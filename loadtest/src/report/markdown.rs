@@ -5,6 +5,9 @@ use comfy_table::{CellAlignment, Table};
 
 use super::Report;
 use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells, num};
+use crate::ceilings::Kind;
+use crate::stats::median;
+use crate::steady::MIN_WINDOW_S;
 
 /// `rows` under `columns` as a table, `markdown` or console style.
 fn table<'a, T: 'a>(
@@ -34,6 +37,56 @@ pub fn summary_table(report: &Report, markdown: bool) -> String {
 /// One line per (strategy, profile): "naive (burst): broke in 5 of 5 runs …".
 pub fn verdict_lines(report: &Report) -> String {
     report.summary.iter().map(|s| format!("- {}\n", s.broke_line())).collect()
+}
+
+/// What a reader must see before ranking, one line each: every run that
+/// exceeded its own round's ceiling by more than 5 % (the ceiling was
+/// measured too low), every run whose steady window was too short to rank,
+/// and the share of the machine the load generator took.
+pub fn warning_lines(report: &Report) -> Vec<String> {
+    let mut lines = Vec::new();
+    for run in &report.runs {
+        let who = format!("{} ({}, round {})", run.strategy, run.profile, run.repeat);
+        let round = report.ceilings.round(run.repeat);
+        for (kind, ratio) in
+            round.exceeded_by(&run.strategy, run.sell_through_per_s, run.rejection_rps)
+        {
+            let rate = if kind == Kind::HttpRps { "rejections" } else { "sell-through" };
+            lines.push(format!(
+                "warning: {who}: {rate} at {ratio:.2} × its round's {}: that ceiling was \
+                 measured too low (ceiling_undershot)",
+                kind.name()
+            ));
+        }
+        if run.too_short_to_rank {
+            let window = run.steady_window_s.map_or("none".to_owned(), |s| format!("{s:.2} s"));
+            lines.push(format!(
+                "note: {who}: steady window {window}, under {MIN_WINDOW_S} s: reported, not ranked"
+            ));
+        }
+    }
+    lines.extend(loadgen_line(report));
+    lines
+}
+
+/// "the load generator used 31 % of the machine's CPU during the sale
+/// phases (median; 22–41 %)", when it was measured.
+fn loadgen_line(report: &Report) -> Option<String> {
+    let shares: Vec<f64> = report
+        .runs
+        .iter()
+        .filter_map(|r| r.cpu.as_ref().and_then(|c| c.machine_share_loadgen))
+        .collect();
+    let middle = median(&shares)?;
+    let low = shares.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = shares.iter().copied().fold(0.0, f64::max);
+    Some(format!(
+        "the load generator used {:.0} % of the machine's CPU during the sale phases (median \
+         over the runs; {:.0}–{:.0} %): the services had the rest",
+        middle * 100.0,
+        low * 100.0,
+        high * 100.0
+    ))
 }
 
 /// The runs as a table, in report order, `markdown` or console style.
@@ -86,8 +139,28 @@ pub fn ceilings_line(report: &Report) -> String {
             num(batched.ratio_vs_sql_tps, 1)
         );
     }
+    if c.http_rps.samples.len() > 1 {
+        line += &format!(
+            " — medians of {} rounds, each run measured against its own round's",
+            c.http_rps.samples.len()
+        );
+    }
     line
 }
+
+/// `- line` per line, or "None." for none.
+fn bullets(lines: &[String]) -> String {
+    if lines.is_empty() {
+        return "None.\n".to_owned();
+    }
+    lines.iter().map(|l| format!("- {l}\n")).collect()
+}
+
+/// What the summary's cells mean.
+pub const SUMMARY_NOTE: &str = "Median (min–max) over each strategy's repeats; ratios also \
+give their 95 % confidence interval (CI, a t-interval over the per-round ratios, from 3 repeats \
+on). The verdict against sql is faster or slower when the interval of × sql excludes 1, else \
+indistinguishable; a strategy with a run whose steady window was too short is not ranked.";
 
 /// report.md: machine, ceilings, the verdict over repeats, the summary
 /// table, every run and the parameters (charts are in report.html).
@@ -99,7 +172,8 @@ pub fn render(report: &Report) -> String {
          Generated {} on {} CPUs, {:.1} GiB, {}. Charts: report.html.\n\n\
          {}\n\n\
          ## Verdicts\n\n{}\n\
-         ## Summary over repeats\n\nMedian (min–max) over each strategy's repeats.\n\n{}\n\n\
+         ## Warnings\n\n{}\n\
+         ## Summary over repeats\n\n{SUMMARY_NOTE}\n\n{}\n\n\
          ## Every run\n\n{}\n\n\
          Verdict `ok`: the run matched its expectation (a `correct` strategy kept exact books, \
          a `breaks` baseline visibly broke them). Oversold, undersold and drift come from an \
@@ -111,6 +185,7 @@ pub fn render(report: &Report) -> String {
         m.os,
         ceilings_line(report),
         verdict_lines(report),
+        bullets(&warning_lines(report)),
         summary_table(report, true),
         runs_table(report, true),
         config,

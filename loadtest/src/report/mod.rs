@@ -15,11 +15,15 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::ceilings::Ceilings;
+use crate::cpu::Cpu;
 use crate::expectation::Expectation;
 use crate::scenario::{Latency, Outcomes};
 pub use seckill::strategy::queue::results::BatchSizes;
 
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: steady-state rates, ceilings per round, intervals, CPU accounting
+/// (docs/report-format.md lists the changes). `loadtest render` still reads
+/// version 1: every field added since defaults to `null`, empty or `false`.
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
@@ -110,10 +114,27 @@ pub struct Run {
     /// Sale phase, first request sent → last answer, seconds.
     pub duration_s: f64,
     pub throughput_rps: f64,
-    /// Units sold ÷ (commit of the last unit − send of the first purchase).
+    /// Units sold per second in the steady window: between the orders that
+    /// brought the units sold to 10 % and to 90 % ([`crate::steady`]). In a
+    /// version-1 report: the whole-phase rate.
     pub sell_through_per_s: Option<f64>,
-    /// Answers per second in the rejection phase.
+    /// Units sold ÷ (commit of the last unit − send of the first purchase).
+    #[serde(default)]
+    pub sell_through_whole_per_s: Option<f64>,
+    /// Length of the steady window, seconds.
+    #[serde(default)]
+    pub steady_window_s: Option<f64>,
+    /// The steady window is shorter than [`crate::steady::MIN_WINDOW_S`] (or
+    /// missing): the run's rates are reported, not ranked.
+    #[serde(default)]
+    pub too_short_to_rank: bool,
+    /// Answers per second between 10 % and 90 % of the rejection phase.
     pub rejection_rps: Option<f64>,
+    /// A rate of the run exceeds its own round's ceiling by more than 5 %
+    /// (`crate::ceilings::Round::exceeded_by`): that ceiling was measured
+    /// too low.
+    #[serde(default)]
+    pub ceiling_undershot: bool,
     pub units_sold: i64,
     pub orders: i64,
     pub remaining_stock: i64,
@@ -150,6 +171,10 @@ pub struct Run {
     /// consumer.
     #[serde(default)]
     pub batch_sizes: Option<BatchSizes>,
+    /// CPU seconds by process group over the sale phase; `null` with
+    /// `--target` and in version-1 reports.
+    #[serde(default)]
+    pub cpu: Option<Cpu>,
     pub cost: Cost,
 }
 
@@ -189,6 +214,11 @@ pub struct Cost {
     /// `null` for strategies that do not use RabbitMQ.
     #[serde(default)]
     pub amqp_messages_per_unit: Option<f64>,
+    /// CPU milliseconds of the service side (instances, Postgres, Redis,
+    /// RabbitMQ; `runs[].cpu`) over the sale phase ÷ units sold; `null`
+    /// with `--target`.
+    #[serde(default)]
+    pub cpu_ms_per_unit: Option<f64>,
     /// Peak resident set of the largest app instance during the run's
     /// phases, MiB (sampled every 100 ms); `null` with `--target`.
     #[serde(default)]

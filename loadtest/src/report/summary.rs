@@ -7,6 +7,12 @@
 //! `outcomes.placed`), so a figure added to [`Run`] is summarised without
 //! touching this file. `null`s are left out; a figure that is `null` in every
 //! repeat is `null` here too.
+//!
+//! Every ratio (`ratio.*`) also gets a 95 % confidence interval over its
+//! per-round values ([`crate::stats::ratio_ci95`]), and each strategy a
+//! verdict against `sql` from the interval of its paired sell-through ratio,
+//! unless a steady window of its runs or of the `sql` runs they are paired
+//! with was too short to rank.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +21,10 @@ use serde_json::Value;
 
 use super::{Run, Verdict};
 use crate::expectation::Expectation;
+use crate::stats::{self, VsSql};
+
+/// The figure whose interval decides `vs_sql`.
+pub const VS_SQL: &str = "ratio.sell_through_vs_sql_strategy";
 
 /// The aggregate of one (strategy, profile) over its repeats.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -37,6 +47,15 @@ pub struct Summary {
     pub redis_drift: Vec<Option<i64>>,
     /// Every numeric figure of the runs by dotted path (`repeat` excepted).
     pub figures: BTreeMap<String, Option<Spread>>,
+    /// A run of this strategy, or a `sql` run it is paired with, had a
+    /// steady window too short to rank (`runs[].too_short_to_rank`).
+    #[serde(default)]
+    pub too_short_to_rank: bool,
+    /// Faster, slower or indistinguishable from `sql`: whether the `ci95`
+    /// of `ratio.sell_through_vs_sql_strategy` excludes 1. `null` with
+    /// fewer than 3 repeats, without `sql` runs, or when too short to rank.
+    #[serde(default)]
+    pub vs_sql: Option<VsSql>,
 }
 
 /// How many runs got each verdict.
@@ -56,20 +75,22 @@ pub struct Spread {
     pub max: f64,
     /// Repeats that had a value.
     pub n: usize,
+    /// `ratio.*` figures: the 95 % confidence interval `[lo, hi]` over the
+    /// per-round values ([`stats::ratio_ci95`]); `null` for other figures
+    /// and with fewer than 3 values.
+    #[serde(default)]
+    pub ci95: Option<[f64; 2]>,
 }
 
 impl Spread {
-    /// `None` for no values.
-    pub fn of(values: &[f64]) -> Option<Spread> {
-        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-        if sorted.is_empty() {
-            return None;
-        }
-        sorted.sort_by(f64::total_cmp);
-        let n = sorted.len();
-        let median =
-            if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
-        Some(Spread { median, min: sorted[0], max: sorted[n - 1], n })
+    /// `None` for no values; `ci95` only when `interval` is asked.
+    pub fn of(values: &[f64], interval: bool) -> Option<Spread> {
+        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        let median = stats::median(&finite)?;
+        let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let ci95 = if interval { stats::ratio_ci95(&finite) } else { None };
+        Some(Spread { median, min, max, n: finite.len(), ci95 })
     }
 }
 
@@ -104,7 +125,25 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
             let mut group: Vec<&Run> =
                 runs.iter().filter(|r| r.strategy == strategy && r.profile == profile).collect();
             group.sort_by_key(|r| r.repeat);
-            summarize_group(&group)
+            let mut summary = summarize_group(&group);
+            summary.too_short_to_rank = group.iter().any(|run| {
+                run.too_short_to_rank
+                    || runs.iter().any(|sql| {
+                        sql.strategy == "sql"
+                            && sql.profile == run.profile
+                            && sql.repeat == run.repeat
+                            && sql.too_short_to_rank
+                    })
+            });
+            summary.vs_sql = summary
+                .figures
+                .get(VS_SQL)
+                .copied()
+                .flatten()
+                .and_then(|s| s.ci95)
+                .filter(|_| !summary.too_short_to_rank)
+                .map(VsSql::of);
+            summary
         })
         .collect()
 }
@@ -138,7 +177,15 @@ fn summarize_group(group: &[&Run]) -> Summary {
         oversold: group.iter().map(|r| r.oversold).collect(),
         ledger_drift: group.iter().map(|r| r.ledger_drift).collect(),
         redis_drift: group.iter().map(|r| r.redis_drift).collect(),
-        figures: values.into_iter().map(|(path, v)| (path, Spread::of(&v))).collect(),
+        figures: values
+            .into_iter()
+            .map(|(path, v)| {
+                let spread = Spread::of(&v, path.starts_with("ratio."));
+                (path, spread)
+            })
+            .collect(),
+        too_short_to_rank: false,
+        vs_sql: None,
     }
 }
 
@@ -163,11 +210,62 @@ fn numeric_leaves(value: &Value, path: String, out: &mut Vec<(String, Option<f64
 mod tests {
     use super::*;
 
+    use crate::report::fixture;
+
     #[test]
     fn spread_takes_the_middle_and_ignores_nothing_finite() {
-        assert_eq!(Spread::of(&[]), None);
-        let odd = Spread::of(&[5.0, 1.0, 3.0]).unwrap();
-        assert_eq!((odd.median, odd.min, odd.max, odd.n), (3.0, 1.0, 5.0, 3));
-        assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]).unwrap().median, 2.5);
+        assert_eq!(Spread::of(&[], true), None);
+        let odd = Spread::of(&[5.0, 1.0, 3.0], false).unwrap();
+        assert_eq!((odd.median, odd.min, odd.max, odd.n, odd.ci95), (3.0, 1.0, 5.0, 3, None));
+        assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0], false).unwrap().median, 2.5);
+        assert!(Spread::of(&[5.0, 1.0, 3.0], true).unwrap().ci95.is_some());
+    }
+
+    /// The fixture's runs with three repeats, `queue`'s sell-through
+    /// `ratios` to sql in round order.
+    fn three_rounds(ratios: [f64; 3]) -> Vec<Run> {
+        let mut runs = fixture::report().runs;
+        let third: Vec<Run> = runs.iter().filter(|r| r.repeat == 1).cloned().collect();
+        runs.extend(third.into_iter().map(|mut r| {
+            r.repeat = 3;
+            r
+        }));
+        for run in runs.iter_mut().filter(|r| r.strategy == "queue") {
+            run.ratio.sell_through_vs_sql_strategy = Some(ratios[run.repeat as usize - 1]);
+        }
+        runs
+    }
+
+    fn queue(summaries: &[Summary]) -> &Summary {
+        summaries.iter().find(|s| s.strategy == "queue").unwrap()
+    }
+
+    #[test]
+    fn ratios_get_an_interval_and_a_verdict_against_sql_from_three_repeats() {
+        let summaries = summarize(&three_rounds([2.05, 2.3, 2.21]));
+        let figure = queue(&summaries).figures[VS_SQL].unwrap();
+        let [lo, hi] = figure.ci95.expect("three repeats");
+        assert!(lo > 1.0 && lo < 2.05 && hi > 2.3, "[{lo}, {hi}]");
+        assert_eq!(queue(&summaries).vs_sql, Some(VsSql::Faster));
+        assert!(
+            figure.ci95.is_some() && summaries[0].figures["units_sold"].unwrap().ci95.is_none()
+        );
+        let sql = summaries.iter().find(|s| s.strategy == "sql").unwrap();
+        assert_eq!(sql.vs_sql, Some(VsSql::Indistinguishable), "sql against itself");
+        let straddling = summarize(&three_rounds([0.8, 1.3, 1.0]));
+        assert_eq!(queue(&straddling).vs_sql, Some(VsSql::Indistinguishable));
+        // Two repeats give no interval.
+        assert_eq!(fixture::report().summary[0].vs_sql, None);
+    }
+
+    #[test]
+    fn a_short_window_of_a_run_or_of_its_sql_pair_withholds_the_verdict() {
+        let mut runs = three_rounds([2.05, 2.3, 2.21]);
+        let sql = runs.iter_mut().find(|r| r.strategy == "sql" && r.repeat == 2).unwrap();
+        sql.too_short_to_rank = true;
+        let summaries = summarize(&runs);
+        assert!(queue(&summaries).too_short_to_rank);
+        assert_eq!(queue(&summaries).vs_sql, None);
+        assert!(queue(&summaries).figures[VS_SQL].unwrap().ci95.is_some(), "still reported");
     }
 }

@@ -50,6 +50,20 @@ pub struct RangeRow {
     pub detail: String,
 }
 
+/// One row of an interval chart: a figure over a strategy's repeats.
+pub struct IntervalRow {
+    /// Identifies the summary (`data-summary`), e.g. `queue|burst`.
+    pub key: String,
+    pub label: String,
+    pub median: f64,
+    /// Smallest and largest value over the repeats.
+    pub range: [f64; 2],
+    /// The 95 % confidence interval, when there is one.
+    pub ci95: Option<[f64; 2]>,
+    pub colour: &'static str,
+    pub detail: String,
+}
+
 /// XML-escapes text and attribute values.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -160,15 +174,30 @@ pub fn bars(
     rows: &[Row],
     reference: Option<&Reference>,
 ) -> String {
-    let height = TOP + ROW * rows.len() as f64 + BOTTOM;
-    let values = rows.iter().filter_map(|r| r.value).chain(reference.map(|r| r.value));
-    let (lo, hi) = linear_domain(values);
+    let values = rows.iter().filter_map(|r| r.value);
+    linear_chart((id, title, unit), rows.len(), values, reference, |out, i, y, x| {
+        bar(out, &rows[i], y, &x, unit)
+    })
+}
+
+/// A chart of `rows` rows on a linear axis covering `values`, 0 and the
+/// reference, titled `id, title, unit`: row `i` is drawn at `y` by
+/// `draw(out, i, y, x)`, `x` mapping a value to its coordinate.
+fn linear_chart(
+    (id, title, unit): (&str, &str, &str),
+    rows: usize,
+    values: impl Iterator<Item = f64>,
+    reference: Option<&Reference>,
+    draw: impl Fn(&mut String, usize, f64, &dyn Fn(f64) -> f64),
+) -> String {
+    let height = TOP + ROW * rows as f64 + BOTTOM;
+    let (lo, hi) = linear_domain(values.chain(reference.map(|r| r.value)));
     let x = linear_x(lo, hi);
     let mut out = String::new();
     header(&mut out, id, title, height);
     axis(&mut out, &ticks(lo, hi), &x, unit, height, false);
-    for (i, row) in rows.iter().enumerate() {
-        bar(&mut out, row, TOP + ROW * i as f64, &x, unit);
+    for i in 0..rows {
+        draw(&mut out, i, TOP + ROW * i as f64, &x);
     }
     if let Some(reference) = reference {
         reference_line(&mut out, reference, x(reference.value), height);
@@ -225,6 +254,60 @@ fn reference_line(out: &mut String, reference: &Reference, rx: f64, height: f64)
         ty = height - 2.0,
         label = escape(&reference.label),
         value = escape(&number(reference.value)),
+    );
+}
+
+/// One row per summary on a linear axis that includes 0 and the reference:
+/// a thin line from the smallest to the largest repeat, a thick bar over
+/// the 95 % interval where there is one, and a dot at the median.
+pub fn intervals(
+    id: &str,
+    title: &str,
+    unit: &str,
+    rows: &[IntervalRow],
+    reference: &Reference,
+) -> String {
+    let values = rows.iter().flat_map(|r| r.range.into_iter().chain(r.ci95.into_iter().flatten()));
+    linear_chart((id, title, unit), rows.len(), values, Some(reference), |out, i, y, x| {
+        interval(out, &rows[i], y, &x)
+    })
+}
+
+/// The mark of one interval row at `y`.
+fn interval(out: &mut String, row: &IntervalRow, y: f64, x: &impl Fn(f64) -> f64) {
+    let cy = y + ROW / 2.0;
+    row_label(out, y, &row.label);
+    let shown = match row.ci95 {
+        Some([lo, hi]) => format!("{} (95 % CI {}–{})", number(row.median), number(lo), number(hi)),
+        None => format!("{} (no interval: fewer than 3 repeats)", number(row.median)),
+    };
+    let _ = write!(
+        out,
+        r#"<g class="mark" data-summary="{key}">{tip}<line x1="{:.1}" x2="{:.1}" y1="{cy:.1}" y2="{cy:.1}" stroke="{colour}" stroke-width="1"/>"#,
+        x(row.range[0]),
+        x(row.range[1]),
+        key = escape(&row.key),
+        tip = tooltip(&row.label, &shown, &row.detail),
+        colour = row.colour,
+    );
+    if let Some([lo, hi]) = row.ci95 {
+        let _ = write!(
+            out,
+            r#"<rect class="ci" x="{:.1}" y="{:.1}" width="{:.1}" height="6" fill="{}" fill-opacity="0.45"/>"#,
+            x(lo),
+            cy - 3.0,
+            (x(hi) - x(lo)).max(1.0),
+            row.colour,
+        );
+    }
+    let _ = write!(
+        out,
+        r##"<circle cx="{:.1}" cy="{cy:.1}" r="3.5" fill="{}" stroke="#333" stroke-width="0.5"/><text x="{:.1}" y="{:.1}" fill="#333">{}</text></g>"##,
+        x(row.median),
+        row.colour,
+        x(row.range[1].max(row.ci95.map_or(f64::MIN, |c| c[1]))) + 6.0,
+        y + ROW * 0.68,
+        escape(&number(row.median)),
     );
 }
 
@@ -374,6 +457,24 @@ mod tests {
         let svg = bars("x", "X", "units", &[row("a", Some(-3.0)), row("b", None)], None);
         assert_eq!(svg.matches(r#"class="mark""#).count(), 2);
         assert!(svg.contains(r#"data-run="b" data-value="""#));
+    }
+
+    #[test]
+    fn an_interval_row_draws_its_interval_only_when_it_has_one() {
+        let row = |key: &str, ci95| IntervalRow {
+            key: key.to_owned(),
+            label: key.to_owned(),
+            median: 2.0,
+            range: [1.8, 2.3],
+            ci95,
+            colour: "#333",
+            detail: String::new(),
+        };
+        let one = Reference { label: "sql".to_owned(), value: 1.0 };
+        let svg = intervals("x", "X", "× sql", &[row("a", Some([1.2, 3.0])), row("b", None)], &one);
+        assert_eq!(svg.matches(r#"class="mark""#).count(), 2);
+        assert_eq!(svg.matches(r#"class="ci""#).count(), 1);
+        assert!(svg.contains("95 % CI 1.2–3"), "{svg}");
     }
 
     #[test]

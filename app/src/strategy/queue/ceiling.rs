@@ -24,7 +24,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::PurchaseMessage;
-use super::consumer::{self, ConsumerSettings};
+use super::consumer::{self, ConsumerSettings, DrainTimes};
 use super::publisher::{PublishOutcome, publish_confirmed};
 use crate::sale::SaleId;
 
@@ -119,6 +119,8 @@ pub struct Drain {
     pub units: u64,
     /// Units settled per second, from the first delivery to the last commit.
     pub units_per_s: f64,
+    /// Where the consumer's time went.
+    pub times: DrainTimes,
 }
 
 /// Fills a scratch queue with `units` one-unit purchases of `sale` by
@@ -145,16 +147,16 @@ pub async fn drain(
     drop(db.acquire().await?);
     let consumer_channel = conn.create_channel().await?;
     let start = Instant::now();
-    let settled =
+    let times =
         consumer::drain(db, &consumer_channel, &queue, settings, Duration::from_secs(5), units)
             .await?;
     let elapsed = start.elapsed().as_secs_f64();
     channel.queue_delete(queue.as_str().into(), QueueDeleteOptions::default()).await?;
     let _ = conn.close(200, "done".into()).await;
-    if settled < units {
-        anyhow::bail!("the drain settled {settled} of {units} messages");
+    if times.settled < units {
+        anyhow::bail!("the drain settled {} of {units} messages", times.settled);
     }
-    Ok(Drain { units: settled, units_per_s: settled as f64 / elapsed })
+    Ok(Drain { units: times.settled, units_per_s: times.settled as f64 / elapsed, times })
 }
 
 /// Publishes the purchases, pipelined, and waits for every confirm.

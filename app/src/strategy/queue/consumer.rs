@@ -339,10 +339,28 @@ fn delivery_count(delivery: &Delivery) -> u32 {
     }
 }
 
+/// Where the time of a [`drain`] went: what the consumer waits on when
+/// the drain is slower than it should be.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DrainTimes {
+    /// Messages settled.
+    pub settled: u64,
+    /// Transactions (batches).
+    pub batches: u64,
+    /// Seconds waiting for the first delivery of a batch.
+    pub waiting_s: f64,
+    /// Seconds collecting the rest of a batch (at most the window each).
+    pub collecting_s: f64,
+    /// Seconds in the settling transactions.
+    pub settling_s: f64,
+    /// Seconds acknowledging.
+    pub acking_s: f64,
+}
+
 /// Settles every message of a pre-filled queue with the consumer's batching,
 /// without HTTP: the `queue_drain_units_per_s` ceiling. Returns the messages
-/// settled; stops once the queue stayed empty for `idle`, and closes
-/// `channel`.
+/// settled and where the time went; stops once the queue stayed empty for
+/// `idle`, and closes `channel`.
 pub(crate) async fn drain(
     db: &PgPool,
     channel: &Channel,
@@ -350,7 +368,7 @@ pub(crate) async fn drain(
     settings: ConsumerSettings,
     idle: Duration,
     expected: u64,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<DrainTimes> {
     channel.basic_qos(settings.prefetch(), BasicQosOptions { global: false }).await?;
     let mut consumer = channel
         .basic_consume(
@@ -360,15 +378,18 @@ pub(crate) async fn drain(
             FieldTable::default(),
         )
         .await?;
-    let mut settled = 0u64;
+    let mut times = DrainTimes::default();
     let mut deliveries: Vec<Delivery> = Vec::new();
     let mut last_progress = Instant::now();
-    while settled < expected && last_progress.elapsed() < idle {
+    while times.settled < expected && last_progress.elapsed() < idle {
+        let clock = Instant::now();
         let first = match tokio::time::timeout(idle, next(channel, &mut consumer)).await {
             Ok(Ok(Some(delivery))) => delivery,
             Ok(Ok(None)) | Err(_) => break,
             Ok(Err(err)) => return Err(err),
         };
+        times.waiting_s += clock.elapsed().as_secs_f64();
+        let clock = Instant::now();
         deliveries.push(first);
         let deadline = tokio::time::Instant::now() + settings.window;
         while deliveries.len() < usize::from(settings.batch_size) {
@@ -378,12 +399,18 @@ pub(crate) async fn drain(
                 Ok(Err(err)) => return Err(err),
             }
         }
+        times.collecting_s += clock.elapsed().as_secs_f64();
+        let clock = Instant::now();
         let messages: Vec<PurchaseMessage> =
             deliveries.iter().map(|d| serde_json::from_slice(&d.data)).collect::<Result<_, _>>()?;
         settle::settle(db, &messages, rand::random()).await?;
+        times.settling_s += clock.elapsed().as_secs_f64();
+        let clock = Instant::now();
         let last = deliveries.last().expect("not empty").delivery_tag;
         channel.basic_ack(last, BasicAckOptions { multiple: true }).await?;
-        settled += deliveries.len() as u64;
+        times.acking_s += clock.elapsed().as_secs_f64();
+        times.settled += deliveries.len() as u64;
+        times.batches += 1;
         deliveries.clear();
         last_progress = Instant::now();
     }
@@ -391,5 +418,5 @@ pub(crate) async fn drain(
     // cancel whose answer lapin 4.12 does not expect.
     channel.close(200, "drained".into()).await?;
     drop(consumer);
-    Ok(settled)
+    Ok(times)
 }

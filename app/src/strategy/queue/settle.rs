@@ -88,6 +88,7 @@ pub struct Settled {
 #[derive(sqlx::FromRow)]
 struct KnownRequest {
     id: Uuid,
+    sale_id: i64,
     user_id: i64,
     status: String,
     order_id: Option<i64>,
@@ -291,7 +292,37 @@ async fn settle_sale(
     Ok(Some(SaleAfter { sale_id, remaining_stock, sold_out }))
 }
 
+/// The requests of `$1` (request ids), one primary-key lookup each.
+const REQUESTS_BY_ID: &str = "\
+SELECT r.id, r.sale_id, r.user_id, r.status, r.order_id
+FROM unnest($1::uuid[]) AS m(id)
+CROSS JOIN LATERAL (
+    SELECT id, sale_id, user_id, status, order_id FROM purchase_requests WHERE id = m.id LIMIT 1
+) r";
+
+/// The requests of sale `$1` by the buyers `$2`, one `(sale_id, user_id)`
+/// lookup each.
+const REQUESTS_BY_BUYER: &str = "\
+SELECT r.id, r.sale_id, r.user_id, r.status, r.order_id
+FROM unnest($2::bigint[]) AS m(user_id)
+CROSS JOIN LATERAL (
+    SELECT id, sale_id, user_id, status, order_id FROM purchase_requests
+    WHERE sale_id = $1 AND user_id = m.user_id LIMIT 1
+) r";
+
 /// What Postgres holds about the requests and buyers of `messages`.
+///
+/// Every lookup is one key per message, joined laterally: the `LIMIT 1`
+/// keeps each subquery from being merged into a join, so each is planned
+/// alone as an equality on every column of a unique index — one index probe
+/// per key, whatever the table's statistics say. Written as one statement
+/// per table (`sale_id = $1 AND (id = ANY(…) OR user_id = ANY(…))`), the
+/// planner, whenever its statistics were stale or missing (a young
+/// database, a server without autovacuum), read every request of the sale
+/// through the `sale_id` prefix of `(sale_id, user_id)` and filtered them: a
+/// batch then cost time in proportion to the requests the sale already had,
+/// and a drain of 100 000 requests slowed to about one `sql` transaction's
+/// rate (docs/queue.md, "The drain that collapsed").
 async fn read_known(
     tx: &mut Transaction<'static, Postgres>,
     sale_id: i64,
@@ -299,15 +330,18 @@ async fn read_known(
 ) -> Result<Known, sqlx::Error> {
     let ids: Vec<Uuid> = messages.iter().map(|m| m.request_id).collect();
     let users: Vec<i64> = messages.iter().map(|m| m.user_id).collect();
-    let rows: Vec<KnownRequest> = sqlx::query_as(
-        "SELECT id, user_id, status, order_id FROM purchase_requests
-         WHERE sale_id = $1 AND (id = ANY($2) OR user_id = ANY($3))",
-    )
-    .bind(sale_id)
-    .bind(&ids)
-    .bind(&users)
-    .fetch_all(&mut **tx)
-    .await?;
+    let mut rows: Vec<KnownRequest> =
+        sqlx::query_as(REQUESTS_BY_ID).bind(&ids).fetch_all(&mut **tx).await?;
+    // A request id is unique across sales; one of another sale is not this
+    // sale's business.
+    rows.retain(|row| row.sale_id == sale_id);
+    rows.extend(
+        sqlx::query_as::<_, KnownRequest>(REQUESTS_BY_BUYER)
+            .bind(sale_id)
+            .bind(&users)
+            .fetch_all(&mut **tx)
+            .await?,
+    );
     let ordered = batch::ordered_buyers(tx, sale_id, &users).await?;
     let settled = rows
         .iter()

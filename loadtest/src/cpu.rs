@@ -1,0 +1,218 @@
+//! CPU seconds each group of processes used during a phase, so that a
+//! reader sees how much of the machine the load generator took from the
+//! services it measures.
+//!
+//! The groups are told apart by process id and name, read from `/proc`
+//! through sysinfo (each process' user + system time, every thread
+//! included): the load generator is this process, the instances are the
+//! child processes it started, Postgres is every process named `postgres`
+//! (the postmaster and every backend), Redis every `redis-server` (the
+//! shared one and the Redlock nodes), RabbitMQ the Erlang VM and its
+//! helpers (`beam.smp`, `erl_child_setup`, `epmd`, `inet_gethost`). A
+//! process that ends during the phase takes its time with it; the servers'
+//! pooled connections live through a run, so little is lost.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sysinfo::{ProcessRefreshKind, ProcessesToUpdate, System};
+
+/// A group of processes whose CPU time is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    Loadgen,
+    Instances,
+    Postgres,
+    Redis,
+    Rabbitmq,
+}
+
+/// Process names of RabbitMQ's Erlang runtime.
+const RABBITMQ: &[&str] = &["beam.smp", "erl_child_setup", "epmd", "inet_gethost"];
+
+/// The group of process `pid` named `name`, `None` for every other process.
+pub fn group_of(pid: u32, name: &str, loadgen: u32, instances: &[u32]) -> Option<Group> {
+    if pid == loadgen {
+        Some(Group::Loadgen)
+    } else if instances.contains(&pid) {
+        Some(Group::Instances)
+    } else if name == "postgres" {
+        Some(Group::Postgres)
+    } else if name == "redis-server" {
+        Some(Group::Redis)
+    } else if RABBITMQ.contains(&name) {
+        Some(Group::Rabbitmq)
+    } else {
+        None
+    }
+}
+
+/// CPU milliseconds of every process of a group at one moment, by pid.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    groups: BTreeMap<Group, BTreeMap<u32, u64>>,
+}
+
+/// Reads every process' CPU time; `System` keeps the process list between
+/// readings.
+pub struct CpuMeter {
+    system: System,
+    loadgen: u32,
+    instances: Vec<u32>,
+    cpus: usize,
+}
+
+impl CpuMeter {
+    /// A meter for this process and the instances `instances` it started.
+    pub fn new(instances: Vec<u32>) -> CpuMeter {
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        CpuMeter { system: System::new(), loadgen: std::process::id(), instances, cpus }
+    }
+
+    /// Every grouped process' CPU time now.
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.system.refresh_processes_specifics(
+            ProcessesToUpdate::All,
+            true,
+            ProcessRefreshKind::nothing().with_cpu().without_tasks(),
+        );
+        let mut snapshot = Snapshot::default();
+        for (pid, process) in self.system.processes() {
+            if process.thread_kind().is_some() {
+                continue;
+            }
+            let name = process.name().to_string_lossy();
+            if let Some(group) = group_of(pid.as_u32(), &name, self.loadgen, &self.instances) {
+                let ms = process.accumulated_cpu_time();
+                snapshot.groups.entry(group).or_default().insert(pid.as_u32(), ms);
+            }
+        }
+        snapshot
+    }
+
+    /// The CPU seconds of each group between two snapshots taken
+    /// `wall_s` seconds apart.
+    pub fn between(&self, before: &Snapshot, after: &Snapshot, wall_s: f64) -> Cpu {
+        let seconds = |group| used_s(before, after, group);
+        let loadgen_s = seconds(Group::Loadgen);
+        let capacity = wall_s * self.cpus as f64;
+        Cpu {
+            loadgen_s,
+            instances_s: seconds(Group::Instances),
+            postgres_s: seconds(Group::Postgres),
+            redis_s: seconds(Group::Redis),
+            rabbitmq_s: seconds(Group::Rabbitmq),
+            machine_share_loadgen: (capacity > 0.0).then(|| round(loadgen_s / capacity, 3)),
+        }
+    }
+}
+
+/// CPU seconds `group` used from `before` to `after`: each process' growth
+/// (a process that started meanwhile counts from 0).
+fn used_s(before: &Snapshot, after: &Snapshot, group: Group) -> f64 {
+    let Some(now) = after.groups.get(&group) else { return 0.0 };
+    let then = before.groups.get(&group);
+    let ms: u64 = now
+        .iter()
+        .map(|(pid, ms)| ms.saturating_sub(then.and_then(|t| t.get(pid)).copied().unwrap_or(0)))
+        .sum();
+    round(ms as f64 / 1000.0, 3)
+}
+
+fn round(value: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (value * scale).round() / scale
+}
+
+/// CPU seconds each group used during a run's sale phase (`runs[].cpu`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cpu {
+    /// This process: goose and the readings.
+    pub loadgen_s: f64,
+    /// The app instances, together.
+    pub instances_s: f64,
+    /// Every `postgres` process.
+    pub postgres_s: f64,
+    /// Every `redis-server` process.
+    pub redis_s: f64,
+    /// RabbitMQ's Erlang runtime.
+    pub rabbitmq_s: f64,
+    /// `loadgen_s ÷ (phase seconds × CPUs)`: the share of the whole machine
+    /// the load generator took.
+    pub machine_share_loadgen: Option<f64>,
+}
+
+impl Cpu {
+    /// CPU seconds of the service side: instances and backing servers.
+    pub fn service_s(&self) -> f64 {
+        self.instances_s + self.postgres_s + self.redis_s + self.rabbitmq_s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_are_grouped_by_pid_first_then_by_name() {
+        let group = |pid, name| group_of(pid, name, 100, &[200, 201]);
+        assert_eq!(group(100, "loadtest"), Some(Group::Loadgen));
+        assert_eq!(group(201, "seckill"), Some(Group::Instances));
+        assert_eq!(group(300, "seckill"), None, "an instance this process did not start");
+        assert_eq!(group(301, "postgres"), Some(Group::Postgres));
+        assert_eq!(group(302, "redis-server"), Some(Group::Redis));
+        for name in ["beam.smp", "erl_child_setup", "epmd", "inet_gethost"] {
+            assert_eq!(group(303, name), Some(Group::Rabbitmq), "{name}");
+        }
+        assert_eq!(group(304, "cargo"), None);
+        assert_eq!(group(305, "postgresql-helper"), None);
+    }
+
+    fn snapshot(entries: &[(Group, u32, u64)]) -> Snapshot {
+        let mut snapshot = Snapshot::default();
+        for &(group, pid, ms) in entries {
+            snapshot.groups.entry(group).or_default().insert(pid, ms);
+        }
+        snapshot
+    }
+
+    #[test]
+    fn a_phase_counts_each_process_growth_and_the_loadgen_share() {
+        let before = snapshot(&[(Group::Loadgen, 1, 1_000), (Group::Postgres, 7, 500)]);
+        let after = snapshot(&[
+            (Group::Loadgen, 1, 3_000),
+            (Group::Postgres, 7, 900),
+            (Group::Postgres, 8, 250),
+            (Group::Redis, 9, 100),
+        ]);
+        let meter = CpuMeter { system: System::new(), loadgen: 1, instances: vec![], cpus: 2 };
+        let cpu = meter.between(&before, &after, 4.0);
+        assert_eq!((cpu.loadgen_s, cpu.postgres_s, cpu.redis_s), (2.0, 0.65, 0.1));
+        assert_eq!((cpu.instances_s, cpu.rabbitmq_s), (0.0, 0.0));
+        assert_eq!(cpu.machine_share_loadgen, Some(0.25), "2 s of 4 s × 2 CPUs");
+        assert!((cpu.service_s() - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn this_process_is_found_and_its_cpu_time_grows() {
+        let mut meter = CpuMeter::new(vec![]);
+        let before = meter.snapshot();
+        assert!(before.groups[&Group::Loadgen].contains_key(&std::process::id()));
+        // Spin until the meter sees 50 ms of this process' CPU time (on a
+        // busy machine that may take several times as long in wall time).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut x = 0u64;
+        loop {
+            for _ in 0..1_000_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            let now = meter.snapshot();
+            let cpu = meter.between(&before, &now, 1.0);
+            if cpu.loadgen_s >= 0.05 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "no CPU time seen: {cpu:?}");
+        }
+        std::hint::black_box(x);
+    }
+}

@@ -1,0 +1,151 @@
+//! The numerical side of comparing repeats: medians, and a 95 % confidence
+//! interval for a ratio measured once per round.
+//!
+//! Every ratio the report prints is already paired within its round: a
+//! run's rate over its own round's ceiling, or a strategy's sell-through
+//! over the `sql` run of the same round. Rounds differ mostly by a factor
+//! (the machine was busier or idler for all of that round), so the interval
+//! is taken on the logarithms of the per-round ratios: the mean of the logs
+//! ± Student's t (two-sided 95 %, n − 1 degrees of freedom) × their
+//! standard error, mapped back with `exp` — a t-interval for the geometric
+//! mean ratio. With three repeats t is 4.30, so the interval is wide: that
+//! is what three repeats can say. A bootstrap over three values would draw
+//! from at most ten distinct resamples and understate the spread; a
+//! sign-based interval cannot reach 95 % below six values.
+
+use serde::{Deserialize, Serialize};
+
+/// Fewest repeats for which an interval is given.
+pub const MIN_REPEATS: usize = 3;
+
+/// Two-sided 95 % quantiles of Student's t for 1..=30 degrees of freedom
+/// (standard tables, e.g. NIST/SEMATECH e-Handbook of Statistical Methods,
+/// 1.3.6.7.2); above 30 the normal quantile 1.96 is within 4 %.
+const T_975: [f64; 30] = [
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+    2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+    2.052, 2.048, 2.045, 2.042,
+];
+
+/// The t quantile for `df` degrees of freedom (`df ≥ 1`).
+fn t_975(df: usize) -> f64 {
+    T_975.get(df.wrapping_sub(1)).copied().unwrap_or(1.96)
+}
+
+/// The middle value of the finite `values`; the mean of the two middle ones
+/// for an even count; `None` for none.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    Some(if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 })
+}
+
+/// The 95 % interval `[lo, hi]` of a ratio from its per-round values (see
+/// the module documentation); `None` with fewer than [`MIN_REPEATS`]
+/// positive finite values (a ratio of 0 or below has no logarithm, and
+/// means that nothing was measured).
+pub fn ratio_ci95(ratios: &[f64]) -> Option<[f64; 2]> {
+    let logs: Vec<f64> =
+        ratios.iter().filter(|r| r.is_finite() && **r > 0.0).map(|r| r.ln()).collect();
+    let n = logs.len();
+    if n < MIN_REPEATS || n < ratios.len() {
+        return None;
+    }
+    let mean = logs.iter().sum::<f64>() / n as f64;
+    let variance = logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let half = t_975(n - 1) * (variance / n as f64).sqrt();
+    Some([(mean - half).exp(), (mean + half).exp()])
+}
+
+/// How a strategy's sell-through compares with `sql`'s, from the interval
+/// of their paired ratio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VsSql {
+    /// The whole interval lies above 1.
+    Faster,
+    /// The whole interval lies below 1.
+    Slower,
+    /// The interval contains 1.
+    Indistinguishable,
+}
+
+impl VsSql {
+    /// The verdict of interval `[lo, hi]` of a ratio to `sql`.
+    pub fn of([lo, hi]: [f64; 2]) -> VsSql {
+        if lo > 1.0 {
+            VsSql::Faster
+        } else if hi < 1.0 {
+            VsSql::Slower
+        } else {
+            VsSql::Indistinguishable
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VsSql::Faster => "faster",
+            VsSql::Slower => "slower",
+            VsSql::Indistinguishable => "indistinguishable",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-3
+    }
+
+    #[test]
+    fn the_median_takes_the_middle_and_skips_what_is_not_finite() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 2.0]), Some(2.0));
+    }
+
+    #[test]
+    fn the_interval_is_a_t_interval_on_the_logarithms() {
+        // ln 1, ln e, ln e² = 0, 1, 2: mean 1, sd 1, n 3, t 4.303.
+        let e = std::f64::consts::E;
+        let [lo, hi] = ratio_ci95(&[1.0, e, e * e]).unwrap();
+        let half = 4.303 / 3f64.sqrt();
+        assert!(close(lo, (1.0 - half).exp()) && close(hi, (1.0 + half).exp()), "{lo} {hi}");
+        // Four values 2, 8, 2, 8: the logs' mean is ln 4; t(3) = 3.182.
+        let logs = [2f64.ln(), 2f64.ln(), 8f64.ln(), 8f64.ln()];
+        let mean = logs.iter().sum::<f64>() / 4.0;
+        let sd = (logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / 3.0).sqrt();
+        let [lo, hi] = ratio_ci95(&[2.0, 8.0, 2.0, 8.0]).unwrap();
+        assert!(close(lo, (mean - 3.182 * sd / 2.0).exp()), "{lo}");
+        assert!(close(hi, (mean + 3.182 * sd / 2.0).exp()), "{hi}");
+        assert!(close((lo * hi).sqrt(), 4.0), "centred on the geometric mean");
+    }
+
+    #[test]
+    fn identical_ratios_give_a_point_and_too_few_give_nothing() {
+        assert_eq!(ratio_ci95(&[2.0, 2.0, 2.0]), Some([2.0, 2.0]));
+        assert_eq!(ratio_ci95(&[2.0, 2.1]), None, "two repeats");
+        assert_eq!(ratio_ci95(&[2.0, 0.0, 2.1, 1.9]), None, "a round that measured nothing");
+        assert_eq!(ratio_ci95(&[2.0, f64::NAN, 2.1, 1.9]), None);
+    }
+
+    #[test]
+    fn the_verdict_is_whether_the_interval_excludes_one() {
+        assert_eq!(VsSql::of([1.02, 1.5]), VsSql::Faster);
+        assert_eq!(VsSql::of([0.4, 0.98]), VsSql::Slower);
+        assert_eq!(VsSql::of([0.9, 1.1]), VsSql::Indistinguishable);
+        assert_eq!(VsSql::of([1.0, 1.0]), VsSql::Indistinguishable, "sql against itself");
+        // Three rounds of a strategy about twice as fast as sql, and three
+        // that straddle it.
+        assert_eq!(VsSql::of(ratio_ci95(&[2.05, 2.3, 2.21]).unwrap()), VsSql::Faster);
+        assert_eq!(VsSql::of(ratio_ci95(&[0.9, 1.2, 1.05]).unwrap()), VsSql::Indistinguishable);
+        assert_eq!(VsSql::of(ratio_ci95(&[0.46, 0.49, 0.58]).unwrap()), VsSql::Slower);
+    }
+}

@@ -1,0 +1,111 @@
+//! End to end: `loadtest compare --repeat 3` of two cheap strategies on a
+//! small sale measures every ceiling again before each round, judges each
+//! run against its own round's ceilings, gives every ratio a 95 %
+//! confidence interval over the rounds, and accounts for the CPU each group
+//! of processes used in every sale phase (docs/report-format.md).
+
+use serde_json::Value;
+
+const STOCK: i64 = 200;
+const ROUNDS: usize = 3;
+
+mod support;
+
+fn number(value: &Value, what: &str) -> f64 {
+    value.as_f64().unwrap_or_else(|| panic!("{what} is not a number: {value}"))
+}
+
+/// Every ceiling has one sample per round and their median as its value.
+fn check_ceilings(ceilings: &Value) {
+    for name in ["http_rps", "sql_tps", "redis_ops"] {
+        let ceiling = &ceilings[name];
+        let mut samples: Vec<f64> = ceiling["samples"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name} has no samples: {ceiling}"))
+            .iter()
+            .map(|s| number(s, name))
+            .collect();
+        assert_eq!(samples.len(), ROUNDS, "{name}: one sample per round");
+        assert!(samples.iter().all(|s| *s > 0.0), "{name}: {samples:?}");
+        samples.sort_by(f64::total_cmp);
+        assert_eq!(number(&ceiling["value"], name), samples[1], "{name}: the median");
+    }
+}
+
+/// A run's CPU accounting and its ratios to its own round's ceilings.
+fn check_run(run: &Value, ceilings: &Value) {
+    let name = format!("{} #{}", run["strategy"], run["repeat"]);
+    assert_eq!(run["verdict"], "ok", "{name}: {run}");
+    assert_eq!(run["units_sold"], STOCK, "{name}");
+    let round = run["repeat"].as_u64().unwrap() as usize - 1;
+    let sql_tps = number(&ceilings["sql_tps"]["samples"][round], "sql_tps sample");
+    let sell_through = number(&run["sell_through_per_s"], "sell_through_per_s");
+    let ratio = number(&run["ratio"]["sell_through_vs_sql_tps"], "ratio");
+    assert!((ratio - sell_through / sql_tps).abs() < 1e-9, "{name}: its own round's sql_tps");
+    assert!(number(&run["sell_through_whole_per_s"], "whole") > 0.0, "{name}");
+    assert!(number(&run["steady_window_s"], "window") > 0.0, "{name}");
+    assert!(run["ceiling_undershot"].is_boolean() && run["too_short_to_rank"].is_boolean());
+    let cpu = &run["cpu"];
+    for group in ["loadgen_s", "instances_s", "postgres_s"] {
+        assert!(number(&cpu[group], group) > 0.0, "{name}: {group} in {cpu}");
+    }
+    let redis = number(&cpu["redis_s"], "redis_s");
+    if run["strategy"] == "redis-decr" {
+        assert!(redis > 0.0, "{name}: redis-decr keeps Redis busy: {cpu}");
+    }
+    let share = number(&cpu["machine_share_loadgen"], "machine_share_loadgen");
+    assert!(share > 0.0 && share <= 1.0, "{name}: {cpu}");
+    assert!(number(&run["cost"]["cpu_ms_per_unit"], "cpu_ms_per_unit") > 0.0, "{name}");
+}
+
+/// Every ratio has an interval that holds all three rounds' values, and a
+/// verdict against sql unless a window was too short to rank.
+fn check_summary(summary: &Value) {
+    let name = summary["strategy"].to_string();
+    for path in [
+        "ratio.sell_through_vs_sql_tps",
+        "ratio.rejection_vs_http_rps",
+        "ratio.sell_through_vs_sql_strategy",
+    ] {
+        let figure = &summary["figures"][path];
+        let ci = figure["ci95"].as_array().unwrap_or_else(|| panic!("{name} {path}: {figure}"));
+        let (lo, hi) = (number(&ci[0], "lo"), number(&ci[1], "hi"));
+        // With 3 values the t-interval is wider than their range.
+        assert!(lo <= number(&figure["min"], "min") + 1e-9, "{name} {path}: {figure}");
+        assert!(hi >= number(&figure["max"], "max") - 1e-9, "{name} {path}: {figure}");
+    }
+    let verdict = &summary["vs_sql"];
+    if summary["too_short_to_rank"] == true {
+        assert!(verdict.is_null(), "{name}: a short window is not ranked: {summary}");
+    } else {
+        let known = ["faster", "slower", "indistinguishable"];
+        assert!(known.contains(&verdict.as_str().unwrap_or("")), "{name}: {summary}");
+    }
+    if summary["strategy"] == "sql" && summary["too_short_to_rank"] == false {
+        assert_eq!(summary["vs_sql"], "indistinguishable", "sql against itself");
+    }
+}
+
+#[test]
+fn three_rounds_give_per_round_ceilings_intervals_and_cpu_accounting() {
+    let out = std::env::temp_dir().join(format!("loadtest-repeat-{}", std::process::id()));
+    let (stock, rounds) = (STOCK.to_string(), ROUNDS.to_string());
+    let args = ["--strategies", "sql,redis-decr", "--stock", &stock, "--repeat", &rounds];
+    let report = support::compare(&out, &args);
+    assert_eq!(report["schema_version"], 2);
+    check_ceilings(&report["ceilings"]);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2 * ROUNDS);
+    for run in runs {
+        check_run(run, &report["ceilings"]);
+    }
+    let summary = report["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 2);
+    for s in summary {
+        assert_eq!(s["runs"], ROUNDS as u64);
+        check_summary(s);
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("## Warnings") && md.contains("the load generator used"), "{md}");
+    let _ = std::fs::remove_dir_all(&out);
+}
