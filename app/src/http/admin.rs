@@ -165,7 +165,7 @@ pub async fn restock(
     if !(1..=MAX_UNITS).contains(&body.units) {
         return Err(InvalidInput::new("units", format!("must be between 1 and {MAX_UNITS}")).into());
     }
-    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let not_found = || AppError::no_such_sale(id);
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let stock: Stock = sqlx::query_as(
         "UPDATE sales SET total_stock = total_stock + $2, remaining_stock = remaining_stock + $2
@@ -191,7 +191,7 @@ pub async fn audit(
     State(state): State<AppState>,
     SalePath(id): SalePath,
 ) -> Result<Json<Audit>, AppError> {
-    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let not_found = || AppError::no_such_sale(id);
     let mut audit = {
         let mut conn = state.db.acquire().await?;
         audit::audit(&mut conn, id).await?.ok_or_else(not_found)?
@@ -210,7 +210,7 @@ pub async fn reconcile(
     State(state): State<AppState>,
     SalePath(id): SalePath,
 ) -> Result<Json<Reconciliation>, AppError> {
-    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let not_found = || AppError::no_such_sale(id);
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let report = state.strategies.get(sale.strategy).reconcile(&sale).await?;
     Ok(Json(report))

@@ -31,7 +31,7 @@ pub async fn get_sale(
     State(state): State<AppState>,
     SalePath(id): SalePath,
 ) -> Result<Json<SaleStatus>, AppError> {
-    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let not_found = || AppError::no_such_sale(id);
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let stock = sale::stock(&state.db, id).await?.ok_or_else(not_found)?;
     let status = match sale.phase(Utc::now()) {
@@ -89,9 +89,7 @@ pub async fn place_order(
     let outcome = purchase(&state.db, &state.catalog, &state.strategies, id, user, body.quantity)
         .await
         .map_err(|err| match err {
-            PurchaseError::UnknownSale(id) => {
-                AppError::NotFound(format!("no sale with id {}", id.0))
-            }
+            PurchaseError::UnknownSale(id) => AppError::no_such_sale(id),
             PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
             PurchaseError::Strategy(err) => AppError::Strategy(err),
         })?;

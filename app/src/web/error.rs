@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::outcome::{Backend, Outcome, StrategyError};
-use crate::sale::InvalidInput;
+use crate::sale::{InvalidInput, SaleId};
 
 /// An RFC 9457 problem document.
 #[derive(Debug, Serialize)]
@@ -51,6 +51,10 @@ pub enum AppError {
     /// `415 unsupported-media-type`: a body that is not `application/json`.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// `415 unsupported-encoding`: a body with a `Content-Encoding` the
+    /// service does not decode (answered with `Accept-Encoding: identity`).
+    #[error("{0}")]
+    UnsupportedEncoding(String),
     /// `413 payload-too-large`: a body over the service's limit.
     #[error("{0}")]
     PayloadTooLarge(String),
@@ -85,6 +89,11 @@ impl From<sqlx::Error> for AppError {
 }
 
 impl AppError {
+    /// `404 not-found` for a sale id that names no sale.
+    pub fn no_such_sale(id: SaleId) -> AppError {
+        AppError::NotFound(format!("no sale with id {}", id.0))
+    }
+
     /// The error for a purchase outcome that is not a success, if any.
     pub fn from_outcome(outcome: &Outcome) -> Option<AppError> {
         match outcome {
@@ -108,6 +117,11 @@ impl AppError {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Unsupported media type",
+            ),
+            UnsupportedEncoding(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-encoding",
+                "Unsupported content encoding",
             ),
             PayloadTooLarge(_) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Request body too large")
@@ -174,8 +188,15 @@ impl IntoResponse for AppError {
             let secs = after.as_millis().div_ceil(1000).max(1);
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs as u64));
         }
-        if matches!(self, AppError::Unauthorized) {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        match &self {
+            AppError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            // RFC 9110, section 15.5.16: say which codings would be accepted.
+            AppError::UnsupportedEncoding(_) => {
+                headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+            }
+            _ => {}
         }
         response
     }

@@ -49,6 +49,7 @@ mod tests {
             (AppError::MethodNotAllowed, 405, "method-not-allowed"),
             (AppError::PayloadTooLarge("x".into()), 413, "payload-too-large"),
             (AppError::UnsupportedMediaType("x".into()), 415, "unsupported-media-type"),
+            (AppError::UnsupportedEncoding("x".into()), 415, "unsupported-encoding"),
             (InvalidInput::new("stock", "must be positive").into(), 422, "invalid-field"),
             (AppError::SoldOut, 409, "sold-out"),
             (AppError::AlreadyPurchased, 409, "already-purchased"),
@@ -68,7 +69,7 @@ mod tests {
         assert_eq!(AppError::from(busy).kind().1, "busy");
         slugs.sort_unstable();
         slugs.dedup();
-        assert_eq!(slugs.len(), 14, "every kind has a type of its own");
+        assert_eq!(slugs.len(), 15, "every kind has a type of its own");
     }
 
     #[test]

@@ -39,11 +39,7 @@ async fn lock_stats(
     SalePath(id): SalePath,
 ) -> Result<Json<LockStats>, AppError> {
     let db = &state.shared.db;
-    state
-        .catalog
-        .get(db, id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
+    state.catalog.get(db, id).await?.ok_or_else(|| AppError::no_such_sale(id))?;
     state.shared.intervals().flush().await?;
     Ok(Json(intervals::lock_stats(db, id).await?))
 }

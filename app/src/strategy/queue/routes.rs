@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -50,13 +50,20 @@ struct Wait {
 /// a pending request is re-read until it is resolved or the time is up.
 async fn request(
     State(state): State<RouteState>,
-    Path((sale, request)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     wait: Result<Query<Wait>, QueryRejection>,
 ) -> Result<Json<RequestResult>, AppError> {
     let Query(wait) = wait.map_err(|err| InvalidInput::new("query", err.body_text()))?;
-    let not_found = || AppError::NotFound(format!("no request {request} for sale {sale}"));
-    let sale = sale.parse::<i64>().map(SaleId).map_err(|_| not_found())?;
-    let id = request.parse::<uuid::Uuid>().map_err(|_| not_found())?;
+    // The raw segments are never echoed: they may be anything, of any length.
+    let parsed = path.ok().map(|Path((sale, request))| {
+        (sale.parse::<i64>().map(SaleId), request.parse::<uuid::Uuid>())
+    });
+    let Some((Ok(sale), Ok(id))) = parsed else {
+        return Err(AppError::NotFound(
+            "no such request: a sale id is a 64-bit integer and a request id a UUID".to_owned(),
+        ));
+    };
+    let not_found = || AppError::NotFound(format!("sale {} has no request {id}", sale.0));
     let wait_ms = wait.wait_ms.unwrap_or(0);
     if wait_ms > MAX_WAIT_MS {
         return Err(InvalidInput::new("wait_ms", format!("must be at most {MAX_WAIT_MS}")).into());
@@ -77,10 +84,6 @@ async fn queue_stats(
     State(state): State<RouteState>,
     SalePath(id): SalePath,
 ) -> Result<Json<QueueStats>, AppError> {
-    state
-        .catalog
-        .get(&state.queue.db, id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
+    state.catalog.get(&state.queue.db, id).await?.ok_or_else(|| AppError::no_such_sale(id))?;
     Ok(Json(state.queue.stats(id).await?))
 }
