@@ -84,8 +84,9 @@ pub struct Config {
           action = clap::ArgAction::Set)]
     pub queue_consume: bool,
 
-    /// How long a request waits for a pool connection before it is answered
-    /// 503, in milliseconds.
+    /// How long a request waits for a pool connection, in milliseconds; then
+    /// it is answered 503 `busy` if Postgres answers a probe connection (the
+    /// pool is exhausted by slow work), 503 `unavailable` if it does not.
     #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
     pub db_acquire_timeout_ms: u64,
 

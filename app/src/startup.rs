@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::http::{self, AppState};
+use crate::postgres_probe::PostgresProbe;
 use crate::sale::SaleCatalog;
 use crate::strategy::{Deps, Strategies};
 use crate::telemetry;
@@ -37,11 +38,17 @@ pub async fn prepare_database(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How the service connects to Postgres: `DATABASE_URL`, application name
+/// `seckill`.
+pub fn connect_options(config: &Config) -> anyhow::Result<PgConnectOptions> {
+    let options: PgConnectOptions = config.database_url.parse().context("parsing DATABASE_URL")?;
+    Ok(options.application_name("seckill"))
+}
+
 /// The service's Postgres pool: `config.db_pool_size` connections, failing a
 /// request that waits longer than `db_acquire_timeout` for one.
 pub fn db_pool(config: &Config) -> anyhow::Result<PgPool> {
-    let options: PgConnectOptions = config.database_url.parse().context("parsing DATABASE_URL")?;
-    let options = options.application_name("seckill");
+    let options = connect_options(config)?;
     Ok(PgPoolOptions::new()
         .max_connections(config.db_pool_size)
         .acquire_timeout(config.db_acquire_timeout())
@@ -67,6 +74,7 @@ impl Application {
         }
         prepare_database(&config.database_url).await?;
         let db = db_pool(&config)?;
+        let probe = PostgresProbe::new(connect_options(&config)?);
         let listener = TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("binding {}", config.addr))?;
@@ -87,6 +95,7 @@ impl Application {
             metrics: telemetry::metrics_handle(),
             config,
             db,
+            probe,
         };
         Ok(Self { listener, state })
     }

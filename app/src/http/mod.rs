@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::middleware;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum_prometheus::{EndpointLabel, PrometheusMetricLayerBuilder};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -23,9 +24,10 @@ use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
+use crate::postgres_probe::PostgresProbe;
 use crate::sale::SaleCatalog;
 use crate::strategy::Strategies;
-use crate::web::AppError;
+use crate::web::{AppError, UnsortedPoolTimeout};
 
 mod admin;
 mod auth;
@@ -44,6 +46,8 @@ pub struct AppState {
     pub redis: RedisHandle,
     /// Shared RabbitMQ handle (also inside the `queue` strategy), for `/readyz`.
     pub amqp: AmqpHandle,
+    /// Tells a pool timeout's overload (`busy`) from an outage.
+    pub probe: PostgresProbe,
 }
 
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
@@ -82,6 +86,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { AppError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(middleware::from_fn_with_state(state.probe.clone(), sort_pool_timeouts))
         .layer(
             // Requests that match no route are counted under one label, not
             // their raw path: a client must not be able to mint series.
@@ -99,4 +104,19 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(CatchPanicLayer::new())
         .with_state(state)
+}
+
+/// Re-answers a Postgres pool timeout that its handler left unsorted
+/// ([`UnsortedPoolTimeout`]): `503 busy` when Postgres answers the probe,
+/// `503 unavailable` when it does not. The purchase path sorts its own.
+async fn sort_pool_timeouts(
+    State(probe): State<PostgresProbe>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let response = next.run(request).await;
+    if response.extensions().get::<UnsortedPoolTimeout>().is_none() {
+        return response;
+    }
+    AppError::from(probe.triage(sqlx::Error::PoolTimedOut.into()).await).into_response()
 }

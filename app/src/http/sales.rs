@@ -86,13 +86,21 @@ pub async fn place_order(
     ApiJson(body): ApiJson<PlaceOrder>,
 ) -> Result<Response, AppError> {
     let user = UserId::parse(body.user_id)?;
-    let outcome = purchase(&state.db, &state.catalog, &state.strategies, id, user, body.quantity)
-        .await
-        .map_err(|err| match err {
-            PurchaseError::UnknownSale(id) => AppError::no_such_sale(id),
-            PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
-            PurchaseError::Strategy(err) => AppError::Strategy(err),
-        })?;
+    let outcome = purchase(
+        &state.db,
+        &state.catalog,
+        &state.strategies,
+        &state.probe,
+        id,
+        user,
+        body.quantity,
+    )
+    .await
+    .map_err(|err| match err {
+        PurchaseError::UnknownSale(id) => AppError::no_such_sale(id),
+        PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
+        PurchaseError::Strategy(err) => AppError::Strategy(err),
+    })?;
     match outcome {
         Outcome::Placed { order_id, quantity } => Ok((
             StatusCode::CREATED,

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::outcome::{Backend, Outcome, StrategyError};
+use crate::postgres_probe::is_pool_timeout;
 use crate::sale::{InvalidInput, SaleId};
 
 /// An RFC 9457 problem document.
@@ -147,6 +148,12 @@ impl AppError {
     }
 }
 
+/// Marks the answer to a Postgres pool timeout that nothing has sorted out
+/// yet (see `crate::postgres_probe`): the router re-answers it `busy` when
+/// Postgres answers a probe, and leaves it `unavailable` otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct UnsortedPoolTimeout;
+
 /// Prefix of every problem `type`: `/problems/sold-out`, … (relative URIs,
 /// resolved against the service's own address; documented in docs/api.md).
 pub const PROBLEM_TYPE_PREFIX: &str = "/problems/";
@@ -154,6 +161,8 @@ pub const PROBLEM_TYPE_PREFIX: &str = "/problems/";
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, slug, title) = self.kind();
+        let unsorted_pool_timeout =
+            matches!(&self, AppError::Strategy(err) if is_pool_timeout(err));
         let mut retry_after = None;
         let mut backend = None;
         let detail = match &self {
@@ -162,7 +171,9 @@ impl IntoResponse for AppError {
                 "the request failed unexpectedly; it has been logged".to_owned()
             }
             AppError::Strategy(StrategyError::Unavailable { backend: b, source }) => {
-                tracing::warn!(backend = ?b, error = %source, "backing service unavailable");
+                if !unsorted_pool_timeout {
+                    tracing::warn!(backend = ?b, error = %source, "backing service unavailable");
+                }
                 backend = Some(*b);
                 retry_after = Some(Duration::from_secs(1));
                 format!("{b:?} is unavailable; retry later")
@@ -181,6 +192,9 @@ impl IntoResponse for AppError {
             backend,
         };
         let mut response = (status, Json(problem)).into_response();
+        if unsorted_pool_timeout {
+            response.extensions_mut().insert(UnsortedPoolTimeout);
+        }
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if let Some(after) = retry_after {

@@ -11,7 +11,7 @@
 pub mod error;
 pub mod extract;
 
-pub use error::{AppError, PROBLEM_TYPE_PREFIX, Problem};
+pub use error::{AppError, PROBLEM_TYPE_PREFIX, Problem, UnsortedPoolTimeout};
 pub use extract::{ApiJson, SalePath};
 
 #[cfg(test)]
