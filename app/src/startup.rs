@@ -1,4 +1,5 @@
-//! Building and running the service: database, migrations, state, listener.
+//! Building and running the service: database, migrations, state, listener,
+//! and the server with its connection limits ([`server`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use crate::postgres_probe::PostgresProbe;
 use crate::sale::SaleCatalog;
 use crate::strategy::{Deps, Strategies};
 use crate::telemetry;
+
+pub mod server;
 
 /// The migrations of `migrations/`, embedded at build time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -105,18 +108,24 @@ impl Application {
         self.listener.local_addr().expect("a bound listener has an address")
     }
 
-    /// Serves until `shutdown` completes, then drains in-flight requests,
-    /// closes the RabbitMQ connections (the `queue` consumers stop, and the
-    /// broker hands their unacknowledged messages on at once) and closes the
-    /// pool.
+    /// Serves until `shutdown` completes, within the configured connection
+    /// limits ([`server::serve`]), then drains in-flight requests, closes the
+    /// RabbitMQ connections (the `queue` consumers stop, and the broker hands
+    /// their unacknowledged messages on at once) and closes the pool.
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let (db, amqp) = (self.state.db.clone(), self.state.amqp.clone());
+        let config = &self.state.config;
+        let limits = server::Limits {
+            max_connections: usize::try_from(config.max_connections).unwrap_or(usize::MAX),
+            header_timeout: Duration::from_millis(config.header_timeout_ms),
+            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+        };
         let app = http::router(self.state);
-        tracing::info!(addr = %self.listener.local_addr()?, "listening");
-        axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
+        tracing::info!(addr = %self.listener.local_addr()?, ?limits, "listening");
+        server::serve(self.listener, app, limits, shutdown).await;
         amqp.close().await;
         db.close().await;
         tracing::info!("stopped");

@@ -87,6 +87,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(middleware::from_fn_with_state(state.probe.clone(), sort_pool_timeouts))
+        .layer(middleware::from_fn_with_state(state.config.request_timeout(), request_timeout))
         .layer(
             // Requests that match no route are counted under one label, not
             // their raw path: a client must not be able to mint series.
@@ -119,4 +120,22 @@ async fn sort_pool_timeouts(
         return response;
     }
     AppError::from(probe.triage(sqlx::Error::PoolTimedOut.into()).await).into_response()
+}
+
+/// Answers `504 timeout` for a request that runs longer than `timeout`
+/// (`SECKILL_REQUEST_TIMEOUT_MS`), reading its body included. Not
+/// `tower_http::timeout::TimeoutLayer`, which answers `408` with no body: a
+/// slow server is not a slow client, and every error here is a problem
+/// document. `504`, not `503`: the request may have had its effect (a
+/// purchase's transaction or lock task runs on), so "not handled, retry
+/// later" would not be true.
+async fn request_timeout(
+    State(timeout): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => AppError::Timeout(timeout).into_response(),
+    }
 }

@@ -77,6 +77,14 @@ pub enum AppError {
     /// `409 ended`: at or after the sale's `ends_at`.
     #[error("sale ended")]
     Ended,
+    /// `504 timeout`: the request ran longer than `SECKILL_REQUEST_TIMEOUT_MS`
+    /// (the duration); what it set in motion may still complete.
+    #[error(
+        "no answer within {} ms; what the request started may still complete, and a retry is \
+         safe (a buyer never gets two orders of a sale)",
+        .0.as_millis()
+    )]
+    Timeout(Duration),
     /// `503 busy` (with `Retry-After`), `503 unavailable` or `500 internal`,
     /// as the strategy's error says.
     #[error(transparent)]
@@ -135,6 +143,7 @@ impl AppError {
             AlreadyPurchased => (StatusCode::CONFLICT, "already-purchased", "Already purchased"),
             NotStarted => (StatusCode::CONFLICT, "not-started", "Sale not started"),
             Ended => (StatusCode::CONFLICT, "ended", "Sale ended"),
+            Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout", "Request timed out"),
             Strategy(StrategyError::Busy { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy, retry later")
             }

@@ -55,6 +55,7 @@ mod tests {
             (AppError::AlreadyPurchased, 409, "already-purchased"),
             (AppError::NotStarted, 409, "not-started"),
             (AppError::Ended, 409, "ended"),
+            (AppError::Timeout(Duration::from_secs(10)), 504, "timeout"),
             (unavailable.into(), 503, "unavailable"),
             (StrategyError::Internal(anyhow::anyhow!("bug")).into(), 500, "internal"),
             (sqlx::Error::PoolTimedOut.into(), 503, "unavailable"),
@@ -69,7 +70,7 @@ mod tests {
         assert_eq!(AppError::from(busy).kind().1, "busy");
         slugs.sort_unstable();
         slugs.dedup();
-        assert_eq!(slugs.len(), 15, "every kind has a type of its own");
+        assert_eq!(slugs.len(), 16, "every kind has a type of its own");
     }
 
     #[test]

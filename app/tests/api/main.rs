@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod audit;
+mod connections;
 mod errors;
 mod health;
 mod outage;
