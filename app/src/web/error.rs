@@ -16,10 +16,11 @@ use crate::postgres_probe::is_pool_timeout;
 use crate::sale::{InvalidInput, SaleId};
 
 /// An RFC 9457 problem document.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Problem {
     /// `/problems/<slug>`, stable per kind of failure (docs/api.md).
     #[serde(rename = "type")]
+    #[schema(example = "/problems/sold-out")]
     pub kind: String,
     /// A short, fixed summary of the kind.
     pub title: &'static str,

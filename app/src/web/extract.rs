@@ -87,8 +87,14 @@ fn is_json(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The `{id}` of `/sales/{id}/…` routes.
-pub struct SalePath(pub SaleId);
+/// The `{id}` of `/sales/{id}/…` routes (and, as `params(SalePath)`, its
+/// description in the OpenAPI document).
+#[derive(utoipa::IntoParams)]
+#[into_params(names("id"), parameter_in = Path)]
+pub struct SalePath(
+    /// The sale's id.
+    pub SaleId,
+);
 
 impl<S: Send + Sync> FromRequestParts<S> for SalePath {
     type Rejection = AppError;

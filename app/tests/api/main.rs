@@ -9,6 +9,7 @@ mod audit;
 mod connections;
 mod errors;
 mod health;
+mod openapi;
 mod outage;
 mod purchase_rules;
 mod strategies;

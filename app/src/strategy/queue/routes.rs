@@ -5,11 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Json;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::routing::get;
-use axum::{Json, Router};
 use serde::Deserialize;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::{Queue, QueueStats, RequestResult};
 use crate::sale::{InvalidInput, SaleCatalog, SaleId};
@@ -29,18 +31,18 @@ struct RouteState {
 /// The public route `requests/{request_id}` and the admin route `queue`.
 pub(super) fn routes(queue: Arc<Queue>, catalog: SaleCatalog) -> StrategyRoutes {
     let state = RouteState { queue, catalog };
-    let public = Router::new()
-        .route("/sales/{id}/requests/{request_id}", get(request))
-        .with_state(state.clone());
-    let admin = Router::new().route("/admin/sales/{id}/queue", get(queue_stats)).with_state(state);
+    let public = OpenApiRouter::new().routes(routes!(request)).with_state(state.clone());
+    let admin = OpenApiRouter::new().routes(routes!(queue_stats)).with_state(state);
     StrategyRoutes { key: "queue", public, admin }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct Wait {
-    /// Milliseconds to wait for a pending request to be resolved
-    /// (`0..=5000`, default 0: answer at once).
+    /// Milliseconds to wait for a pending request to be resolved (default 0:
+    /// answer at once).
+    #[param(minimum = 0, maximum = 5000)]
     wait_ms: Option<u64>,
 }
 
@@ -48,6 +50,17 @@ struct Wait {
 /// request's [`RequestResult`] (`status` is `pending` until the consumer
 /// settles it), or `404` when the sale has no such request. With `wait_ms`,
 /// a pending request is re-read until it is resolved or the time is up.
+#[utoipa::path(
+    get,
+    path = "/sales/{id}/requests/{request_id}",
+    tag = "sales",
+    params(
+        SalePath,
+        ("request_id" = uuid::Uuid, Path, description = "From the `202` of the purchase"),
+        Wait,
+    ),
+    responses((status = 200, description = "The request and its result", body = RequestResult)),
+)]
 async fn request(
     State(state): State<RouteState>,
     path: Result<Path<(String, String)>, PathRejection>,
@@ -80,6 +93,13 @@ async fn request(
 /// (requests accepted and still unresolved, results, accept → resolved
 /// latency, consumer batch sizes). Zeros for a sale with no requests; `404`
 /// for an unknown sale.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{id}/queue",
+    tag = "admin",
+    params(SalePath),
+    responses((status = 200, description = "The sale's queue statistics", body = QueueStats)),
+)]
 async fn queue_stats(
     State(state): State<RouteState>,
     SalePath(id): SalePath,
