@@ -13,7 +13,7 @@ use super::auth::Admin;
 use crate::audit::{self, Audit};
 use crate::sale::{InvalidInput, Knobs, SALE_COLUMNS, Sale, Stock};
 use crate::strategy::{Reconciliation, StrategyName, UnknownStrategy};
-use crate::web::{ApiJson, AppError, SalePath};
+use crate::web::{ApiJson, AppError, SalePath, integer, optional_integer};
 
 /// Upper bound on stock figures, so that sums stay far from `i64::MAX`.
 const MAX_UNITS: i64 = 1_000_000_000_000;
@@ -36,11 +36,13 @@ pub struct NewSale {
     name: String,
     /// Initial stock, units.
     #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
+    #[serde(deserialize_with = "integer")]
     stock: i64,
     #[schema(value_type = StrategyName)]
     strategy: String,
     /// Units one user may buy, in one order.
     #[schema(minimum = 1, maximum = 1_000_000, default = 1)]
+    #[serde(default, deserialize_with = "optional_integer")]
     per_user_limit: Option<i32>,
     /// Opening time (inclusive), RFC 3339, within the years 1 to 9999 in UTC;
     /// stored to the microsecond. Absent: open from the start.
@@ -49,13 +51,16 @@ pub struct NewSale {
     ends_at: Option<DateTime<Utc>>,
     /// Lease of `lock/*` strategies, milliseconds.
     #[schema(minimum = 1, maximum = 600_000, default = 2000)]
+    #[serde(default, deserialize_with = "optional_integer")]
     lock_lease_ms: Option<i32>,
     /// Simulated work inside the critical section or transaction,
     /// milliseconds, ±50 % jitter.
     #[schema(minimum = 0, maximum = 600_000, default = 0)]
+    #[serde(default, deserialize_with = "optional_integer")]
     work_ms: Option<i32>,
     /// Length of a stall inside the critical section, milliseconds.
     #[schema(minimum = 0, maximum = 600_000, default = 0)]
+    #[serde(default, deserialize_with = "optional_integer")]
     pause_ms: Option<i32>,
     /// Fraction of purchases that stall for `pause_ms`.
     #[schema(minimum = 0, maximum = 1, default = 0)]
@@ -190,6 +195,7 @@ pub async fn create_sale(
 pub struct Restock {
     /// Units to add; the total stock may not exceed 10^12.
     #[schema(minimum = 1, maximum = 1_000_000_000_000_i64)]
+    #[serde(deserialize_with = "integer")]
     units: i64,
 }
 

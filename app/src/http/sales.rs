@@ -13,7 +13,7 @@ use crate::outcome::Outcome;
 use crate::purchase::{PurchaseError, purchase};
 use crate::sale::{self, Phase, SaleId, UserId};
 use crate::strategy_name::StrategyName;
-use crate::web::{ApiJson, AppError, Problem, SalePath};
+use crate::web::{ApiJson, AppError, Problem, SalePath, integer, optional_integer};
 
 /// A sale as a buyer sees it.
 #[derive(Serialize, ToSchema)]
@@ -77,9 +77,11 @@ pub async fn get_sale(
 pub struct PlaceOrder {
     /// The buyer: any non-negative 64-bit integer.
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "integer")]
     user_id: i64,
     /// Units to buy, up to the sale's `per_user_limit`.
     #[schema(minimum = 1, maximum = 1_000_000, default = 1)]
+    #[serde(default, deserialize_with = "optional_integer")]
     quantity: Option<i64>,
 }
 

@@ -2,17 +2,20 @@
 //! — the service's own router (`crate::http`) or a strategy that serves routes
 //! of its own (the `queue` strategy's request results, the lock strategies'
 //! statistics): [`AppError`], the one mapping of failures to problem+json
-//! answers, and extractors whose rejections are problems ([`ApiJson`],
-//! [`SalePath`]).
+//! answers, extractors whose rejections are problems ([`ApiJson`],
+//! [`SalePath`]), and the reading of integers in request bodies as the
+//! OpenAPI document defines them ([`integer`]).
 //!
 //! It sits below the strategies so that their routes answer exactly like the
 //! service's own, and it knows nothing of routing, state or authentication.
 
 pub mod error;
 pub mod extract;
+pub mod integer;
 
 pub use error::{AppError, PROBLEM_TYPE_PREFIX, Problem, UnsortedPoolTimeout};
 pub use extract::{ApiJson, SalePath};
+pub use integer::{integer, optional_integer};
 
 #[cfg(test)]
 mod tests {
