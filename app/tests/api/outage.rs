@@ -145,14 +145,20 @@ async fn a_pool_exhausted_by_slow_work_is_503_busy_while_postgres_answers() {
     let app = TestApp::spawn_with(|config| {
         config.db_acquire_timeout_ms = 300;
         config.db_pool_size = 2;
+        config.request_timeout_ms = 30_000; // longer than the slow purchases
     })
     .await;
-    // Each purchase holds its connection 2..6 s (work_ms 4000 ± 50 %).
+    // Each purchase holds its connection 3..9 s (work_ms 6000 ± 50 %): room
+    // for the reads below on a loaded machine.
     let sale = app
-        .create_sale(json!({ "name": "slow", "stock": 10, "strategy": "sql", "work_ms": 4000 }))
+        .create_sale(json!({ "name": "slow", "stock": 10, "strategy": "sql", "work_ms": 6000 }))
         .await["id"]
         .as_i64()
         .unwrap();
+    // Both connections opened first, so that the slow purchases take them
+    // at once rather than racing the reads below for a connection still
+    // being established.
+    tokio::join!(app.sale_status(sale), app.sale_status(sale));
     let slow: Vec<_> = (1..=2)
         .map(|user| {
             let (client, url) = (app.client.clone(), app.url(&format!("/sales/{sale}/orders")));
@@ -163,7 +169,8 @@ async fn a_pool_exhausted_by_slow_work_is_503_busy_while_postgres_answers() {
         .collect();
 
     // Once both connections are taken, a read waits 300 ms and is told busy.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let read = loop {
         let response = app.get_sale(sale).await;
         if response.status() != StatusCode::OK {
