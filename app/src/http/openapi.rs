@@ -14,7 +14,7 @@ use axum::body::Bytes;
 use axum::http::header;
 use axum::response::IntoResponse;
 use utoipa::OpenApi;
-use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::path::{Operation, ParameterIn, PathItem};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
     ContentBuilder, HeaderBuilder, Ref, RefOr, Response, ResponseBuilder, Schema, Type,
@@ -102,11 +102,10 @@ pub fn finish(mut document: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenAp
             if operation.request_body.is_some() {
                 shared.extend(["400", "413", "415", "422"]);
             }
-            let has = |location: &str| has_parameter(operation, location);
-            if has("query") {
+            if has_parameter(operation, ParameterIn::Query) {
                 shared.push("422");
             }
-            if has("path") {
+            if has_parameter(operation, ParameterIn::Path) {
                 shared.push("404");
             }
             if path.starts_with("/admin/") {
@@ -140,15 +139,12 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
     .filter_map(Option::as_mut)
 }
 
-/// Whether `operation` has a parameter in `location` (`path`, `query`).
-fn has_parameter(operation: &Operation, location: &str) -> bool {
-    let in_location = |parameter: &RefOr<utoipa::openapi::path::Parameter>| match parameter {
-        RefOr::T(parameter) => {
-            serde_json::to_value(&parameter.parameter_in).is_ok_and(|value| value == location)
-        }
+/// Whether `operation` has a parameter in `location`.
+fn has_parameter(operation: &Operation, location: ParameterIn) -> bool {
+    operation.parameters.iter().flatten().any(|parameter| match parameter {
+        RefOr::T(parameter) => parameter.parameter_in == location,
         RefOr::Ref(_) => false,
-    };
-    operation.parameters.iter().flatten().any(in_location)
+    })
 }
 
 /// A problem answer: `application/problem+json` with the [`Problem`] schema,
