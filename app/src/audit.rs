@@ -17,7 +17,7 @@ use sqlx::PgConnection;
 use crate::sale::SaleId;
 
 /// The audit of one sale. Units are units of stock.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Audit {
     pub sale_id: SaleId,
     /// `sales.strategy`.

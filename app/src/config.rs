@@ -39,6 +39,33 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
 
+    /// Open HTTP connections at most; a connection beyond the cap is answered
+    /// `503 busy` and closed at once. Keep it under the process's file
+    /// descriptor limit (`ulimit -n`), with room for the connection pools.
+    #[arg(long, env = "SECKILL_MAX_CONNECTIONS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
+    /// Milliseconds a client has to send a complete request head, from its
+    /// first byte (from the accept, for a connection's first request); then
+    /// the connection is closed.
+    #[arg(long, env = "SECKILL_HEADER_TIMEOUT_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
+
+    /// Milliseconds a kept-alive connection may stay open with no request in
+    /// progress and no byte read or written; then it is closed.
+    #[arg(long, env = "SECKILL_IDLE_TIMEOUT_MS", default_value_t = 60_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
+
+    /// Milliseconds a request may run, reading its body included, before it
+    /// is answered `504 timeout`. What it set in motion may still complete
+    /// (a purchase is never placed twice for one buyer, so a retry is safe).
+    #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_ms: u64,
+
     /// Bearer token for `/admin/*` routes. Unset: the development default
     /// `dev-admin-token`, with a warning at start.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
@@ -112,8 +139,9 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub batch_window_us: u64,
 
-    /// How long a request waits for a pool connection before it is answered
-    /// 503, in milliseconds.
+    /// How long a request waits for a pool connection, in milliseconds; then
+    /// it is answered 503 `busy` if Postgres answers a probe connection (the
+    /// pool is exhausted by slow work), 503 `unavailable` if it does not.
     #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
     pub db_acquire_timeout_ms: u64,
 
@@ -195,6 +223,10 @@ impl Config {
         Duration::from_millis(self.db_acquire_timeout_ms)
     }
 
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+
     pub fn lock_wait(&self) -> Duration {
         Duration::from_millis(self.lock_wait_ms)
     }
@@ -213,6 +245,10 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("addr", &self.addr)
+            .field("max_connections", &self.max_connections)
+            .field("header_timeout_ms", &self.header_timeout_ms)
+            .field("idle_timeout_ms", &self.idle_timeout_ms)
+            .field("request_timeout_ms", &self.request_timeout_ms)
             .field("db_pool_size", &self.db_pool_size)
             .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
             .field("reconcile_interval_ms", &self.reconcile_interval_ms)

@@ -11,6 +11,8 @@
 //! - [`sale`], [`strategy_name`], [`outcome`]: the vocabulary at the bottom —
 //!   validated domain types and the sale catalogue, the name of a strategy,
 //!   what a strategy answers;
+//! - [`postgres_probe`]: a pool timeout told apart as overload (`busy`) or
+//!   outage (`unavailable`);
 //! - [`startup`]: database preparation and the server.
 //!
 //! Modules import only from their own layer or below (vocabulary, then
@@ -23,6 +25,7 @@ pub mod config;
 pub mod http;
 pub mod metric_names;
 pub mod outcome;
+pub mod postgres_probe;
 pub mod purchase;
 pub mod sale;
 pub mod startup;

@@ -48,7 +48,7 @@ impl Outcome {
 }
 
 /// A backing server: one a strategy needs, or the one that failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// The source of truth: sales, orders, requests (`DATABASE_URL`).
@@ -108,7 +108,7 @@ impl From<sqlx::Error> for StrategyError {
 
 /// What one reconciliation pass over a sale found and fixed. Units are units
 /// of stock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Reconciliation {
     pub sale_id: SaleId,
     /// As the audit's `redis_drift`, measured before this pass fixed

@@ -7,6 +7,7 @@ use metrics::counter;
 use sqlx::PgPool;
 
 use crate::outcome::{Outcome, StrategyError};
+use crate::postgres_probe::PostgresProbe;
 use crate::sale::{InvalidInput, Phase, Quantity, SaleCatalog, SaleId, UserId};
 use crate::strategy::Strategies;
 
@@ -25,20 +26,21 @@ pub enum PurchaseError {
 ///
 /// Errors: [`PurchaseError::UnknownSale`]; [`PurchaseError::Invalid`] when the
 /// quantity is outside `1..=per_user_limit`; [`PurchaseError::Strategy`] when
-/// the strategy applied back-pressure or a backing server failed.
+/// the strategy applied back-pressure or a backing server failed (a Postgres
+/// pool timeout sorted out by `probe` into `busy` or `unavailable`).
 pub async fn purchase(
     db: &PgPool,
     catalog: &SaleCatalog,
     strategies: &Strategies,
+    probe: &PostgresProbe,
     id: SaleId,
     user: UserId,
     quantity: Option<i64>,
 ) -> Result<Outcome, PurchaseError> {
-    let sale = catalog
-        .get(db, id)
-        .await
-        .map_err(StrategyError::from)?
-        .ok_or(PurchaseError::UnknownSale(id))?;
+    let sale = match catalog.get(db, id).await {
+        Ok(sale) => sale.ok_or(PurchaseError::UnknownSale(id))?,
+        Err(err) => return Err(probe.triage(err.into()).await.into()),
+    };
     let quantity = match quantity {
         Some(raw) => Quantity::parse(raw, sale.per_user_limit)?,
         None => Quantity::ONE,
@@ -47,7 +49,10 @@ pub async fn purchase(
     let result = match sale.phase(Utc::now()) {
         Phase::NotStarted => Ok(Outcome::NotStarted),
         Phase::Ended => Ok(Outcome::Ended),
-        Phase::Open => strategies.get(sale.strategy).purchase(&sale, user, quantity).await,
+        Phase::Open => match strategies.get(sale.strategy).purchase(&sale, user, quantity).await {
+            Err(err) => Err(probe.triage(err).await),
+            answer => answer,
+        },
     };
     let label = match &result {
         Ok(outcome) => outcome.label(),

@@ -21,7 +21,18 @@ use crate::strategy_name::StrategyName;
 
 /// Primary key of a sale (`sales.id`).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, sqlx::Type,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    sqlx::Type,
+    utoipa::ToSchema,
 )]
 #[serde(transparent)]
 #[sqlx(transparent)]
@@ -30,8 +41,9 @@ pub struct SaleId(pub i64);
 /// A buyer. Any non-negative 64-bit integer chosen by the caller; the service
 /// has no user table, the unique constraint `orders_sale_user_key` is what makes
 /// "one order per user per sale" hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(transparent)]
+#[schema(minimum = 0)]
 pub struct UserId(i64);
 
 impl UserId {
@@ -85,14 +97,18 @@ impl InvalidInput {
 }
 
 /// A sale's settings, as stored in `sales` (stock excluded: it changes).
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Sale {
     pub id: SaleId,
+    /// 1 to 200 characters, trimmed.
     pub name: String,
+    /// Units one buyer may take, in one order.
     pub per_user_limit: i32,
     #[sqlx(try_from = "String")]
     pub strategy: StrategyName,
+    /// The sale opens at this time (inclusive); `null`: open from the start.
     pub starts_at: Option<DateTime<Utc>>,
+    /// The sale ends at this time (exclusive); `null`: never.
     pub ends_at: Option<DateTime<Utc>>,
     #[serde(flatten)]
     #[sqlx(flatten)]
@@ -105,7 +121,7 @@ pub struct Sale {
 
 /// Demonstration knobs: simulated work and stalls inside a strategy's critical
 /// section (or transaction), and the lease of lock strategies.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Knobs {
     /// Lease of `lock/*` strategies, milliseconds (default 2000).
     pub lock_lease_ms: i32,
@@ -170,7 +186,7 @@ pub(crate) const SALE_COLUMNS: &str = "id, name, per_user_limit, strategy, start
      lock_lease_ms, work_ms, pause_ms, pause_ratio, buckets, created_at";
 
 /// Stock figures of a sale, read fresh from Postgres.
-#[derive(Debug, Clone, Copy, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Copy, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Stock {
     /// Units ever put on sale (initial stock + restocks).
     pub total_stock: i64,

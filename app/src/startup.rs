@@ -1,4 +1,5 @@
-//! Building and running the service: database, migrations, state, listener.
+//! Building and running the service: database, migrations, state, listener,
+//! and the server with its connection limits ([`server`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,9 +14,12 @@ use tokio::net::TcpListener;
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::http::{self, AppState};
+use crate::postgres_probe::PostgresProbe;
 use crate::sale::SaleCatalog;
 use crate::strategy::{Deps, Strategies};
 use crate::telemetry;
+
+pub mod server;
 
 /// The migrations of `migrations/`, embedded at build time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
@@ -37,11 +41,17 @@ pub async fn prepare_database(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How the service connects to Postgres: `DATABASE_URL`, application name
+/// `seckill`.
+pub fn connect_options(config: &Config) -> anyhow::Result<PgConnectOptions> {
+    let options: PgConnectOptions = config.database_url.parse().context("parsing DATABASE_URL")?;
+    Ok(options.application_name("seckill"))
+}
+
 /// The service's Postgres pool: `config.db_pool_size` connections, failing a
 /// request that waits longer than `db_acquire_timeout` for one.
 pub fn db_pool(config: &Config) -> anyhow::Result<PgPool> {
-    let options: PgConnectOptions = config.database_url.parse().context("parsing DATABASE_URL")?;
-    let options = options.application_name("seckill");
+    let options = connect_options(config)?;
     Ok(PgPoolOptions::new()
         .max_connections(config.db_pool_size)
         .acquire_timeout(config.db_acquire_timeout())
@@ -67,6 +77,7 @@ impl Application {
         }
         prepare_database(&config.database_url).await?;
         let db = db_pool(&config)?;
+        let probe = PostgresProbe::new(connect_options(&config)?);
         let listener = TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("binding {}", config.addr))?;
@@ -90,6 +101,7 @@ impl Application {
             metrics: telemetry::metrics_handle(),
             config,
             db,
+            probe,
         };
         Ok(Self { listener, state })
     }
@@ -99,18 +111,24 @@ impl Application {
         self.listener.local_addr().expect("a bound listener has an address")
     }
 
-    /// Serves until `shutdown` completes, then drains in-flight requests,
-    /// closes the RabbitMQ connections (the `queue` consumers stop, and the
-    /// broker hands their unacknowledged messages on at once) and closes the
-    /// pool.
+    /// Serves until `shutdown` completes, within the configured connection
+    /// limits ([`server::serve`]), then drains in-flight requests, closes the
+    /// RabbitMQ connections (the `queue` consumers stop, and the broker hands
+    /// their unacknowledged messages on at once) and closes the pool.
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let (db, amqp) = (self.state.db.clone(), self.state.amqp.clone());
+        let config = &self.state.config;
+        let limits = server::Limits {
+            max_connections: usize::try_from(config.max_connections).unwrap_or(usize::MAX),
+            header_timeout: Duration::from_millis(config.header_timeout_ms),
+            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+        };
         let app = http::router(self.state);
-        tracing::info!(addr = %self.listener.local_addr()?, "listening");
-        axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
+        tracing::info!(addr = %self.listener.local_addr()?, ?limits, "listening");
+        server::serve(self.listener, app, limits, shutdown).await;
         amqp.close().await;
         db.close().await;
         tracing::info!("stopped");

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "telemetry",
             "backends",
+            "postgres_probe",
             // Metric names, defined once for the service and the load test.
             "metric_names",
         ],

@@ -98,14 +98,17 @@ impl Round {
         sell_through: Option<f64>,
         rejection_rps: Option<f64>,
     ) -> Vec<(Kind, f64)> {
-        [(Kind::bounding_sell_through(strategy), sell_through), (Some(Kind::HttpRps), rejection_rps)]
-            .into_iter()
-            .filter_map(|(kind, rate)| {
-                let kind = kind?;
-                let ratio = rate? / self.get(kind).filter(|c| *c > 0.0)?;
-                (ratio > UNDERSHOT_MARGIN).then_some((kind, ratio))
-            })
-            .collect()
+        [
+            (Kind::bounding_sell_through(strategy), sell_through),
+            (Some(Kind::HttpRps), rejection_rps),
+        ]
+        .into_iter()
+        .filter_map(|(kind, rate)| {
+            let kind = kind?;
+            let ratio = rate? / self.get(kind).filter(|c| *c > 0.0)?;
+            (ratio > UNDERSHOT_MARGIN).then_some((kind, ratio))
+        })
+        .collect()
     }
 }
 
@@ -392,6 +395,7 @@ mod tests {
                 batch_size: 200,
                 ratio_vs_sql_tps: None,
             }),
+            sql_batched_units_per_s: None,
         }
     }
 
@@ -439,6 +443,9 @@ mod tests {
         assert_eq!(r.exceeded_by("queue", Some(300.0), None), vec![]);
         assert_eq!(r.exceeded_by("queue", Some(1_100.0), None).len(), 1);
         assert_eq!(r.exceeded_by("sql", None, None), vec![]);
+        // Many units per transaction, or several rows: sql_tps does not bound them.
+        assert_eq!(r.exceeded_by("sql/batched", Some(1_000.0), None), vec![]);
+        assert_eq!(r.exceeded_by("sql/buckets", Some(1_000.0), None), vec![]);
         assert_eq!(Round::default().exceeded_by("sql", Some(1.0), Some(1.0)), vec![]);
     }
 }

@@ -6,48 +6,84 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Admin;
 use crate::audit::{self, Audit};
 use crate::sale::{InvalidInput, Knobs, SALE_COLUMNS, Sale, Stock};
 use crate::strategy::{Reconciliation, StrategyName, UnknownStrategy};
-use crate::web::{ApiJson, AppError, SalePath};
+use crate::web::{ApiJson, AppError, SalePath, integer, optional_integer};
 
 /// Upper bound on stock figures, so that sums stay far from `i64::MAX`.
 const MAX_UNITS: i64 = 1_000_000_000_000;
 
 /// Body of `POST /admin/sales`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewSale {
+    /// No control character, at least one character that is not whitespace;
+    /// trimmed before it is stored.
+    // The pattern says what `validate` checks with Rust's character classes:
+    // `char::is_control` is U+0000–U+001F and U+007F–U+009F, and
+    // `char::is_whitespace` adds U+0020, U+00A0, U+1680, U+2000–U+200A,
+    // U+2028, U+2029, U+202F, U+205F and U+3000.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F]*[^\u0000-\u0020\u007F-\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\u0000-\u001F\u007F-\u009F]*$"
+    )]
     name: String,
-    /// Initial stock, units (`0..=10^12`).
+    /// Initial stock, units.
+    #[schema(minimum = 0, maximum = 1_000_000_000_000_i64)]
+    #[serde(deserialize_with = "integer")]
     stock: i64,
-    /// A strategy name, e.g. `sql` or `sql/for-update`.
+    #[schema(value_type = StrategyName)]
     strategy: String,
-    /// Units one user may buy in one order (default 1).
+    /// Units one user may buy, in one order.
+    #[schema(minimum = 1, maximum = 1_000_000, default = 1)]
+    #[serde(default, deserialize_with = "optional_integer")]
     per_user_limit: Option<i32>,
-    /// RFC 3339 timestamps; the window is `[starts_at, ends_at)`.
+    /// Opening time (inclusive), RFC 3339, within the years 1 to 9999 in UTC;
+    /// stored to the microsecond. Absent: open from the start.
     starts_at: Option<DateTime<Utc>>,
+    /// Closing time (exclusive), as `starts_at`, after it. Absent: never.
     ends_at: Option<DateTime<Utc>>,
+    /// Lease of `lock/*` strategies, milliseconds.
+    #[schema(minimum = 1, maximum = 600_000, default = 2000)]
+    #[serde(default, deserialize_with = "optional_integer")]
     lock_lease_ms: Option<i32>,
+    /// Simulated work inside the critical section or transaction,
+    /// milliseconds, ±50 % jitter.
+    #[schema(minimum = 0, maximum = 600_000, default = 0)]
+    #[serde(default, deserialize_with = "optional_integer")]
     work_ms: Option<i32>,
+    /// Length of a stall inside the critical section, milliseconds.
+    #[schema(minimum = 0, maximum = 600_000, default = 0)]
+    #[serde(default, deserialize_with = "optional_integer")]
     pause_ms: Option<i32>,
+    /// Fraction of purchases that stall for `pause_ms`.
+    #[schema(minimum = 0, maximum = 1, default = 0)]
     pause_ratio: Option<f64>,
     /// Rows the stock is split over, for a strategy that splits it (its
-    /// [`crate::strategy::Strategy::buckets`] decides the default and range).
+    /// [`crate::strategy::Strategy::buckets`] decides the default and range:
+    /// 1–1024, 8 by default, for `sql/buckets`; `422` on any other strategy).
+    #[schema(minimum = 1, maximum = 1024)]
+    #[serde(default, deserialize_with = "optional_integer")]
     buckets: Option<i32>,
 }
 
 impl NewSale {
     fn validate(self) -> Result<(String, i64, StrategyName, i32, Knobs, Window), InvalidInput> {
-        let name = self.name.trim().to_owned();
-        if name.is_empty() || name.chars().count() > 200 {
+        if !(1..=200).contains(&self.name.chars().count()) {
             return Err(InvalidInput::new("name", "must be 1 to 200 characters"));
         }
-        if name.chars().any(char::is_control) {
+        if self.name.chars().any(char::is_control) {
             return Err(InvalidInput::new("name", "must not contain control characters"));
+        }
+        let name = self.name.trim().to_owned();
+        if name.is_empty() {
+            return Err(InvalidInput::new("name", "must not be only whitespace"));
         }
         if !(0..=MAX_UNITS).contains(&self.stock) {
             return Err(InvalidInput::new("stock", format!("must be between 0 and {MAX_UNITS}")));
@@ -90,16 +126,19 @@ impl NewSale {
     }
 }
 
-/// `t` as Postgres stores it: truncated to whole microseconds, and within
-/// the years 1 to 9999 (Postgres's `timestamptz` reaches further back and
-/// forward, but not as far as RFC 3339 parsing does). Errors name `field`.
+/// `t` as Postgres stores it: truncated to whole microseconds. Errors name
+/// `field`: a time outside the years 1 to 9999 (in UTC) — the range the API
+/// documents; Postgres's `timestamptz` reaches further, and chrono's parser
+/// accepts signed years of more digits.
 fn storable(field: &'static str, t: DateTime<Utc>) -> Result<DateTime<Utc>, InvalidInput> {
-    use chrono::{Datelike, DurationRound, TimeDelta};
+    use chrono::{Datelike, Timelike};
     if !(1..=9999).contains(&t.year()) {
-        return Err(InvalidInput::new(field, "must be between the years 1 and 9999"));
+        return Err(InvalidInput::new(field, "must be between the years 1 and 9999 (UTC)"));
     }
-    t.duration_trunc(TimeDelta::microseconds(1))
-        .map_err(|_| InvalidInput::new(field, "is not a storable time"))
+    // Not `DurationRound`, which counts in i64 nanoseconds and so fails
+    // outside the years 1677 to 2262.
+    t.with_nanosecond(t.nanosecond() / 1000 * 1000)
+        .ok_or_else(|| InvalidInput::new(field, "is not a storable time"))
 }
 
 struct Window {
@@ -108,7 +147,7 @@ struct Window {
 }
 
 /// A sale with its stock, as answered by the admin routes.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct SaleWithStock {
     #[serde(flatten)]
     sale: Sale,
@@ -117,6 +156,13 @@ pub struct SaleWithStock {
 }
 
 /// `POST /admin/sales` → `201` with the sale.
+#[utoipa::path(
+    post,
+    path = "/admin/sales",
+    tag = "admin",
+    request_body = NewSale,
+    responses((status = 201, description = "The sale was created", body = SaleWithStock)),
+)]
 pub async fn create_sale(
     _: Admin,
     State(state): State<AppState>,
@@ -164,10 +210,12 @@ pub async fn create_sale(
 }
 
 /// Body of `POST /admin/sales/{id}/restock`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Restock {
-    /// Units to add (`1..=10^12`).
+    /// Units to add; the total stock may not exceed 10^12.
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_i64)]
+    #[serde(deserialize_with = "integer")]
     units: i64,
 }
 
@@ -195,6 +243,14 @@ FROM sale";
 /// `POST /admin/sales/{id}/restock`: raises total and remaining stock by the
 /// same amount in one statement (the remaining units on the sale row or
 /// spread over its buckets), so the ledger invariant holds throughout.
+#[utoipa::path(
+    post,
+    path = "/admin/sales/{id}/restock",
+    tag = "admin",
+    params(SalePath),
+    request_body = Restock,
+    responses((status = 200, description = "The sale with its new stock", body = SaleWithStock)),
+)]
 pub async fn restock(
     _: Admin,
     State(state): State<AppState>,
@@ -204,7 +260,7 @@ pub async fn restock(
     if !(1..=MAX_UNITS).contains(&body.units) {
         return Err(InvalidInput::new("units", format!("must be between 1 and {MAX_UNITS}")).into());
     }
-    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let not_found = || AppError::no_such_sale(id);
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let stock: Stock = sqlx::query_as(RESTOCK)
         .bind(id.0)
@@ -223,12 +279,19 @@ pub async fn restock(
 /// `GET /admin/sales/{id}/audit`: the correctness figures of the sale, from
 /// Postgres (see `crate::audit`), plus `redis_drift` measured by the sale's
 /// strategy (`null` when it keeps no counter outside Postgres).
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{id}/audit",
+    tag = "admin",
+    params(SalePath),
+    responses((status = 200, description = "The sale's correctness figures", body = Audit)),
+)]
 pub async fn audit(
     _: Admin,
     State(state): State<AppState>,
     SalePath(id): SalePath,
 ) -> Result<Json<Audit>, AppError> {
-    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let not_found = || AppError::no_such_sale(id);
     let mut audit = {
         let mut conn = state.db.acquire().await?;
         audit::audit(&mut conn, id).await?.ok_or_else(not_found)?
@@ -242,12 +305,19 @@ pub async fn audit(
 /// background job runs the same pass every `SECKILL_RECONCILE_INTERVAL_MS`).
 /// For a strategy with nothing to reconcile the report has `redis_drift:
 /// null` and no fixes.
+#[utoipa::path(
+    post,
+    path = "/admin/sales/{id}/reconcile",
+    tag = "admin",
+    params(SalePath),
+    responses((status = 200, description = "What the pass found and fixed", body = Reconciliation)),
+)]
 pub async fn reconcile(
     _: Admin,
     State(state): State<AppState>,
     SalePath(id): SalePath,
 ) -> Result<Json<Reconciliation>, AppError> {
-    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let not_found = || AppError::no_such_sale(id);
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let report = state.strategies.get(sale.strategy).reconcile(&sale).await?;
     Ok(Json(report))
@@ -337,6 +407,19 @@ mod tests {
         });
         assert!(new_sale(edges).validate().is_ok());
         assert!(new_sale(json!({ "stock": 0, "pause_ratio": 0.0 })).validate().is_ok());
+    }
+
+    #[test]
+    fn every_time_of_the_years_1_to_9999_is_accepted() {
+        let edges = json!({
+            "starts_at": "0001-01-01T00:00:00Z", "ends_at": "9999-12-31T23:59:59.999999999Z",
+        });
+        let (.., window) = new_sale(edges).validate().unwrap();
+        assert_eq!(window.starts_at.unwrap().to_rfc3339(), "0001-01-01T00:00:00+00:00");
+        assert_eq!(window.ends_at.unwrap().to_rfc3339(), "9999-12-31T23:59:59.999999+00:00");
+        for outside in ["0000-12-31T23:59:59Z", "0001-01-01T00:30:00+01:00"] {
+            assert_eq!(refused(json!({ "starts_at": outside })).0, "starts_at", "{outside}");
+        }
     }
 
     #[test]

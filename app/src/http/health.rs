@@ -4,31 +4,62 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use serde_json::{Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::{AppState, READY_TIMEOUT};
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::outcome::{Backend, StrategyError};
 use crate::web::AppError;
 
+/// `{"status": "ok"}`.
+#[derive(Serialize, ToSchema)]
+pub struct Alive {
+    #[schema(pattern = "^ok$")]
+    status: &'static str,
+}
+
 /// `GET /healthz`: the process answers. Also the load test's trivial endpoint
 /// for the `http_rps` ceiling.
-pub async fn healthz() -> Json<Value> {
-    Json(json!({ "status": "ok" }))
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "The process runs", body = Alive)),
+)]
+pub async fn healthz() -> Json<Alive> {
+    Json(Alive { status: "ok" })
+}
+
+/// `{"status": "ready", "postgres": "ok", "redis": "ok", "rabbitmq": "ok"}`.
+#[derive(Serialize, ToSchema)]
+pub struct Ready {
+    #[schema(pattern = "^ready$")]
+    status: &'static str,
+    #[schema(pattern = "^ok$")]
+    postgres: &'static str,
+    #[schema(pattern = "^ok$")]
+    redis: &'static str,
+    #[schema(pattern = "^ok$")]
+    rabbitmq: &'static str,
 }
 
 /// `GET /readyz`: `200` when every backing server (Postgres, then Redis,
 /// then RabbitMQ) answers within 2 s, else `503` problem `unavailable` naming
 /// the first one that did not.
-pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, AppError> {
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses((status = 200, description = "Every backing server answers", body = Ready)),
+)]
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Ready>, AppError> {
     let ping = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.db);
     match tokio::time::timeout(READY_TIMEOUT, ping).await {
         Ok(Ok(_)) => {
             redis_ready(&state.redis).await?;
             amqp_ready(&state.amqp).await?;
-            Ok(Json(json!({
-                "status": "ready", "postgres": "ok", "redis": "ok", "rabbitmq": "ok"
-            })))
+            Ok(Json(Ready { status: "ready", postgres: "ok", redis: "ok", rabbitmq: "ok" }))
         }
         Ok(Err(err)) => {
             Err(StrategyError::Unavailable { backend: Backend::Postgres, source: err.into() }
@@ -79,6 +110,13 @@ async fn amqp_ready(amqp: &AmqpHandle) -> Result<(), AppError> {
 }
 
 /// `GET /metrics`: Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format, version 0.0.4 (docs/api.md \
+        lists the series)", body = String, content_type = "text/plain")),
+)]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
 }

@@ -11,25 +11,31 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::middleware;
-use axum::routing::{get, post};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router};
 use axum_prometheus::{EndpointLabel, PrometheusMetricLayerBuilder};
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
+use crate::outcome::StrategyError;
+use crate::postgres_probe::PostgresProbe;
 use crate::sale::SaleCatalog;
 use crate::strategy::Strategies;
-use crate::web::AppError;
+use crate::web::{AppError, UnsortedPoolTimeout};
 
 mod admin;
 mod auth;
 mod health;
+pub mod openapi;
 mod sales;
 
 /// Everything a handler may need; cheap to clone.
@@ -44,6 +50,8 @@ pub struct AppState {
     pub redis: RedisHandle,
     /// Shared RabbitMQ handle (also inside the `queue` strategy), for `/readyz`.
     pub amqp: AmqpHandle,
+    /// Tells a pool timeout's overload (`busy`) from an outage.
+    pub probe: PostgresProbe,
 }
 
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
@@ -56,32 +64,17 @@ pub const UNMATCHED_ENDPOINT: &str = "unmatched";
 /// How long `/readyz` waits for each backing server.
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The service's routes, then the strategies' own, with every middleware.
+/// The service's routes, then the strategies' own, and `/openapi.json`,
+/// with every middleware.
 pub fn router(state: AppState) -> Router {
-    let mut router = Router::new()
-        .route("/admin/sales", post(admin::create_sale))
-        .route("/admin/sales/{id}/restock", post(admin::restock))
-        .route("/admin/sales/{id}/audit", get(admin::audit))
-        .route("/admin/sales/{id}/reconcile", post(admin::reconcile))
-        .route("/sales/{id}", get(sales::get_sale))
-        .route("/sales/{id}/orders", post(sales::place_order))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics));
-    for routes in state.strategies.routes() {
-        router = router.merge(routes.public.clone().with_state(()));
-        if routes.admin.has_routes() {
-            let admin = routes
-                .admin
-                .clone()
-                .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_admin));
-            router = router.merge(admin.with_state(()));
-        }
-    }
+    let (router, document) = routes(&state);
     router
+        .layer(Extension(openapi::Served::new(&document)))
         .fallback(|| async { AppError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(middleware::from_fn_with_state(state.probe.clone(), sort_pool_timeouts))
+        .layer(middleware::from_fn_with_state(state.config.request_timeout(), request_timeout))
         .layer(
             // Requests that match no route are counted under one label, not
             // their raw path: a client must not be able to mint series.
@@ -97,6 +90,159 @@ pub fn router(state: AppState) -> Router {
             TraceLayer::new_for_http()
                 .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
         )
-        .layer(CatchPanicLayer::new())
+        .layer(CatchPanicLayer::custom(|_| {
+            let panic = anyhow::anyhow!("a handler panicked");
+            AppError::Strategy(StrategyError::Internal(panic)).into_response()
+        }))
         .with_state(state)
+}
+
+/// Every route, each mounted from its annotated handler, and the OpenAPI
+/// document the same calls build ([`openapi`]).
+fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let mut api = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(admin::create_sale))
+        .routes(routes!(admin::restock))
+        .routes(routes!(admin::audit))
+        .routes(routes!(admin::reconcile))
+        .routes(routes!(sales::get_sale))
+        .routes(routes!(sales::place_order))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+        .routes(routes!(openapi::openapi_json));
+    for routes in state.strategies.routes() {
+        api = api.merge(routes.public.clone().with_state(()));
+        if !routes.admin.get_openapi().paths.paths.is_empty() {
+            let admin = routes
+                .admin
+                .clone()
+                .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_admin));
+            api = api.merge(admin.with_state(()));
+        }
+    }
+    let (router, document) = api.split_for_parts();
+    (router, openapi::finish(document))
+}
+
+/// Re-answers a Postgres pool timeout that its handler left unsorted
+/// ([`UnsortedPoolTimeout`]): `503 busy` when Postgres answers the probe,
+/// `503 unavailable` when it does not. The purchase path sorts its own.
+async fn sort_pool_timeouts(
+    State(probe): State<PostgresProbe>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let response = next.run(request).await;
+    if response.extensions().get::<UnsortedPoolTimeout>().is_none() {
+        return response;
+    }
+    AppError::from(probe.triage(sqlx::Error::PoolTimedOut.into()).await).into_response()
+}
+
+/// Answers `504 timeout` for a request that runs longer than `timeout`
+/// (`SECKILL_REQUEST_TIMEOUT_MS`), reading its body included. Not
+/// `tower_http::timeout::TimeoutLayer`, which answers `408` with no body: a
+/// slow server is not a slow client, and every error here is a problem
+/// document. `504`, not `503`: the request may have had its effect (a
+/// purchase's transaction or lock task runs on), so "not handled, retry
+/// later" would not be true.
+async fn request_timeout(
+    State(timeout): State<Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => AppError::Timeout(timeout).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The router and its OpenAPI document name the same routes. The paths
+    //! the router serves are read from the router itself (its `Debug` form,
+    //! the one view axum gives of its route table); the methods of each path
+    //! are checked against the live service by `app/tests/api/openapi.rs`.
+
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::strategy::Deps;
+
+    /// A state whose servers are never contacted: lazy pools and handles.
+    fn offline_state() -> AppState {
+        let config = Arc::new(Config::from_env());
+        let db = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy(&config.database_url)
+            .expect("a parsable DATABASE_URL");
+        let redis = RedisHandle::new(&config.redis_url, "offline").unwrap();
+        let amqp = AmqpHandle::new(config.amqp_url.clone(), "offline");
+        let catalog = SaleCatalog::default();
+        let deps =
+            Deps::new(db.clone(), redis.clone(), amqp.clone(), config.clone(), catalog.clone());
+        AppState {
+            strategies: Strategies::new(&deps).unwrap(),
+            probe: PostgresProbe::new(crate::startup::connect_options(&config).unwrap()),
+            metrics: crate::telemetry::metrics_handle(),
+            config,
+            db,
+            catalog,
+            redis,
+            amqp,
+        }
+    }
+
+    /// The quoted paths of `router`'s path router in its `Debug` form (the
+    /// fallback router that follows holds axum's own catch-all routes).
+    fn served_paths(router: &Router<AppState>) -> BTreeSet<String> {
+        let debug = format!("{router:?}");
+        let (paths, _) = debug.split_once("fallback_router:").expect("axum's Router layout");
+        paths
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .filter(|quoted| quoted.starts_with('/') && !quoted.contains("__private__"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn every_path_the_router_serves_is_in_the_document_and_no_other() {
+        let (router, document) = routes(&offline_state());
+        let served = served_paths(&router);
+        let documented: BTreeSet<String> = document.paths.paths.keys().cloned().collect();
+        for path in ["/sales/{id}/orders", "/admin/sales/{id}/lock-stats", "/openapi.json"] {
+            assert!(served.contains(path), "{path} is read from the router: {served:?}");
+        }
+        assert_eq!(served, documented);
+    }
+
+    #[tokio::test]
+    async fn a_route_mounted_without_its_annotation_is_caught() {
+        let (router, document) = routes(&offline_state());
+        let router = router.route("/undocumented", axum::routing::get(|| async {}));
+        let documented: BTreeSet<String> = document.paths.paths.keys().cloned().collect();
+        let missing: Vec<String> = served_paths(&router).difference(&documented).cloned().collect();
+        assert_eq!(missing, ["/undocumented"]);
+    }
+
+    #[tokio::test]
+    async fn the_document_is_openapi_3_1_with_a_problem_answer_for_every_error() {
+        let (_, document) = routes(&offline_state());
+        let json = serde_json::to_value(&document).unwrap();
+        assert_eq!(json["openapi"], "3.1.0");
+        let order = &json["paths"]["/sales/{id}/orders"]["post"]["responses"];
+        for status in ["201", "202", "400", "404", "409", "413", "415", "422", "500", "503", "504"]
+        {
+            assert!(order.get(status).is_some(), "POST /sales/{{id}}/orders answers {status}");
+        }
+        let audit = &json["paths"]["/admin/sales/{id}/audit"]["get"];
+        assert!(audit["responses"].get("401").is_some() && audit["security"].is_array());
+        let healthz = &json["paths"]["/healthz"]["get"]["responses"];
+        assert!(healthz.get("404").is_none() && healthz.get("401").is_none());
+        let strategies = &json["components"]["schemas"]["StrategyName"]["enum"];
+        assert_eq!(strategies.as_array().unwrap().len(), crate::strategy::REGISTRY.len());
+    }
 }

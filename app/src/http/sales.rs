@@ -6,39 +6,59 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::AppState;
 use crate::outcome::Outcome;
 use crate::purchase::{PurchaseError, purchase};
 use crate::sale::{self, Phase, SaleId, UserId};
 use crate::strategy_name::StrategyName;
-use crate::web::{ApiJson, AppError, SalePath};
+use crate::web::{ApiJson, AppError, Problem, SalePath, integer, optional_integer};
 
-#[derive(Serialize)]
+/// A sale as a buyer sees it.
+#[derive(Serialize, ToSchema)]
 pub struct SaleStatus {
     id: SaleId,
     name: String,
     strategy: StrategyName,
+    /// Units one buyer may take, in one order.
     per_user_limit: i32,
     total_stock: i64,
     remaining_stock: i64,
-    /// `not_started`, `open`, `sold_out` or `ended`.
-    status: &'static str,
+    status: Availability,
+}
+
+/// Where a sale stands: before its window, open with stock, open without
+/// stock, after its window.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Availability {
+    NotStarted,
+    Open,
+    SoldOut,
+    Ended,
 }
 
 /// `GET /sales/{id}`: remaining stock (read from Postgres) and status.
+#[utoipa::path(
+    get,
+    path = "/sales/{id}",
+    tag = "sales",
+    params(SalePath),
+    responses((status = 200, description = "The sale's stock and status", body = SaleStatus)),
+)]
 pub async fn get_sale(
     State(state): State<AppState>,
     SalePath(id): SalePath,
 ) -> Result<Json<SaleStatus>, AppError> {
-    let not_found = || AppError::NotFound(format!("no sale with id {}", id.0));
+    let not_found = || AppError::no_such_sale(id);
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let stock = sale::stock(&state.db, id).await?.ok_or_else(not_found)?;
     let status = match sale.phase(Utc::now()) {
-        Phase::NotStarted => "not_started",
-        Phase::Ended => "ended",
-        Phase::Open if stock.remaining_stock == 0 => "sold_out",
-        Phase::Open => "open",
+        Phase::NotStarted => Availability::NotStarted,
+        Phase::Ended => Availability::Ended,
+        Phase::Open if stock.remaining_stock == 0 => Availability::SoldOut,
+        Phase::Open => Availability::Open,
     };
     Ok(Json(SaleStatus {
         id,
@@ -51,15 +71,22 @@ pub async fn get_sale(
     }))
 }
 
-#[derive(Deserialize)]
+/// Body of `POST /sales/{id}/orders`.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaceOrder {
+    /// The buyer: any non-negative 64-bit integer.
+    #[schema(minimum = 0)]
+    #[serde(deserialize_with = "integer")]
     user_id: i64,
-    /// Units to buy; 1 when absent.
+    /// Units to buy, up to the sale's `per_user_limit`.
+    #[schema(minimum = 1, maximum = 1_000_000, default = 1)]
+    #[serde(default, deserialize_with = "optional_integer")]
     quantity: Option<i64>,
 }
 
-#[derive(Serialize)]
+/// Body of a `201 Created` purchase.
+#[derive(Serialize, ToSchema)]
 pub struct OrderPlaced {
     order_id: i64,
     sale_id: SaleId,
@@ -68,7 +95,7 @@ pub struct OrderPlaced {
 }
 
 /// Body of a `202 Accepted` purchase (`queue` sales).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct PurchaseAccepted {
     request_id: uuid::Uuid,
     sale_id: SaleId,
@@ -80,21 +107,42 @@ pub struct PurchaseAccepted {
 /// `POST /sales/{id}/orders` → `201` with the order, `202` with a request id
 /// and a `Location` to poll (`queue` sales), or a problem (see docs/api.md
 /// for every status and problem type).
+#[utoipa::path(
+    post,
+    path = "/sales/{id}/orders",
+    tag = "sales",
+    params(SalePath),
+    request_body = PlaceOrder,
+    responses(
+        (status = 201, description = "The order was placed", body = OrderPlaced),
+        (status = 202, description = "Accepted for settlement (`queue` sales); the result will be \
+            at `location`. The same buyer again gets the same request.", body = PurchaseAccepted,
+            headers(("Location" = String, description = "`/sales/{id}/requests/{request_id}`"))),
+        (status = 409, description = "`sold-out`, `already-purchased`, `not-started` or `ended`",
+            body = Problem, content_type = "application/problem+json"),
+    ),
+)]
 pub async fn place_order(
     State(state): State<AppState>,
     SalePath(id): SalePath,
     ApiJson(body): ApiJson<PlaceOrder>,
 ) -> Result<Response, AppError> {
     let user = UserId::parse(body.user_id)?;
-    let outcome = purchase(&state.db, &state.catalog, &state.strategies, id, user, body.quantity)
-        .await
-        .map_err(|err| match err {
-            PurchaseError::UnknownSale(id) => {
-                AppError::NotFound(format!("no sale with id {}", id.0))
-            }
-            PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
-            PurchaseError::Strategy(err) => AppError::Strategy(err),
-        })?;
+    let outcome = purchase(
+        &state.db,
+        &state.catalog,
+        &state.strategies,
+        &state.probe,
+        id,
+        user,
+        body.quantity,
+    )
+    .await
+    .map_err(|err| match err {
+        PurchaseError::UnknownSale(id) => AppError::no_such_sale(id),
+        PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
+        PurchaseError::Strategy(err) => AppError::Strategy(err),
+    })?;
     match outcome {
         Outcome::Placed { order_id, quantity } => Ok((
             StatusCode::CREATED,

@@ -67,11 +67,8 @@ pub async fn ordered_buyers(
     sale_id: i64,
     users: &[i64],
 ) -> Result<HashSet<i64>, sqlx::Error> {
-    let ordered: Vec<i64> = sqlx::query_scalar(BUYERS_WITH_AN_ORDER)
-        .bind(sale_id)
-        .bind(users)
-        .fetch_all(conn)
-        .await?;
+    let ordered: Vec<i64> =
+        sqlx::query_scalar(BUYERS_WITH_AN_ORDER).bind(sale_id).bind(users).fetch_all(conn).await?;
     Ok(ordered.into_iter().collect())
 }
 
@@ -123,7 +120,7 @@ pub async fn take_stock_and_order(
 /// Sizes of the batches that settled a sale's purchases (purchases per
 /// batch): the median (the mean of the two middle batches for an even
 /// count, as `percentile_cont(0.5)`), the largest and the mean.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchSizes {
     pub p50: f64,
     pub max: f64,

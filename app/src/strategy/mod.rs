@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
 
 pub(crate) use crate::outcome::already_purchased_or;
 pub use crate::outcome::{Backend, ORDERS_SALE_USER_KEY, Outcome, Reconciliation, StrategyError};
@@ -81,7 +81,9 @@ pub struct Registration {
 /// HTTP routes a strategy serves besides the purchase (e.g. the `queue`
 /// strategy's request results), with their state applied. The service mounts
 /// them next to its own routes, behind the same middleware, and answers their
-/// errors through the same `AppError` (`crate::web`).
+/// errors through the same `AppError` (`crate::web`). Each route is added with
+/// `utoipa_axum::routes!` from a handler annotated `#[utoipa::path]`, so it is
+/// in the OpenAPI document (`GET /openapi.json`) as soon as it is mounted.
 #[derive(Clone)]
 pub struct StrategyRoutes {
     /// Names the routes. Strategies that share routes (the `lock/*` variants
@@ -89,10 +91,10 @@ pub struct StrategyRoutes {
     /// routes of a key once.
     pub key: &'static str,
     /// Routes anyone may call.
-    pub public: Router,
+    pub public: OpenApiRouter,
     /// Routes under `/admin/`: the service checks the admin token before they
     /// run, exactly as for its own admin routes.
-    pub admin: Router,
+    pub admin: OpenApiRouter,
 }
 
 /// One way of deducting stock.

@@ -61,6 +61,22 @@ impl<'de> Deserialize<'de> for StrategyName {
     }
 }
 
+impl utoipa::PartialSchema for StrategyName {
+    /// A string, one of the registered names (in registry order).
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        let about: Vec<String> =
+            REGISTRY.iter().map(|r| format!("`{}`: {}", r.name, r.about)).collect();
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(StrategyName::ALL.iter().map(|name| name.as_str())))
+            .description(Some(format!("A registered strategy:\n\n- {}", about.join("\n- "))))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for StrategyName {}
+
 /// The names of [`REGISTRY`], computed once at compile time.
 const NAMES: [StrategyName; REGISTRY.len()] = {
     let mut names = [StrategyName::declare(""); REGISTRY.len()];

@@ -38,10 +38,11 @@ use std::time::Instant;
 use async_trait::async_trait;
 use axum::Json;
 use axum::extract::State;
-use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio::sync::oneshot;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::batch::BatchSizes;
 use super::{
@@ -129,14 +130,13 @@ impl Strategy for SqlBatched {
     }
 
     fn routes(self: Arc<Self>, _deps: &Deps) -> Option<StrategyRoutes> {
-        let admin =
-            axum::Router::new().route("/admin/sales/{id}/batches", get(batches)).with_state(self);
-        Some(StrategyRoutes { key: "batches", public: axum::Router::new(), admin })
+        let admin = OpenApiRouter::new().routes(routes!(batches)).with_state(self);
+        Some(StrategyRoutes { key: "batches", public: OpenApiRouter::new(), admin })
     }
 }
 
 /// `GET /admin/sales/{id}/batches`: the batches of the sale in this process.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchStats {
     pub sale_id: SaleId,
     /// Batches settled.
@@ -174,15 +174,18 @@ impl BatchStats {
 
 /// `200` with the sale's [`BatchStats`] in this process (zeros for a sale it
 /// has not sold from); `404` for an unknown sale.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{id}/batches",
+    tag = "admin",
+    params(SalePath),
+    responses((status = 200, description = "The sale's sql/batched batches in this instance", body = BatchStats)),
+)]
 async fn batches(
     State(strategy): State<Arc<SqlBatched>>,
     SalePath(id): SalePath,
 ) -> Result<Json<BatchStats>, AppError> {
-    strategy
-        .catalog
-        .get(&strategy.db, id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
+    strategy.catalog.get(&strategy.db, id).await?.ok_or_else(|| AppError::no_such_sale(id))?;
     Ok(Json(strategy.stats(id)))
 }
 

@@ -12,13 +12,15 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::outcome::{Backend, Outcome, StrategyError};
-use crate::sale::InvalidInput;
+use crate::postgres_probe::is_pool_timeout;
+use crate::sale::{InvalidInput, SaleId};
 
 /// An RFC 9457 problem document.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Problem {
     /// `/problems/<slug>`, stable per kind of failure (docs/api.md).
     #[serde(rename = "type")]
+    #[schema(example = "/problems/sold-out")]
     pub kind: String,
     /// A short, fixed summary of the kind.
     pub title: &'static str,
@@ -51,6 +53,10 @@ pub enum AppError {
     /// `415 unsupported-media-type`: a body that is not `application/json`.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// `415 unsupported-encoding`: a body with a `Content-Encoding` the
+    /// service does not decode (answered with `Accept-Encoding: identity`).
+    #[error("{0}")]
+    UnsupportedEncoding(String),
     /// `413 payload-too-large`: a body over the service's limit.
     #[error("{0}")]
     PayloadTooLarge(String),
@@ -72,6 +78,14 @@ pub enum AppError {
     /// `409 ended`: at or after the sale's `ends_at`.
     #[error("sale ended")]
     Ended,
+    /// `504 timeout`: the request ran longer than `SECKILL_REQUEST_TIMEOUT_MS`
+    /// (the duration); what it set in motion may still complete.
+    #[error(
+        "no answer within {} ms; what the request started may still complete, and a retry is \
+         safe (a buyer never gets two orders of a sale)",
+        .0.as_millis()
+    )]
+    Timeout(Duration),
     /// `503 busy` (with `Retry-After`), `503 unavailable` or `500 internal`,
     /// as the strategy's error says.
     #[error(transparent)]
@@ -85,6 +99,11 @@ impl From<sqlx::Error> for AppError {
 }
 
 impl AppError {
+    /// `404 not-found` for a sale id that names no sale.
+    pub fn no_such_sale(id: SaleId) -> AppError {
+        AppError::NotFound(format!("no sale with id {}", id.0))
+    }
+
     /// The error for a purchase outcome that is not a success, if any.
     pub fn from_outcome(outcome: &Outcome) -> Option<AppError> {
         match outcome {
@@ -109,6 +128,11 @@ impl AppError {
                 "unsupported-media-type",
                 "Unsupported media type",
             ),
+            UnsupportedEncoding(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-encoding",
+                "Unsupported content encoding",
+            ),
             PayloadTooLarge(_) => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Request body too large")
             }
@@ -120,6 +144,7 @@ impl AppError {
             AlreadyPurchased => (StatusCode::CONFLICT, "already-purchased", "Already purchased"),
             NotStarted => (StatusCode::CONFLICT, "not-started", "Sale not started"),
             Ended => (StatusCode::CONFLICT, "ended", "Sale ended"),
+            Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout", "Request timed out"),
             Strategy(StrategyError::Busy { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy, retry later")
             }
@@ -133,6 +158,12 @@ impl AppError {
     }
 }
 
+/// Marks the answer to a Postgres pool timeout that nothing has sorted out
+/// yet (see `crate::postgres_probe`): the router re-answers it `busy` when
+/// Postgres answers a probe, and leaves it `unavailable` otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct UnsortedPoolTimeout;
+
 /// Prefix of every problem `type`: `/problems/sold-out`, … (relative URIs,
 /// resolved against the service's own address; documented in docs/api.md).
 pub const PROBLEM_TYPE_PREFIX: &str = "/problems/";
@@ -140,6 +171,8 @@ pub const PROBLEM_TYPE_PREFIX: &str = "/problems/";
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, slug, title) = self.kind();
+        let unsorted_pool_timeout =
+            matches!(&self, AppError::Strategy(err) if is_pool_timeout(err));
         let mut retry_after = None;
         let mut backend = None;
         let detail = match &self {
@@ -148,7 +181,9 @@ impl IntoResponse for AppError {
                 "the request failed unexpectedly; it has been logged".to_owned()
             }
             AppError::Strategy(StrategyError::Unavailable { backend: b, source }) => {
-                tracing::warn!(backend = ?b, error = %source, "backing service unavailable");
+                if !unsorted_pool_timeout {
+                    tracing::warn!(backend = ?b, error = %source, "backing service unavailable");
+                }
                 backend = Some(*b);
                 retry_after = Some(Duration::from_secs(1));
                 format!("{b:?} is unavailable; retry later")
@@ -167,6 +202,9 @@ impl IntoResponse for AppError {
             backend,
         };
         let mut response = (status, Json(problem)).into_response();
+        if unsorted_pool_timeout {
+            response.extensions_mut().insert(UnsortedPoolTimeout);
+        }
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         if let Some(after) = retry_after {
@@ -174,8 +212,15 @@ impl IntoResponse for AppError {
             let secs = after.as_millis().div_ceil(1000).max(1);
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs as u64));
         }
-        if matches!(self, AppError::Unauthorized) {
-            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        match &self {
+            AppError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            // RFC 9110, section 15.5.16: say which codings would be accepted.
+            AppError::UnsupportedEncoding(_) => {
+                headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+            }
+            _ => {}
         }
         response
     }

@@ -2,17 +2,20 @@
 //! — the service's own router (`crate::http`) or a strategy that serves routes
 //! of its own (the `queue` strategy's request results, the lock strategies'
 //! statistics): [`AppError`], the one mapping of failures to problem+json
-//! answers, and extractors whose rejections are problems ([`ApiJson`],
-//! [`SalePath`]).
+//! answers, extractors whose rejections are problems ([`ApiJson`],
+//! [`SalePath`]), and the reading of integers in request bodies as the
+//! OpenAPI document defines them ([`integer`]).
 //!
 //! It sits below the strategies so that their routes answer exactly like the
 //! service's own, and it knows nothing of routing, state or authentication.
 
 pub mod error;
 pub mod extract;
+pub mod integer;
 
-pub use error::{AppError, PROBLEM_TYPE_PREFIX, Problem};
+pub use error::{AppError, PROBLEM_TYPE_PREFIX, Problem, UnsortedPoolTimeout};
 pub use extract::{ApiJson, SalePath};
+pub use integer::{integer, optional_integer};
 
 #[cfg(test)]
 mod tests {
@@ -49,11 +52,13 @@ mod tests {
             (AppError::MethodNotAllowed, 405, "method-not-allowed"),
             (AppError::PayloadTooLarge("x".into()), 413, "payload-too-large"),
             (AppError::UnsupportedMediaType("x".into()), 415, "unsupported-media-type"),
+            (AppError::UnsupportedEncoding("x".into()), 415, "unsupported-encoding"),
             (InvalidInput::new("stock", "must be positive").into(), 422, "invalid-field"),
             (AppError::SoldOut, 409, "sold-out"),
             (AppError::AlreadyPurchased, 409, "already-purchased"),
             (AppError::NotStarted, 409, "not-started"),
             (AppError::Ended, 409, "ended"),
+            (AppError::Timeout(Duration::from_secs(10)), 504, "timeout"),
             (unavailable.into(), 503, "unavailable"),
             (StrategyError::Internal(anyhow::anyhow!("bug")).into(), 500, "internal"),
             (sqlx::Error::PoolTimedOut.into(), 503, "unavailable"),
@@ -68,7 +73,7 @@ mod tests {
         assert_eq!(AppError::from(busy).kind().1, "busy");
         slugs.sort_unstable();
         slugs.dedup();
-        assert_eq!(slugs.len(), 14, "every kind has a type of its own");
+        assert_eq!(slugs.len(), 16, "every kind has a type of its own");
     }
 
     #[test]

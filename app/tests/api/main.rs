@@ -6,8 +6,10 @@ mod support;
 
 mod admin;
 mod audit;
+mod connections;
 mod errors;
 mod health;
+mod openapi;
 mod outage;
 mod purchase_rules;
 mod strategies;

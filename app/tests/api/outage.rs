@@ -1,6 +1,8 @@
 //! Postgres going away mid-flight: the service answers `503 unavailable`
 //! (never a panic, never a 500), keeps answering `/healthz`, reports itself
-//! not ready, and serves again once Postgres is back.
+//! not ready, and serves again once Postgres is back. And the other reason a
+//! request finds no pool connection: a pool exhausted by slow work while
+//! Postgres answers, which is `503 busy`, not an outage.
 //!
 //! The shared Postgres must not be stopped, so the service reaches it through
 //! a TCP proxy owned by the test: cutting the proxy closes every connection
@@ -8,6 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use reqwest::header::RETRY_AFTER;
 use reqwest::{StatusCode, Url};
@@ -134,4 +137,63 @@ async fn postgres_unreachable_is_503_unavailable_and_the_service_recovers() {
     let audit = app.audit(unseen).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (1, 9, 0));
     assert_eq!(problem_type(app.buy(cached, 1).await).await, "/problems/already-purchased");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_exhausted_by_slow_work_is_503_busy_while_postgres_answers() {
+    provoking("a Postgres pool exhausted by slow purchases (pool timeouts, 503 busy)");
+    let app = TestApp::spawn_with(|config| {
+        config.db_acquire_timeout_ms = 300;
+        config.db_pool_size = 2;
+        config.request_timeout_ms = 30_000; // longer than the slow purchases
+    })
+    .await;
+    // Each purchase holds its connection 3..9 s (work_ms 6000 ± 50 %): room
+    // for the reads below on a loaded machine.
+    let sale = app
+        .create_sale(json!({ "name": "slow", "stock": 10, "strategy": "sql", "work_ms": 6000 }))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    // Both connections opened first, so that the slow purchases take them
+    // at once rather than racing the reads below for a connection still
+    // being established.
+    tokio::join!(app.sale_status(sale), app.sale_status(sale));
+    let slow: Vec<_> = (1..=2)
+        .map(|user| {
+            let (client, url) = (app.client.clone(), app.url(&format!("/sales/{sale}/orders")));
+            tokio::spawn(async move {
+                client.post(url).json(&json!({ "user_id": user })).send().await.unwrap().status()
+            })
+        })
+        .collect();
+
+    // Once both connections are taken, a read waits 300 ms and is told busy.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let read = loop {
+        let response = app.get_sale(sale).await;
+        if response.status() != StatusCode::OK {
+            break response;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the slow purchases never held the pool");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_postgres_busy(read, "GET /sales/{id}").await;
+    assert_postgres_busy(app.buy(sale, 3).await, "a purchase").await;
+
+    for purchase in slow {
+        assert_eq!(purchase.await.unwrap(), StatusCode::CREATED, "the slow purchases complete");
+    }
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (2, 8, 0));
+}
+
+/// Asserts a `503` problem `busy` with `Retry-After` and no `backend`.
+async fn assert_postgres_busy(response: reqwest::Response, what: &str) {
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{what}");
+    assert!(response.headers().contains_key(RETRY_AFTER), "{what}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "/problems/busy", "{what}: {body}");
+    assert!(body.get("backend").is_none(), "{what}: {body}");
 }

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use test_support::RedisServer;
 
-use crate::harness::{REDIS_URL, counter, lock_stats_of_all, sale_with, spawn, unique_prefix};
+use crate::harness::{counter, lock_stats_of_all, sale_with, spawn, spawn_on_nodes, unique_prefix};
 use crate::support::TestApp;
 
 /// Two instances on one Redis prefix sell `strategy`'s sale to 16 buyers.
@@ -69,18 +69,9 @@ async fn fenced_lock_admits_one_holder_at_a_time_across_instances() {
 async fn redlock_admits_one_holder_at_a_time_across_instances() {
     let nodes =
         [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];
-    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let prefix = unique_prefix();
-    let spawn_on_nodes = || {
-        let (urls, prefix) = (urls.clone(), prefix.clone());
-        TestApp::spawn_with(move |config| {
-            config.redis_url = REDIS_URL.to_owned();
-            config.redis_key_prefix = prefix;
-            config.redlock_urls = urls;
-            config.lock_wait_ms = 5000;
-        })
-    };
-    let (one, two) = (spawn_on_nodes().await, spawn_on_nodes().await);
+    let (one, two) =
+        (spawn_on_nodes(&prefix, 5000, &nodes).await, spawn_on_nodes(&prefix, 5000, &nodes).await);
     exclusive_on(&one, &two, "lock/redlock", 6, json!({ "work_ms": 4 })).await;
 }
 

@@ -6,16 +6,17 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use reqwest::StatusCode;
 use seckill::backends::RedisHandle;
+use seckill::strategy::StrategyName;
 use seckill::strategy::lock::setnx::{self, SetnxLock};
 use seckill::strategy::lock::token::{self, TokenLock};
 use seckill::strategy::lock::ttl::{self, TtlLock};
 use seckill::strategy::lock::{Release, SaleLock};
 use serde_json::json;
-use test_support::signal;
+use test_support::{RedisServer, signal};
 
 use crate::harness::{
     ChildApp, REDIS_URL, fake_sale, lease_ms, lock_stats, lock_stats_of_all, redis_conn, sale_with,
-    spawn, unique_prefix, wait_until,
+    spawn, spawn_on_nodes, unique_prefix, wait_until,
 };
 
 const NO_WAIT: Duration = Duration::ZERO;
@@ -187,4 +188,19 @@ async fn a_sale_known_sold_out_is_answered_without_the_lock_until_restocked() {
         .unwrap();
     assert_eq!(restock.status(), StatusCode::OK);
     assert_eq!(app.buy(sale, 4).await.status(), StatusCode::CREATED, "the flag was cleared");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_larger_than_the_stock_left_does_not_close_the_sale_under_any_lock() {
+    let nodes =
+        [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];
+    let app = spawn_on_nodes(&unique_prefix(), 1000, &nodes).await;
+    let locks = StrategyName::ALL.iter().filter(|name| name.as_str().starts_with("lock/"));
+    let mut tried = 0;
+    for strategy in locks {
+        crate::support::assert_an_oversize_order_leaves_the_sale_open(&app, strategy.as_str())
+            .await;
+        tried += 1;
+    }
+    assert_eq!(tried, 7, "every lock variant, lock/local to lock/redlock");
 }

@@ -13,7 +13,7 @@ use seckill::sale::{Knobs, Sale, SaleId};
 use seckill::strategy::StrategyName;
 use seckill::strategy::lock::intervals::LockStats;
 use serde_json::{Value, json};
-use test_support::ChildService;
+use test_support::{ChildService, RedisServer};
 
 use crate::support::{ADMIN_TOKEN, TestApp, seckill_child};
 
@@ -32,6 +32,19 @@ pub async fn spawn(prefix: &str, wait_ms: u64) -> TestApp {
         config.redis_url = REDIS_URL.to_owned();
         config.redis_key_prefix = prefix;
         config.lock_wait_ms = wait_ms;
+    })
+    .await
+}
+
+/// A service as [`spawn`] does, whose `lock/redlock` takes its quorum over
+/// `nodes`.
+pub async fn spawn_on_nodes(prefix: &str, wait_ms: u64, nodes: &[RedisServer]) -> TestApp {
+    let (prefix, urls) = (prefix.to_owned(), nodes.iter().map(RedisServer::url).collect());
+    TestApp::spawn_with(move |config| {
+        config.redis_url = REDIS_URL.to_owned();
+        config.redis_key_prefix = prefix;
+        config.lock_wait_ms = wait_ms;
+        config.redlock_urls = urls;
     })
     .await
 }

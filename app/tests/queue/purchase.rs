@@ -149,3 +149,38 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
     assert_eq!(stats.accepted, 0, "a refused request is not counted as accepted");
     Broker::connect(&prefix).await.delete_queues().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_larger_than_the_stock_left_does_not_close_the_sale() {
+    let prefix = unique_prefix();
+    // Flags that would outlive the test: only a wrong flag could refuse buyer 2.
+    let app = spawn_app(&prefix, |config| config.sold_out_flag_ttl_ms = 60_000).await;
+    let sale = crate::support::sale_of_three_for_up_to_five(&app, "queue").await;
+    let order = |user: i64, quantity: i64| {
+        let app = &app;
+        async move {
+            let response = app.order(sale, json!({ "user_id": user, "quantity": quantity })).await;
+            let status = response.status();
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(status, StatusCode::ACCEPTED, "buyer {user} of {quantity}: {body}");
+            resolved(app, sale, &request_id(&body), Duration::from_secs(10)).await
+        }
+    };
+    // Resolved one after the other: each batch settles before the next buy.
+    assert_eq!(order(1, 5).await["status"], "sold_out");
+    for user in 2..=4 {
+        let result = order(user, 1).await;
+        assert_eq!(result["status"], "placed", "buyer {user} of 1 unit: {result}");
+    }
+    let late = app.order(sale, json!({ "user_id": 5, "quantity": 1 })).await;
+    if late.status() == StatusCode::ACCEPTED {
+        let body: Value = late.json().await.unwrap();
+        let result = resolved(&app, sale, &request_id(&body), Duration::from_secs(10)).await;
+        assert_eq!(result["status"], "sold_out", "{result}");
+    } else {
+        assert_problem(late, StatusCode::CONFLICT, "sold-out").await;
+    }
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (3, 0, 0));
+    Broker::connect(&prefix).await.delete_queues().await;
+}

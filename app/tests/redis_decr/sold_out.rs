@@ -81,3 +81,13 @@ async fn a_lost_broadcast_cannot_strand_stock_behind_the_flag() {
     let audit = app.audit(sale).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.redis_drift), (2, 0, Some(0)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_larger_than_the_stock_left_does_not_close_the_sale() {
+    // Flags that would outlive the test: only a wrong flag could refuse buyer 2.
+    let app = spawn_app(SHARED_REDIS, &unique_prefix(), |config| {
+        config.sold_out_flag_ttl_ms = 60_000;
+    })
+    .await;
+    crate::support::assert_an_oversize_order_leaves_the_sale_open(&app, "redis-decr").await;
+}

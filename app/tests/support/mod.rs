@@ -241,3 +241,32 @@ pub fn provoking(what: &str) {
         "note: {test} provokes {what} on purpose; the WARN lines about it are expected"
     );
 }
+
+/// Creates a sale of 3 units with a per-user limit of 5 under `strategy`;
+/// returns its id. The sale of the "an order larger than the stock left"
+/// sequence: a buyer of 5 units cannot be served, a buyer of 1 can.
+pub async fn sale_of_three_for_up_to_five(app: &TestApp, strategy: &str) -> i64 {
+    let body = json!({ "name": format!("{strategy} oversize"), "stock": 3, "strategy": strategy,
+                       "per_user_limit": 5 });
+    app.create_sale(body).await["id"].as_i64().unwrap()
+}
+
+/// For a strategy that answers at once (`201` or `409`): buyer 1 orders 5 of
+/// the 3 units and is told `sold-out`; buyers 2, 3 and 4 then get one unit
+/// each, and buyer 5 is told `sold-out`. A strategy whose sold-out flag were
+/// set by the oversize order would refuse buyer 2 while 3 units are left.
+pub async fn assert_an_oversize_order_leaves_the_sale_open(app: &TestApp, strategy: &str) {
+    let sale = sale_of_three_for_up_to_five(app, strategy).await;
+    let oversize = app.order(sale, json!({ "user_id": 1, "quantity": 5 })).await;
+    assert_problem(oversize, StatusCode::CONFLICT, "sold-out").await;
+    for user in 2..=4 {
+        let response = app.order(sale, json!({ "user_id": user, "quantity": 1 })).await;
+        let status = response.status();
+        let body = response.text().await.unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{strategy}: buyer {user} of 1 unit: {body}");
+    }
+    let late = app.order(sale, json!({ "user_id": 5, "quantity": 1 })).await;
+    assert_problem(late, StatusCode::CONFLICT, "sold-out").await;
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (3, 0, 0));
+}

@@ -137,7 +137,17 @@ async fn flush_periodically(intervals: Weak<Intervals>) {
 }
 
 /// The lock figures of one sale, over every instance's flushed intervals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, sqlx::FromRow)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    sqlx::FromRow,
+    utoipa::ToSchema,
+)]
 pub struct LockStats {
     /// The most critical sections of this sale that overlapped in time: 1 for
     /// a lock that excludes, more when holders ran side by side, 0 when none

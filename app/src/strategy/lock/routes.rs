@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::State;
-use axum::routing::get;
-use axum::{Json, Router};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::Shared;
 use super::intervals::{self, LockStats};
@@ -23,10 +24,9 @@ struct RouteState {
 
 /// The admin route `lock-stats`, over `shared`'s recorder.
 pub(super) fn routes(shared: Arc<Shared>, catalog: SaleCatalog) -> StrategyRoutes {
-    let admin = Router::new()
-        .route("/admin/sales/{id}/lock-stats", get(lock_stats))
-        .with_state(RouteState { shared, catalog });
-    StrategyRoutes { key: "lock-stats", public: Router::new(), admin }
+    let admin =
+        OpenApiRouter::new().routes(routes!(lock_stats)).with_state(RouteState { shared, catalog });
+    StrategyRoutes { key: "lock-stats", public: OpenApiRouter::new(), admin }
 }
 
 /// Flushes this instance's pending critical-section intervals, then answers
@@ -34,16 +34,19 @@ pub(super) fn routes(shared: Arc<Shared>, catalog: SaleCatalog) -> StrategyRoute
 /// every instance after a run (each call flushes its own instance; intervals
 /// are also flushed every 100 ms) and keep the last answer. A sale that no
 /// lock strategy served answers zeros; an unknown sale is `404`.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{id}/lock-stats",
+    tag = "admin",
+    params(SalePath),
+    responses((status = 200, description = "The sale's lock figures", body = LockStats)),
+)]
 async fn lock_stats(
     State(state): State<RouteState>,
     SalePath(id): SalePath,
 ) -> Result<Json<LockStats>, AppError> {
     let db = &state.shared.db;
-    state
-        .catalog
-        .get(db, id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
+    state.catalog.get(db, id).await?.ok_or_else(|| AppError::no_such_sale(id))?;
     state.shared.intervals().flush().await?;
     Ok(Json(intervals::lock_stats(db, id).await?))
 }

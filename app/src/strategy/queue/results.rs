@@ -35,13 +35,14 @@ pub async fn forget(db: &PgPool, id: Uuid) {
 }
 
 /// The answer of `GET /sales/{id}/requests/{request_id}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct RequestResult {
     pub request_id: Uuid,
     pub sale_id: SaleId,
     pub user_id: i64,
     pub quantity: i32,
     /// `pending`, `placed`, `sold_out`, `already_purchased` or `rejected`.
+    #[schema(pattern = "^(pending|placed|sold_out|already_purchased|rejected)$")]
     pub status: String,
     /// The order, when `placed`.
     pub order_id: Option<i64>,
@@ -81,7 +82,7 @@ pub async fn wait_for(
 }
 
 /// Percentiles of accept → resolved, milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct E2eLatency {
     pub p50: f64,
     pub p95: f64,
@@ -94,7 +95,7 @@ pub struct E2eLatency {
 pub use crate::strategy::batch::BatchSizes;
 
 /// `GET /admin/sales/{id}/queue`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QueueStats {
     pub sale_id: SaleId,
     /// Requests registered (each answered `202` unless its publish failed,

@@ -5,11 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::QueryRejection;
+use axum::Json;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::routing::get;
-use axum::{Json, Router};
 use serde::Deserialize;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::{Queue, QueueStats, RequestResult};
 use crate::sale::{InvalidInput, SaleCatalog, SaleId};
@@ -29,18 +31,18 @@ struct RouteState {
 /// The public route `requests/{request_id}` and the admin route `queue`.
 pub(super) fn routes(queue: Arc<Queue>, catalog: SaleCatalog) -> StrategyRoutes {
     let state = RouteState { queue, catalog };
-    let public = Router::new()
-        .route("/sales/{id}/requests/{request_id}", get(request))
-        .with_state(state.clone());
-    let admin = Router::new().route("/admin/sales/{id}/queue", get(queue_stats)).with_state(state);
+    let public = OpenApiRouter::new().routes(routes!(request)).with_state(state.clone());
+    let admin = OpenApiRouter::new().routes(routes!(queue_stats)).with_state(state);
     StrategyRoutes { key: "queue", public, admin }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct Wait {
-    /// Milliseconds to wait for a pending request to be resolved
-    /// (`0..=5000`, default 0: answer at once).
+    /// Milliseconds to wait for a pending request to be resolved (default 0:
+    /// answer at once).
+    #[param(minimum = 0, maximum = 5000)]
     wait_ms: Option<u64>,
 }
 
@@ -48,15 +50,33 @@ struct Wait {
 /// request's [`RequestResult`] (`status` is `pending` until the consumer
 /// settles it), or `404` when the sale has no such request. With `wait_ms`,
 /// a pending request is re-read until it is resolved or the time is up.
+#[utoipa::path(
+    get,
+    path = "/sales/{id}/requests/{request_id}",
+    tag = "sales",
+    params(
+        SalePath,
+        ("request_id" = uuid::Uuid, Path, description = "From the `202` of the purchase"),
+        Wait,
+    ),
+    responses((status = 200, description = "The request and its result", body = RequestResult)),
+)]
 async fn request(
     State(state): State<RouteState>,
-    Path((sale, request)): Path<(String, String)>,
+    path: Result<Path<(String, String)>, PathRejection>,
     wait: Result<Query<Wait>, QueryRejection>,
 ) -> Result<Json<RequestResult>, AppError> {
     let Query(wait) = wait.map_err(|err| InvalidInput::new("query", err.body_text()))?;
-    let not_found = || AppError::NotFound(format!("no request {request} for sale {sale}"));
-    let sale = sale.parse::<i64>().map(SaleId).map_err(|_| not_found())?;
-    let id = request.parse::<uuid::Uuid>().map_err(|_| not_found())?;
+    // The raw segments are never echoed: they may be anything, of any length.
+    let parsed = path.ok().map(|Path((sale, request))| {
+        (sale.parse::<i64>().map(SaleId), request.parse::<uuid::Uuid>())
+    });
+    let Some((Ok(sale), Ok(id))) = parsed else {
+        return Err(AppError::NotFound(
+            "no such request: a sale id is a 64-bit integer and a request id a UUID".to_owned(),
+        ));
+    };
+    let not_found = || AppError::NotFound(format!("sale {} has no request {id}", sale.0));
     let wait_ms = wait.wait_ms.unwrap_or(0);
     if wait_ms > MAX_WAIT_MS {
         return Err(InvalidInput::new("wait_ms", format!("must be at most {MAX_WAIT_MS}")).into());
@@ -73,14 +93,17 @@ async fn request(
 /// (requests accepted and still unresolved, results, accept → resolved
 /// latency, consumer batch sizes). Zeros for a sale with no requests; `404`
 /// for an unknown sale.
+#[utoipa::path(
+    get,
+    path = "/admin/sales/{id}/queue",
+    tag = "admin",
+    params(SalePath),
+    responses((status = 200, description = "The sale's queue statistics", body = QueueStats)),
+)]
 async fn queue_stats(
     State(state): State<RouteState>,
     SalePath(id): SalePath,
 ) -> Result<Json<QueueStats>, AppError> {
-    state
-        .catalog
-        .get(&state.queue.db, id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("no sale with id {}", id.0)))?;
+    state.catalog.get(&state.queue.db, id).await?.ok_or_else(|| AppError::no_such_sale(id))?;
     Ok(Json(state.queue.stats(id).await?))
 }

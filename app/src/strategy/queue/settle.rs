@@ -73,7 +73,7 @@ pub struct SaleAfter {
     pub sale_id: i64,
     /// Units left after the batch.
     pub remaining_stock: i64,
-    /// Some request of the sale found no stock, or none is left.
+    /// No unit of the sale is left ([`Allocation::sold_out`]).
     pub sold_out: bool,
 }
 
@@ -173,7 +173,9 @@ pub struct Allocation {
     pub decisions: Vec<Decision>,
     /// Units left once the granted requests took theirs.
     pub left: i64,
-    /// Some request found too few units left, or none is left.
+    /// No unit is left: not even a request for one unit could be served. A
+    /// request refused because it asked for more than is left does not make
+    /// the sale sold out (a smaller one may still be served).
     pub sold_out: bool,
 }
 
@@ -188,7 +190,6 @@ pub struct Allocation {
 /// settled.
 pub fn allocate(messages: &[PurchaseMessage], remaining_stock: i64, known: &Known) -> Allocation {
     let mut left = remaining_stock;
-    let mut found_none_left = false;
     // First message of each request id, and the buyers served, in this batch.
     let mut first_of: HashMap<Uuid, usize> = HashMap::new();
     let mut buyers_in_batch: HashSet<i64> = HashSet::new();
@@ -218,11 +219,10 @@ pub fn allocate(messages: &[PurchaseMessage], remaining_stock: i64, known: &Know
             left -= quantity;
             Decision::Grant
         } else {
-            found_none_left = true;
             Decision::SoldOut
         });
     }
-    Allocation { decisions, left, sold_out: found_none_left || left == 0 }
+    Allocation { decisions, left, sold_out: left <= 0 }
 }
 
 /// The final result of each message (in order), given the order written for
@@ -447,17 +447,20 @@ mod tests {
     }
 
     #[test]
-    fn a_sale_is_sold_out_when_a_request_found_too_few_units_or_none_is_left() {
+    fn a_sale_is_sold_out_only_when_no_unit_is_left() {
         let exact = allocate(&[message(1, 10, 2)], 2, &Known::default());
         assert_eq!(
             (exact.decisions.as_slice(), exact.left, exact.sold_out),
             (&[Grant][..], 0, true)
         );
+        // Too large for what is left: refused, but one unit could still sell.
         let refused = allocate(&[message(1, 10, 3)], 2, &Known::default());
         assert_eq!(
             (refused.decisions.as_slice(), refused.left, refused.sold_out),
-            (&[SoldOut][..], 2, true)
+            (&[SoldOut][..], 2, false)
         );
+        let empty = allocate(&[message(1, 10, 1)], 0, &Known::default());
+        assert_eq!((empty.decisions.as_slice(), empty.sold_out), (&[SoldOut][..], true));
         let some_left = allocate(&[message(1, 10, 1)], 2, &Known::default());
         assert_eq!((some_left.left, some_left.sold_out), (1, false));
         let nobody = allocate(&[], 5, &Known::default());

@@ -1,0 +1,84 @@
+//! Contract fuzzing: schemathesis against a `seckill` child process, from
+//! the service's own `GET /openapi.json` (`scripts/schemathesis.sh`, which
+//! installs its pinned version under `target/` on first use). Every check
+//! must pass: no `5xx`, every status, content type, header and body as the
+//! document says, invalid data refused and valid data accepted.
+//!
+//! The service gets what every strategy needs, so that no purchase of a
+//! sale the fuzzer creates fails for want of a server: three `redis-server`
+//! nodes of its own for `lock/redlock`, and queue names of its own on the
+//! shared broker, deleted at the end.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use lapin::{Connection, ConnectionProperties};
+use seckill::config::Config;
+use seckill::strategy::queue::Topology;
+use test_support::RedisServer;
+
+use crate::support::{ADMIN_TOKEN, seckill_child};
+
+/// The run's bound: installing schemathesis the first time, then the run
+/// itself (about 15 s on a 2-core machine).
+const RUN_WITHIN: Duration = Duration::from_secs(600);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_keeps_its_openapi_contract_under_schemathesis() {
+    let nodes =
+        [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];
+    let redlock = nodes.iter().map(RedisServer::url).collect::<Vec<_>>().join(",");
+    let prefix = format!("test-contract-{}", uuid::Uuid::new_v4().simple());
+    let service = seckill_child(&[
+        ("REDLOCK_URLS", redlock),
+        ("SECKILL_REDIS_PREFIX", prefix.clone()),
+        ("SECKILL_AMQP_PREFIX", prefix.clone()),
+        ("RUST_LOG", "warn".to_owned()),
+    ])
+    .inherit_stderr()
+    .start()
+    .await;
+
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let run = tokio::process::Command::new("bash")
+        .arg("scripts/schemathesis.sh")
+        .args(["run", &service.base])
+        .current_dir(workspace)
+        .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(RUN_WITHIN, run)
+        .await
+        .expect("schemathesis finishes within its bound")
+        .expect("bash runs scripts/schemathesis.sh");
+    let report = String::from_utf8_lossy(&output.stdout);
+    let summary = report.lines().rev().find(|line| line.contains(" in ")).unwrap_or_default();
+    println!("schemathesis: {summary}");
+
+    delete_queues(&prefix).await;
+    assert!(
+        output.status.success(),
+        "schemathesis found failures:\n{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(report.contains("passed"), "no test case ran:\n{report}");
+}
+
+/// Deletes the queues the service declared under `prefix` on the shared
+/// broker (the fuzzer's `queue` purchases declare them).
+async fn delete_queues(prefix: &str) {
+    let config = Config::from_env();
+    let topology = Topology::new(
+        prefix,
+        config.queue_partitions,
+        config.queue_max_length,
+        config.queue_delivery_limit,
+    );
+    let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    let conn = Connection::connect(url, ConnectionProperties::default()).await.unwrap();
+    let channel = conn.create_channel().await.unwrap();
+    topology.delete_queues(&channel).await.unwrap();
+}
