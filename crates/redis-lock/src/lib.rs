@@ -11,8 +11,8 @@
 //! - `scheduler`: [`Scheduler`], one run of a periodic job per period;
 //! - `redlock`: [`Redlock`] over N independent nodes;
 //! - `watchdog`: the holder's view of its lease, and the task that renews it;
-//! - `local`: the in-process queue of waiters and the shared pub/sub
-//!   connection that wakes them;
+//! - `local`: the in-process queue of waiters;
+//! - `wakeups`: the shared pub/sub connection that wakes them;
 //! - `scripts`: the Lua scripts and their typed replies.
 //!
 //! This file holds what they share: names, options, bounds, outcomes, errors,
@@ -28,12 +28,13 @@ mod scripts;
 mod semaphore;
 mod shared;
 mod single;
+mod wakeups;
 mod watchdog;
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use fair::FairLock;
 pub use multi::{MAX_MULTI_LOCK_MEMBERS, MultiGuard, MultiLock};
@@ -59,6 +60,15 @@ pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The longest wait accepted (one hour): every wait is bounded.
 pub const MAX_WAIT: Duration = Duration::from_secs(60 * 60);
+
+/// How far past its `wait` a call that takes a lock on one node may return:
+/// the reply to its last attempt, sent before the wait ran out, may take
+/// this long (one round trip on a loaded network). Nothing else runs past
+/// the wait: a subscription is waited for only until the wait ends, and the
+/// release that cleans up after a failed call is sent in the background.
+/// (Redlock's own allowance is its per-node timeout.) A zero wait therefore
+/// gives its single attempt this long.
+pub const WAIT_SLACK: Duration = Duration::from_millis(50);
 
 /// The name of one lock, e.g. `seckill:{sale:7}:lock`.
 ///
@@ -418,8 +428,15 @@ impl Telemetry {
         self.acquisitions.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn timed_out(&self) {
+    /// Counts a wait for `name` that ran out, and builds its error.
+    pub(crate) fn timeout(
+        &self,
+        name: &LockName,
+        started: Instant,
+        retry_after: Option<Duration>,
+    ) -> LockError {
         self.timeouts.fetch_add(1, Ordering::Relaxed);
+        LockError::Timeout { name: name.to_string(), waited: started.elapsed(), retry_after }
     }
 
     pub(crate) fn renewed(&self) {

@@ -31,8 +31,9 @@ use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
-use super::local::{LocalEntry, LocalQueues, Wakeups};
+use super::local::LocalQueues;
 use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply, Wake};
+use super::wakeups::Wakeups;
 use super::watchdog::{self, LeaseState, Renewal};
 use super::{
     ExtendOutcome, LockError, LockName, LockOptions, LockStats, LossReason, RoundTripHook,
@@ -209,7 +210,7 @@ impl Redlock {
         let Ok(Ok(_contender)) =
             tokio::time::timeout_at(deadline.into(), entry.contender.acquire()).await
         else {
-            return Err(self.timed_out(name, started, None));
+            return Err(self.inner.telemetry.timeout(name, started, None));
         };
         let owner = new_owner_token();
         let (entry, watchdog) = (&entry, options.watchdog);
@@ -221,19 +222,31 @@ impl Redlock {
                 self.inner.telemetry.acquired();
                 return Ok(self.guard(name, owner, lease, round_started + valid, watchdog));
             }
-            // Failed round: free the nodes that may hold our key.
-            self.release_on(&maybe_ours(&votes), name, &owner).await;
+            // Failed round: free the nodes that may hold our key (when giving
+            // up, in a task of its own, waited for one node timeout past the
+            // deadline at most, so the wait ends on time).
+            let ours = maybe_ours(&votes);
             let now = Instant::now();
-            let subscribed = entry.subscriptions.initialized();
-            match next_step(&votes, self.quorum(), now, deadline, subscribed) {
-                Next::GiveUp(failure) => {
-                    return Err(self.give_up(failure, name, started, elapsed, lease));
+            let step = next_step(&votes, self.quorum(), now, deadline, entry.subscribed());
+            if let Next::GiveUp(failure) = step {
+                let (redlock, lock, owner) = (self.clone(), name.clone(), owner.clone());
+                let release =
+                    tokio::spawn(async move { redlock.release_on(&ours, &lock, &owner).await });
+                let until = deadline + self.inner.config.node_timeout;
+                let _ = tokio::time::timeout_at(until.into(), release).await;
+                return Err(self.give_up(failure, name, started, elapsed, lease));
+            }
+            self.release_on(&ours, name, &owner).await;
+            match step {
+                Next::GiveUp(_) | Next::Retry => {}
+                Next::Subscribe => {
+                    let nodes: Vec<&Wakeups> =
+                        self.inner.nodes.iter().map(|n| &*n.wakeups).collect();
+                    entry.subscribe(&nodes, name.channel(), deadline).await;
                 }
-                Next::Subscribe => self.subscribe(entry, name).await,
                 Next::Wait(round) => {
                     let _ = tokio::time::timeout(round, entry.wake.notified()).await;
                 }
-                Next::Retry => {}
             }
             // A random delay in [jitter/2, jitter], so that clients that
             // split the votes do not retry in lockstep (and never at once).
@@ -263,34 +276,10 @@ impl Redlock {
             Failure::TooLate => {
                 LockError::AcquiredTooLate { name: name.to_string(), elapsed, lease }
             }
-            Failure::Held { retry_after } => self.timed_out(name, started, retry_after),
+            Failure::Held { retry_after } => {
+                self.inner.telemetry.timeout(name, started, retry_after)
+            }
         }
-    }
-
-    /// Counts a timeout and builds its error.
-    fn timed_out(
-        &self,
-        name: &LockName,
-        started: Instant,
-        retry_after: Option<Duration>,
-    ) -> LockError {
-        self.inner.telemetry.timed_out();
-        LockError::Timeout { name: name.to_string(), waited: started.elapsed(), retry_after }
-    }
-
-    /// First contention: subscribes to the lock's release channel on every
-    /// node (a message from any of them wakes the contender).
-    async fn subscribe(&self, entry: &LocalEntry, name: &LockName) {
-        let nodes = &self.inner.nodes;
-        entry
-            .subscriptions
-            .get_or_init(|| async {
-                let registrations = nodes
-                    .iter()
-                    .map(|node| node.wakeups.register(name.channel(), entry.wake.clone()));
-                join_all(registrations).await
-            })
-            .await;
     }
 
     /// One acquire round on every node concurrently.

@@ -229,7 +229,7 @@ impl Scheduler {
         let reply = match client.call(timeout, attempt).await {
             Ok(reply) => reply,
             Err(err) => {
-                client.release_unknown(&mut conn, &claim).await;
+                let _ = client.abandon(&claim).await;
                 return Err(err);
             }
         };
@@ -238,7 +238,7 @@ impl Scheduler {
             PeriodClaim::Lock(AcquireReply::Acquired { fence, .. }) => {
                 let elapsed = started.elapsed();
                 let Some(valid) = validity(lease, elapsed) else {
-                    client.release_unknown(&mut conn, &claim).await;
+                    let _ = client.abandon(&claim).await;
                     let name = job.name.to_string();
                     return Err(LockError::AcquiredTooLate { name, elapsed, lease });
                 };

@@ -81,13 +81,9 @@ impl Drop for SharedGuard {
         if self.released {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let (client, claim) = (self.client.clone(), self.claim.clone());
-        runtime.spawn(async move {
-            if let Ok(mut conn) = client.conn().await {
-                client.release_unknown(&mut conn, &claim).await;
-            }
-        });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            drop(self.client.abandon(&self.claim));
+        }
     }
 }
 

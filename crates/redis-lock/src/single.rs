@@ -25,14 +25,16 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-use super::local::{LocalEntry, LocalQueues, Wakeups};
+use super::local::{LocalEntry, LocalQueues};
 use super::scripts::{
     self, AcquireMode, AcquireReply, Claim, ClaimKind, ExtendReply, ReleaseReply, Wake,
 };
+use super::wakeups::Wakeups;
 use super::watchdog::{self, LeaseState, Renewal};
 use super::{
     ExtendOutcome, FencingToken, LockConfig, LockError, LockName, LockOptions, LockStats,
-    LossReason, ReleaseOutcome, Telemetry, duration_ms_ceil, jitter, new_owner_token, validity,
+    LossReason, ReleaseOutcome, Telemetry, WAIT_SLACK, duration_ms_ceil, jitter, new_owner_token,
+    validity,
 };
 
 /// Jitter added after a wait round that ended without a release message, so
@@ -153,7 +155,7 @@ impl LockClient {
         let Ok(Ok(_contender)) =
             tokio::time::timeout_at(deadline.into(), entry.contender.acquire()).await
         else {
-            return Err(self.timed_out(name, started, None));
+            return Err(self.inner.telemetry.timeout(name, started, None));
         };
         let claim = Claim { name: name.clone(), owner: new_owner_token(), lease_ms, kind };
         let waiting = Waiting { entry: &entry, channel: name.channel(), heartbeat };
@@ -163,7 +165,10 @@ impl LockClient {
 
     /// The acquire loop of every primitive on one node, once this task may
     /// compete: one attempt of `claim` per round, and what [`decide`] makes
-    /// of its reply. Waits for wake-ups on `waiting` between rounds.
+    /// of its reply. Waits for wake-ups on `waiting` between rounds. Returns
+    /// at most [`WAIT_SLACK`] after `deadline`: each attempt's reply is
+    /// awaited at most that long past it, and the release after a failure is
+    /// sent in the background.
     pub(crate) async fn contend(
         &self,
         claim: &Claim,
@@ -177,15 +182,16 @@ impl LockClient {
         let name = &claim.name;
         loop {
             let round_started = Instant::now();
-            let reply = match self.call(attempt_timeout, scripts::claim(&mut conn, claim)).await {
+            let budget = attempt_budget(attempt_timeout, deadline + WAIT_SLACK, round_started);
+            let reply = match self.call(budget, scripts::claim(&mut conn, claim)).await {
                 Ok(reply) => Some(reply),
                 Err(LockError::CommandTimeout(_)) => None,
                 Err(err) => {
-                    self.abandon(conn, claim);
+                    self.abandon_by(claim, deadline).await;
                     return Err(err);
                 }
             };
-            let subscribed = waiting.entry.subscriptions.initialized();
+            let subscribed = waiting.entry.subscribed();
             let now = Instant::now();
             let round = Round { started: round_started, now, deadline, lease, subscribed };
             match decide(reply, &round) {
@@ -193,64 +199,63 @@ impl LockClient {
                     self.inner.telemetry.acquired();
                     return Ok(Grant { fence, valid_until });
                 }
-                Decision::TooLate { elapsed, give_up } => {
-                    self.release_unknown(&mut conn, claim).await;
-                    if give_up {
-                        let name = name.to_string();
-                        return Err(LockError::AcquiredTooLate { name, elapsed, lease });
-                    }
+                Decision::TooLate { elapsed, give_up: true } => {
+                    self.abandon_by(claim, deadline).await;
+                    return Err(LockError::AcquiredTooLate {
+                        name: name.to_string(),
+                        elapsed,
+                        lease,
+                    });
+                }
+                Decision::TooLate { give_up: false, .. } => {
+                    // Sent before the next attempt, which carries the same
+                    // owner token, on the same connection.
+                    let budget = attempt_budget(attempt_timeout, deadline, now);
+                    self.release_unknown(&mut conn, claim, budget).await;
                 }
                 Decision::TimedOut { retry_after } => {
                     if claim.queued() {
-                        self.release_unknown(&mut conn, claim).await;
+                        self.abandon_by(claim, deadline).await;
                     }
-                    return Err(self.timed_out(name, started, retry_after));
+                    return Err(self.inner.telemetry.timeout(name, started, retry_after));
                 }
-                Decision::Subscribe => self.subscribe(waiting).await,
+                Decision::Subscribe => {
+                    let nodes = [&*self.inner.wakeups];
+                    waiting.entry.subscribe(&nodes, waiting.channel, deadline).await;
+                }
                 Decision::Wait { round } => {
                     let round = waiting.heartbeat.map_or(round, |beat| round.min(beat));
                     wait_for_release(waiting.entry, round, deadline).await;
                 }
                 Decision::Retry { pause } => tokio::time::sleep(jitter(pause)).await,
                 Decision::GiveUp => {
-                    self.release_unknown(&mut conn, claim).await;
-                    return Err(LockError::CommandTimeout(attempt_timeout));
+                    self.abandon_by(claim, deadline).await;
+                    return Err(LockError::CommandTimeout(budget));
                 }
                 Decision::Unexpected => return Err(reentry_reply_to_an_acquisition()),
             }
         }
     }
 
-    /// Counts a timeout and builds its error.
-    pub(crate) fn timed_out(
-        &self,
-        name: &LockName,
-        started: Instant,
-        retry_after: Option<Duration>,
-    ) -> LockError {
-        self.inner.telemetry.timed_out();
-        LockError::Timeout { name: name.to_string(), waited: started.elapsed(), retry_after }
-    }
-
-    /// First contention: subscribes to the waiting channel (kept while any
-    /// task of this process waits on the same local entry).
-    async fn subscribe(&self, waiting: &Waiting<'_>) {
-        let wakeups = &self.inner.wakeups;
-        let entry = waiting.entry;
-        entry
-            .subscriptions
-            .get_or_init(|| async {
-                vec![wakeups.register(waiting.channel, entry.wake.clone()).await]
-            })
-            .await;
-    }
-
-    /// The connection failed mid-acquire: frees, in the background, whatever
-    /// this acquisition may have obtained, so the caller can fail fast.
-    fn abandon(&self, mut conn: ConnectionManager, claim: &Claim) {
+    /// Frees, in a task of its own, whatever `claim` may hold (its grant,
+    /// its place in line) after an acquisition that failed or gave up.
+    pub(crate) fn abandon(&self, claim: &Claim) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
         let claim = claim.clone();
-        tokio::spawn(async move { this.release_unknown(&mut conn, &claim).await });
+        let timeout = self.inner.config.command_timeout;
+        tokio::spawn(async move {
+            if let Ok(mut conn) = this.conn().await {
+                this.release_unknown(&mut conn, &claim, timeout).await;
+            }
+        })
+    }
+
+    /// [`abandon`](Self::abandon), waiting for it at most until
+    /// [`WAIT_SLACK`] after `deadline`: with Redis answering, the caller of a
+    /// failed acquisition finds nothing left behind; with Redis slow, it
+    /// still returns on time, and the release goes on in the background.
+    async fn abandon_by(&self, claim: &Claim, deadline: Instant) {
+        let _ = tokio::time::timeout_at((deadline + WAIT_SLACK).into(), self.abandon(claim)).await;
     }
 
     /// The guard of a granted reentrant, fair or write `claim`, renewed by
@@ -316,10 +321,15 @@ impl LockClient {
     }
 
     /// Best-effort release of every hold of `claim`'s owner (and its place in
-    /// line) after an acquisition whose outcome is unknown or unusable; the
-    /// outcome is ignored (at worst the lease runs out).
-    pub(crate) async fn release_unknown(&self, conn: &mut ConnectionManager, claim: &Claim) {
-        let timeout = self.inner.config.command_timeout;
+    /// line) after an acquisition whose outcome is unknown or unusable,
+    /// waiting at most `timeout` for the reply; the outcome is ignored (at
+    /// worst the lease runs out).
+    async fn release_unknown(
+        &self,
+        conn: &mut ConnectionManager,
+        claim: &Claim,
+        timeout: Duration,
+    ) {
         if let Err(err) = self.call(timeout, scripts::abandon(conn, claim)).await {
             tracing::debug!(%err, lock = %claim.name, "release after a failed acquisition failed");
         }
@@ -715,6 +725,12 @@ pub(crate) fn attempt_timeout(lease: Duration, command_timeout: Duration) -> Dur
     validity(lease, Duration::ZERO).unwrap_or(lease).min(command_timeout)
 }
 
+/// How long a command sent at `now` may wait for its reply: `timeout`, and
+/// never past `until`.
+fn attempt_budget(timeout: Duration, until: Instant, now: Instant) -> Duration {
+    timeout.min(until.saturating_duration_since(now))
+}
+
 /// The upper bound of the jittered pause before a retry: [`RETRY_JITTER`],
 /// never past the deadline.
 fn retry_pause(deadline: Instant, now: Instant) -> Duration {
@@ -804,6 +820,15 @@ mod tests {
             Decision::Unexpected
         );
         assert_eq!(decide(Some(AcquireReply::Expired), &round(1, 0, true)), Decision::Unexpected);
+    }
+
+    #[test]
+    fn a_command_never_waits_past_its_bound() {
+        let t0 = Instant::now();
+        let second = Duration::from_secs(1);
+        assert_eq!(attempt_budget(second, t0 + MS * 300, t0), MS * 300);
+        assert_eq!(attempt_budget(MS * 100, t0 + MS * 300, t0), MS * 100);
+        assert_eq!(attempt_budget(second, t0, t0 + MS * 5), Duration::ZERO);
     }
 
     #[test]

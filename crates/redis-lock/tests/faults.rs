@@ -7,12 +7,9 @@ use std::time::Duration;
 use redis_lock::{LockConfig, LockError, ReleaseOutcome};
 
 use crate::harness::{
-    DelayProxy, SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_client, unique_name,
+    DelayProxy, SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_addr, shared_client,
+    unique_name,
 };
-
-fn shared_addr() -> std::net::SocketAddr {
-    "127.0.0.1:6379".parse().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t3_a_grant_whose_reply_arrives_after_its_validity_is_released_not_used() {

@@ -1,9 +1,9 @@
 //! Test helpers: unique lock names, raw connections for inspecting keys,
-//! and a TCP proxy that delays replies. `redis-server` children come from
-//! `test_support`.
+//! and a TCP proxy that delays replies or stops answering altogether.
+//! `redis-server` children come from `test_support`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,11 @@ use tokio::task::AbortHandle;
 
 /// The shared Redis of the development machine and CI.
 pub const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
+
+/// The address of [`SHARED_REDIS`], for a proxy in front of it.
+pub fn shared_addr() -> SocketAddr {
+    "127.0.0.1:6379".parse().expect("an address")
+}
 
 /// A lock name no other test or run uses: `locktest:{<test>:<uuid>}:lock`.
 pub fn unique_name(test: &str) -> LockName {
@@ -115,10 +120,14 @@ pub async fn cleanup(conn: &mut MultiplexedConnection, name: &LockName) {
 }
 
 /// A TCP proxy in front of a Redis server that can hold back the next reply
-/// chunk for a while (later chunks queue behind it, as on a slow link).
+/// chunk for a while (later chunks queue behind it, as on a slow link), or
+/// stop answering: new connections hang (accepted, never served), and, once
+/// [`blackhole`](Self::blackhole)d, so do replies on the open ones.
 pub struct DelayProxy {
     pub addr: SocketAddr,
     armed_ms: Arc<AtomicU64>,
+    hang_new: Arc<AtomicBool>,
+    hang_replies: Arc<AtomicBool>,
     tasks: Arc<Mutex<Vec<AbortHandle>>>,
 }
 
@@ -127,10 +136,18 @@ impl DelayProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let armed_ms = Arc::new(AtomicU64::new(0));
+        let (hang_new, hang_replies) =
+            (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
         let tasks: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
         let (armed, spawned) = (armed_ms.clone(), tasks.clone());
+        let (hanging, silent) = (hang_new.clone(), Arc::clone(&hang_replies));
         let accept = tokio::spawn(async move {
+            let mut parked = Vec::new();
             while let Ok((inbound, _)) = listener.accept().await {
+                if hanging.load(Ordering::SeqCst) {
+                    parked.push(inbound);
+                    continue;
+                }
                 let Ok(outbound) = TcpStream::connect(upstream).await else { continue };
                 let _ = inbound.set_nodelay(true);
                 let _ = outbound.set_nodelay(true);
@@ -153,9 +170,13 @@ impl DelayProxy {
                         }
                     }
                 });
+                let silent = silent.clone();
                 let replies_out = tokio::spawn(async move {
                     while let Some((at, bytes)) = rx.recv().await {
                         tokio::time::sleep_until(at.into()).await;
+                        if silent.load(Ordering::SeqCst) {
+                            std::future::pending::<()>().await;
+                        }
                         if in_write.write_all(&bytes).await.is_err() {
                             break;
                         }
@@ -169,7 +190,7 @@ impl DelayProxy {
             }
         });
         tasks.lock().unwrap().push(accept.abort_handle());
-        Self { addr, armed_ms, tasks }
+        Self { addr, armed_ms, hang_new, hang_replies, tasks }
     }
 
     pub fn url(&self) -> String {
@@ -179,6 +200,19 @@ impl DelayProxy {
     /// Holds back the next reply chunk (from any connection) by `delay`.
     pub fn delay_next_reply(&self, delay: Duration) {
         self.armed_ms.store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// From now on, new connections are accepted and never served (their
+    /// handshake hangs); open connections keep working.
+    pub fn hang_new_connections(&self) {
+        self.hang_new.store(true, Ordering::SeqCst);
+    }
+
+    /// From now on, nothing answers: new connections hang and no reply of
+    /// an open connection comes back (requests still reach the server).
+    pub fn blackhole(&self) {
+        self.hang_new_connections();
+        self.hang_replies.store(true, Ordering::SeqCst);
     }
 }
 

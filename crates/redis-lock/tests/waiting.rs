@@ -1,14 +1,20 @@
 //! Waiting: pub/sub wake-ups, PTTL-bounded rounds when a wake-up is lost
-//! (T11), one contender per process, and clean errors for tiny leases, zero
-//! waits and bad configuration (T14).
+//! (T11), waits that end on time however slow Redis is (T16), wake-ups that
+//! survive a lost pub/sub connection (T17), one contender per process, and
+//! clean errors for tiny leases, zero waits and bad configuration (T14).
 
 use std::time::{Duration, Instant};
 
 use redis_lock::{
-    LockConfig, LockError, LockName, LockOptions, MIN_LEASE, Redlock, RedlockConfig, ReleaseOutcome,
+    LockClient, LockConfig, LockError, LockGuard, LockName, LockOptions, MIN_LEASE, Redlock,
+    RedlockConfig, ReleaseOutcome,
 };
+use test_support::RedisServer;
 
-use crate::harness::{SHARED_REDIS, cleanup, client_with, raw, shared_client, unique_name};
+use crate::harness::{
+    DelayProxy, SHARED_REDIS, assert_bounded, cleanup, client_with, raw, shared_addr,
+    shared_client, unique_name,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_a_waiter_long_before_the_lease_ends() {
@@ -155,4 +161,104 @@ async fn t14_tiny_leases_zero_waits_and_bad_configuration_give_typed_errors() {
     let down = nowhere.try_lock(&name, ms(200), ms(1000)).await;
     assert!(down.as_ref().is_err_and(LockError::is_unavailable), "{down:?}");
     cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+}
+
+/// A lock named for `test`, held on the shared Redis for longer than any
+/// wait here, and a waiter (default configuration: 1 s timeouts) that
+/// reaches Redis through a proxy, its command connection open and its
+/// scripts loaded.
+async fn held_and_waited_for_through_a_proxy(
+    test: &str,
+) -> (LockName, LockGuard, DelayProxy, LockClient) {
+    let name = unique_name(test);
+    let holder =
+        shared_client().try_lock(&name, Duration::ZERO, Duration::from_secs(10)).await.unwrap();
+    let proxy = DelayProxy::start(shared_addr()).await;
+    let waiter = client_with(&proxy.url(), LockConfig::default());
+    let warm_up = unique_name("t16-warm-up");
+    let guard = waiter.try_lock(&warm_up, Duration::ZERO, Duration::from_secs(1)).await.unwrap();
+    guard.release().await.unwrap();
+    (name, holder, proxy, waiter)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t16_a_wait_ends_on_time_when_the_wake_up_connection_hangs() {
+    let (name, holder, proxy, waiter) = held_and_waited_for_through_a_proxy("t16-pubsub").await;
+    // The wake-up connection, opened at the first contention, never answers;
+    // its connect timeout (1 s) is longer than the wait.
+    proxy.hang_new_connections();
+
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    let refused = waiter.try_lock(&name, wait, Duration::from_secs(1)).await;
+    let waited = started.elapsed();
+    assert!(matches!(refused, Err(LockError::Timeout { .. })), "{refused:?}");
+    assert_bounded(waited, wait);
+    holder.release().await.unwrap();
+    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t16_a_wait_ends_on_time_when_redis_stops_answering_before_its_last_attempt() {
+    let (name, holder, proxy, waiter) = held_and_waited_for_through_a_proxy("t16-silent").await;
+    let wait = Duration::from_secs(1);
+    let started = Instant::now();
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            let refused = waiter.try_lock(&name, wait, Duration::from_secs(1)).await.map(drop);
+            (refused, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Subscribed and waiting: now nothing answers, neither its last attempt
+    // (whose outcome is unknown) nor the release that cleans up after it.
+    proxy.blackhole();
+
+    let (refused, waited) = waiting.await.unwrap();
+    assert!(refused.as_ref().is_err_and(LockError::is_unavailable), "{refused:?}");
+    assert_bounded(waited, wait);
+    holder.release().await.unwrap();
+    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t17_waiters_resubscribe_after_their_wake_up_connection_is_killed() {
+    let server = RedisServer::start().await;
+    let name = unique_name("t17");
+    let (a, b) = (client_with(&server.url(), LockConfig::default()), {
+        client_with(&server.url(), LockConfig::default())
+    });
+    let options = LockOptions::new(Duration::ZERO, Duration::from_secs(3)).with_watchdog();
+    let holder = a.try_lock_with(&name, options).await.unwrap();
+    let waiter = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            let guard = b.try_lock(&name, Duration::from_secs(10), Duration::from_secs(1)).await;
+            (guard, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // B is subscribed and waits out a round as long as A's lease, which A's
+    // watchdog keeps renewing. Then the server drops every pub/sub client.
+    let mut admin = raw(&server.url()).await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "B's wake-up connection was killed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (guard, acquired) = waiter.await.unwrap();
+    guard.expect("acquired").release().await.unwrap();
+    let woken_after = acquired - released;
+    assert!(
+        woken_after < Duration::from_millis(500),
+        "woken {woken_after:?} after the release: by its message, not by the end of a round"
+    );
 }
