@@ -34,10 +34,10 @@ use tokio::sync::OnceCell;
 use super::local::LocalQueues;
 use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply, Wake};
 use super::wakeups::Wakeups;
-use super::watchdog::{self, LeaseState, Renewal};
+use super::watchdog::{self, Lease, LeaseState, Renewal};
 use super::{
     ExtendOutcome, LockError, LockName, LockOptions, LockStats, LossReason, RoundTripHook,
-    Telemetry, duration_ms_ceil, jitter, new_owner_token, validity,
+    Telemetry, jitter, new_owner_token, validity,
 };
 
 /// The most nodes accepted (Redlock deployments use 3 or 5).
@@ -309,29 +309,22 @@ impl Redlock {
         valid_until: Instant,
         renew: bool,
     ) -> RedlockGuard {
-        let state = LeaseState::new(valid_until, self.inner.telemetry.clone());
-        let period = lease / 3;
+        let lease = Lease { length: lease, set_at: Instant::now(), valid_until };
+        let state = LeaseState::new(lease, self.inner.telemetry.clone());
         let renewal = renew.then(|| {
             let redlock = self.clone();
             let name = name.clone();
             let owner = owner.clone();
-            let lease_ms = duration_ms_ceil(lease);
-            move || {
+            move |lease_ms| {
                 let redlock = redlock.clone();
                 let name = name.clone();
                 let owner = owner.clone();
                 async move { redlock.renew(&name, &owner, lease_ms).await }
             }
         });
-        watchdog::spawn(state.clone(), lease, period / 2, renewal);
-        RedlockGuard {
-            redlock: self.clone(),
-            name: name.clone(),
-            owner,
-            lease,
-            state,
-            released: false,
-        }
+        // Each node's part of a renewal is bounded by the node timeout.
+        watchdog::spawn(state.clone(), Duration::MAX, renewal);
+        RedlockGuard { redlock: self.clone(), name: name.clone(), owner, state, released: false }
     }
 
     async fn renew(&self, name: &LockName, owner: &str, lease_ms: u64) -> Renewal {
@@ -501,7 +494,6 @@ pub struct RedlockGuard {
     redlock: Redlock,
     name: LockName,
     owner: String,
-    lease: Duration,
     state: Arc<LeaseState>,
     released: bool,
 }
@@ -538,9 +530,10 @@ impl RedlockGuard {
         &self.owner
     }
 
-    /// The lease requested.
+    /// The lease in force: the one requested, or the last one set by
+    /// [`extend`](Self::extend).
     pub fn lease(&self) -> Duration {
-        self.lease
+        self.state.length()
     }
 
     watchdog::lease_accessors!();
@@ -557,10 +550,11 @@ impl RedlockGuard {
         let quorum = self.redlock.quorum();
         let extended = outcomes.iter().filter(|o| matches!(o, Some(ExtendReply::Extended))).count();
         let answered = outcomes.iter().filter(|o| o.is_some()).count();
+        let length = Duration::from_millis(lease_ms);
         if extended >= quorum
-            && let Some(valid) = validity(Duration::from_millis(lease_ms), started.elapsed())
+            && let Some(valid) = validity(length, started.elapsed())
         {
-            self.state.set_valid_until(started + valid);
+            self.state.extended(Lease { length, set_at: started, valid_until: started + valid });
             return Ok(ExtendOutcome::Extended);
         }
         if answered < quorum {

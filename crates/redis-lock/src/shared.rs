@@ -31,7 +31,8 @@ pub struct SharedGuard {
 impl SharedGuard {
     /// The guard of a granted read or permit `claim`, renewed when `renew`.
     pub(crate) fn new(client: &LockClient, claim: Claim, grant: Grant, renew: bool) -> Self {
-        let state = LeaseState::new(grant.valid_until, client.telemetry().clone());
+        let lease = grant.lease(Duration::from_millis(claim.lease_ms));
+        let state = LeaseState::new(lease, client.telemetry().clone());
         client.watch(claim.clone(), state.clone(), renew);
         Self { client: client.clone(), claim, state, released: false }
     }

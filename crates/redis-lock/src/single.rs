@@ -30,7 +30,7 @@ use super::scripts::{
     self, AcquireMode, AcquireReply, Claim, ClaimKind, ExtendReply, ReleaseReply, Wake,
 };
 use super::wakeups::Wakeups;
-use super::watchdog::{self, LeaseState, Renewal};
+use super::watchdog::{self, Lease, LeaseState, Renewal};
 use super::{
     ExtendOutcome, FencingToken, LockConfig, LockError, LockName, LockOptions, LockStats,
     LossReason, ReleaseOutcome, Telemetry, WAIT_SLACK, duration_ms_ceil, jitter, new_owner_token,
@@ -263,12 +263,11 @@ impl LockClient {
     pub(crate) fn guard(&self, claim: Claim, grant: Grant, renew: bool) -> LockGuard {
         let Claim { name, owner, lease_ms, .. } = &claim;
         let lease = Duration::from_millis(*lease_ms);
-        let state = LeaseState::new(grant.valid_until, self.inner.telemetry.clone());
+        let state = LeaseState::new(grant.lease(lease), self.inner.telemetry.clone());
         let held = Arc::new(Held {
             client: self.clone(),
             name: name.clone(),
             owner: owner.clone(),
-            lease,
             fence: grant.fence,
             wake: claim.wake(),
             state: state.clone(),
@@ -278,31 +277,24 @@ impl LockClient {
     }
 
     /// Starts the task that watches `claim`'s lease through `state`, and
-    /// renews it (every lease/3) when `renew`.
+    /// renews it (every lease/3, each renewal within half a period and the
+    /// command timeout) when `renew`.
     pub(crate) fn watch(&self, claim: Claim, state: Arc<LeaseState>, renew: bool) {
-        let lease = Duration::from_millis(claim.lease_ms);
-        let timeout = self.renewal_timeout(lease);
         let renewal = renew.then(|| {
             let client = self.clone();
-            move || {
+            move |lease_ms| {
                 let (client, claim) = (client.clone(), claim.clone());
-                async move { client.renew(&claim).await }
+                async move { client.renew(&claim, lease_ms).await }
             }
         });
-        watchdog::spawn(state, lease, timeout, renewal);
+        watchdog::spawn(state, self.inner.config.command_timeout, renewal);
     }
 
-    /// How long one watchdog renewal of a `lease` may take: half a renewal
-    /// period, at most the command timeout.
-    pub(crate) fn renewal_timeout(&self, lease: Duration) -> Duration {
-        (lease / 3 / 2).min(self.inner.config.command_timeout)
-    }
-
-    /// One watchdog renewal of `claim`'s hold (one round trip).
-    pub(crate) async fn renew(&self, claim: &Claim) -> Renewal {
+    /// One watchdog renewal of `claim`'s hold to `lease_ms` (one round trip).
+    async fn renew(&self, claim: &Claim, lease_ms: u64) -> Renewal {
         let Ok(mut conn) = self.conn().await else { return Renewal::Failed };
         self.inner.telemetry.round_trips(1);
-        let (name, owner, lease_ms) = (&claim.name, claim.owner.as_str(), claim.lease_ms);
+        let (name, owner) = (&claim.name, claim.owner.as_str());
         let renewed = match claim.kind {
             ClaimKind::Read | ClaimKind::Permit { .. } => {
                 scripts::shared_extend(&mut conn, &claim.holders_key(), owner, lease_ms).await
@@ -394,7 +386,6 @@ struct Held {
     client: LockClient,
     name: LockName,
     owner: String,
-    lease: Duration,
     fence: FencingToken,
     /// Whom the release wakes (a fair lock's release: the next in line).
     wake: Wake,
@@ -424,9 +415,10 @@ impl LockGuard {
         self.held.fence
     }
 
-    /// The lease requested (each renewal restores it).
+    /// The lease in force: the one requested, or the last one set by
+    /// [`extend`](Self::extend) (each renewal restores it).
     pub fn lease(&self) -> Duration {
-        self.held.lease
+        self.held.state.length()
     }
 
     /// Cancelled once the lock is known or presumed lost: the watchdog found
@@ -466,7 +458,7 @@ impl LockGuard {
         let held = &self.held;
         let client = &held.client;
         let mut conn = client.conn().await?;
-        let lease_ms = duration_ms_ceil(held.lease);
+        let lease_ms = duration_ms_ceil(held.state.length());
         let timeout = client.inner.config.command_timeout;
         let reply = client
             .call(
@@ -507,9 +499,11 @@ impl LockGuard {
             .await?;
         Ok(match reply {
             ExtendReply::Extended => {
-                if let Some(valid) = validity(Duration::from_millis(lease_ms), started.elapsed()) {
-                    held.state.set_valid_until(started + valid);
-                }
+                let length = Duration::from_millis(lease_ms);
+                // A reply with no validity left: the lease may end any
+                // moment, so the holder is told at once.
+                let valid_until = started + validity(length, started.elapsed()).unwrap_or_default();
+                held.state.extended(Lease { length, set_at: started, valid_until });
                 ExtendOutcome::Extended
             }
             ExtendReply::NotOwner => {
@@ -538,7 +532,7 @@ impl LockGuard {
         }
         let client = &held.client;
         let mut conn = client.conn().await?;
-        let lease_ms = duration_ms_ceil(held.lease);
+        let lease_ms = duration_ms_ceil(held.state.length());
         let timeout = client.inner.config.command_timeout;
         let reply = client
             .call(
@@ -594,7 +588,7 @@ impl Drop for LockGuard {
         runtime.spawn(async move {
             let client = &held.client;
             let Ok(mut conn) = client.conn().await else { return };
-            let lease_ms = duration_ms_ceil(held.lease);
+            let lease_ms = duration_ms_ceil(held.state.length());
             let timeout = client.inner.config.command_timeout;
             let released = client
                 .call(
@@ -637,6 +631,14 @@ pub(crate) struct Waiting<'a> {
 pub(crate) struct Grant {
     pub(crate) fence: FencingToken,
     pub(crate) valid_until: Instant,
+}
+
+impl Grant {
+    /// The lease of `length` this grant set (the watchdog's first renewal is
+    /// due a third of it after the grant).
+    pub(crate) fn lease(&self, length: Duration) -> Lease {
+        Lease { length, set_at: Instant::now(), valid_until: self.valid_until }
+    }
 }
 
 /// How far one acquire round got, as [`decide`] needs it.

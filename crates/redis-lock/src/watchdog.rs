@@ -13,6 +13,10 @@
 //!   into that margin), so a partitioned holder hears it in time (T12);
 //! - for a lock without renewal, when its lease's validity ends.
 //!
+//! A manual extend changes the lease: the task re-plans at once, renewing
+//! every third of the new lease, to the new lease, and measuring its margins
+//! and the end of validity from it (T18).
+//!
 //! The task is stopped (`stop`) on every exit path: the last guard's release
 //! (before the release is sent, T10), the last guard dropped, a failed
 //! acquisition (no task is started before success). A renewal that still
@@ -20,12 +24,13 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{LossReason, Telemetry, validity};
+use super::{LossReason, Telemetry, duration_ms_ceil, validity};
 
 /// What one renewal round found.
 pub(crate) enum Renewal {
@@ -43,21 +48,32 @@ pub(crate) struct LeaseState {
     lost: CancellationToken,
     reason: OnceLock<LossReason>,
     renewals: AtomicU64,
-    /// The end of the lease's validity as measured locally (start of the
-    /// last successful round + lease − elapsed − drift).
-    valid_until: Mutex<Instant>,
+    /// The lease and its validity; the watchdog re-plans when it changes.
+    lease: watch::Sender<Lease>,
     /// Stops the watchdog task.
     stop: CancellationToken,
     telemetry: Arc<Telemetry>,
 }
 
+/// A lease as last set on Redis by this holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Lease {
+    /// Its length (each renewal restores it).
+    pub(crate) length: Duration,
+    /// When the command that set it was sent.
+    pub(crate) set_at: Instant,
+    /// The end of its validity as measured locally (`set_at` + length −
+    /// elapsed − drift).
+    pub(crate) valid_until: Instant,
+}
+
 impl LeaseState {
-    pub(crate) fn new(valid_until: Instant, telemetry: Arc<Telemetry>) -> Arc<Self> {
+    pub(crate) fn new(lease: Lease, telemetry: Arc<Telemetry>) -> Arc<Self> {
         Arc::new(Self {
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             renewals: AtomicU64::new(0),
-            valid_until: Mutex::new(valid_until),
+            lease: watch::Sender::new(lease),
             stop: CancellationToken::new(),
             telemetry,
         })
@@ -77,11 +93,17 @@ impl LeaseState {
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+        self.lease.borrow().valid_until
     }
 
-    pub(crate) fn set_valid_until(&self, at: Instant) {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) = at;
+    /// The lease length in force.
+    pub(crate) fn length(&self) -> Duration {
+        self.lease.borrow().length
+    }
+
+    /// A manual extend set `lease` on Redis: the watchdog re-plans.
+    pub(crate) fn extended(&self, lease: Lease) {
+        self.lease.send_replace(lease);
     }
 
     /// Records the loss (the first reason wins) and tells the holder, unless
@@ -137,88 +159,98 @@ pub(crate) use lease_accessors;
 
 /// Starts the task that renews (`renew` is `Some`) or only watches the lease.
 ///
-/// `renew` runs one renewal round; each round is cut off after
-/// `attempt_timeout` (a timeout counts as [`Renewal::Failed`]).
-pub(crate) fn spawn<F, Fut>(
-    state: Arc<LeaseState>,
-    lease: Duration,
-    attempt_timeout: Duration,
-    renew: Option<F>,
-) where
-    F: FnMut() -> Fut + Send + 'static,
+/// `renew` runs one renewal round to the lease length it is given, in
+/// milliseconds; each round is cut off after a sixth of the lease (half a
+/// renewal period) or `max_attempt`, whichever is shorter (a timeout counts
+/// as [`Renewal::Failed`]).
+pub(crate) fn spawn<F, Fut>(state: Arc<LeaseState>, max_attempt: Duration, renew: Option<F>)
+where
+    F: FnMut(u64) -> Fut + Send + 'static,
     Fut: Future<Output = Renewal> + Send,
 {
     let stop = state.stop.clone();
     tokio::spawn(async move {
         tokio::select! {
             _ = stop.cancelled() => {}
-            _ = watch(&state, lease, attempt_timeout, renew) => {}
+            _ = watch(&state, max_attempt, renew) => {}
         }
     });
 }
 
-async fn watch<F, Fut>(
-    state: &LeaseState,
-    lease: Duration,
-    attempt_timeout: Duration,
-    renew: Option<F>,
-) where
-    F: FnMut() -> Fut,
+async fn watch<F, Fut>(state: &LeaseState, max_attempt: Duration, renew: Option<F>)
+where
+    F: FnMut(u64) -> Fut,
     Fut: Future<Output = Renewal>,
 {
     match renew {
-        Some(renew) => renew_until_lost(state, lease, attempt_timeout, renew).await,
+        Some(renew) => renew_until_lost(state, max_attempt, renew).await,
         None => wait_for_lease_end(state).await,
     }
 }
 
-/// Without renewal: tells the holder when the lease's validity ends.
+/// Without renewal: tells the holder when the lease's validity ends, the
+/// end in force (a manual extend may move it either way meanwhile).
 async fn wait_for_lease_end(state: &LeaseState) {
-    // A manual extend may push the end further while we sleep.
+    let mut lease = state.lease.subscribe();
     loop {
-        let until = state.valid_until();
-        tokio::time::sleep_until(until.into()).await;
-        if state.valid_until() <= until {
+        let until = lease.borrow_and_update().valid_until;
+        if until <= Instant::now() {
             state.mark_lost(LossReason::Expired);
             return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(until.into()) => {}
+            _ = lease.changed() => {}
         }
     }
 }
 
-/// With renewal: renews every lease/3 until a renewal finds the lock lost,
-/// or failures leave too little of the lease.
-async fn renew_until_lost<F, Fut>(
-    state: &LeaseState,
-    lease: Duration,
-    attempt_timeout: Duration,
-    mut renew: F,
-) where
-    F: FnMut() -> Fut,
+/// With renewal: renews every third of the lease in force until a renewal
+/// finds the lock lost, or failures leave too little of the lease.
+async fn renew_until_lost<F, Fut>(state: &LeaseState, max_attempt: Duration, mut renew: F)
+where
+    F: FnMut(u64) -> Fut,
     Fut: Future<Output = Renewal>,
 {
-    let period = lease / 3;
-    // The holder must hear of a loss at least this long before the lease's
-    // end, so no renewal attempt may run into this margin.
-    let margin = lease / 6;
-    let mut next = Instant::now() + period;
+    let mut lease = state.lease.subscribe();
+    // After a failed renewal: when to try again.
+    let mut retry_at = None;
+    // After a renewal that raced a manual extend: renew again at once.
+    let mut at_once = false;
     loop {
-        tokio::time::sleep_until(next.into()).await;
+        let current = *lease.borrow_and_update();
+        let period = current.length / 3;
+        let due = retry_at.unwrap_or(current.set_at + period);
+        if !std::mem::take(&mut at_once) {
+            tokio::select! {
+                _ = tokio::time::sleep_until(due.into()) => {}
+                // A manual extend: plan again from it.
+                _ = lease.changed() => {
+                    retry_at = None;
+                    continue;
+                }
+            }
+        }
+        // The holder must hear of a loss at least this long before the
+        // lease's end, so no renewal attempt may run into this margin.
+        let margin = current.length / 6;
         let started = Instant::now();
-        let budget = renewal_budget(state.valid_until(), margin, started, attempt_timeout);
+        let timeout = (current.length / 6).min(max_attempt);
+        let budget = renewal_budget(current.valid_until, margin, started, timeout);
         if budget.is_zero() {
             state.mark_lost(LossReason::Unreachable);
             return;
         }
-        let outcome = tokio::time::timeout(budget, renew()).await.unwrap_or(Renewal::Failed);
+        let renewing = renew(duration_ms_ceil(current.length));
+        let outcome = tokio::time::timeout(budget, renewing).await.unwrap_or(Renewal::Failed);
         match outcome {
             Renewal::Renewed => {
                 // A renewal so late that no validity is left cannot be
                 // counted on: it is handled as a failure below.
-                if let Some(valid_until) = renewed_until(lease, started, Instant::now()) {
-                    state.set_valid_until(valid_until);
-                    state.renewals.fetch_add(1, Ordering::Relaxed);
-                    state.telemetry.renewed();
-                    next = started + period;
+                if let Some(valid_until) = renewed_until(current.length, started, Instant::now()) {
+                    let now = Lease { set_at: started, valid_until, ..current };
+                    at_once = !renewed(state, current, now);
+                    retry_at = None;
                     continue;
                 }
             }
@@ -233,8 +265,24 @@ async fn renew_until_lost<F, Fut>(
             state.mark_lost(LossReason::Unreachable);
             return;
         }
-        next = now + period / 4;
+        retry_at = Some(now + period / 4);
     }
+}
+
+/// Records a renewal of `was` that set `now`, unless a manual extend changed
+/// the lease while it ran: then the renewal (to the old length) may have
+/// reached Redis after the extend, and the next one must go at once, to the
+/// new length. Returns false in that case.
+fn renewed(state: &LeaseState, was: Lease, now: Lease) -> bool {
+    state.renewals.fetch_add(1, Ordering::Relaxed);
+    state.telemetry.renewed();
+    state.lease.send_if_modified(|lease| {
+        let untouched = *lease == was;
+        if untouched {
+            *lease = now;
+        }
+        untouched
+    })
 }
 
 /// How long a renewal that starts at `started` may take: until `margin`

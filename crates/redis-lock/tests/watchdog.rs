@@ -1,10 +1,11 @@
 //! The watchdog: renewals keep a long critical section's lock, and a holder
 //! is told when it loses the lock — to another owner (T2's renewal half) or
-//! to a partition from Redis (T12) — before its lease runs out.
+//! to a partition from Redis (T12) — before its lease runs out, also after
+//! an extend changed the lease (T18).
 
 use std::time::{Duration, Instant};
 
-use redis_lock::{LockConfig, LockOptions, LossReason, ReleaseOutcome};
+use redis_lock::{ExtendOutcome, LockConfig, LockOptions, LossReason, ReleaseOutcome};
 use test_support::RedisServer;
 
 use crate::harness::{
@@ -110,4 +111,51 @@ async fn t12_a_holder_partitioned_from_redis_is_told_before_its_lease_runs_out()
     // The lease as Redis counts it ends at least as late as our local view.
     assert!(lease_end <= cut + lease, "local validity is conservative");
     assert!(guard.release().await.is_err(), "Redis is unreachable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t18_lost_fires_at_the_new_end_after_an_extend_shortens_the_lease() {
+    let name = unique_name("t18-lease");
+    let client = shared_client();
+    let guard = client.try_lock(&name, Duration::ZERO, Duration::from_secs(5)).await.unwrap();
+    let shorter = Duration::from_millis(200);
+    let extended = Instant::now();
+    assert_eq!(guard.extend(shorter).await.unwrap(), ExtendOutcome::Extended);
+
+    tokio::time::timeout(Duration::from_secs(1), guard.lost().cancelled())
+        .await
+        .expect("told at the end of the new lease, not the old one");
+    let told = extended.elapsed();
+    assert!(told <= shorter + Duration::from_millis(25), "told {told:?} after the extend");
+    assert_eq!(guard.loss(), Some(LossReason::Expired));
+    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t18_the_watchdog_renews_a_shortened_lease_and_tells_of_a_partition_in_time() {
+    let mut server = RedisServer::start().await;
+    let name = unique_name("t18-watchdog");
+    let config =
+        LockConfig { command_timeout: Duration::from_millis(100), ..LockConfig::default() };
+    let client = client_with(&server.url(), config);
+    let options = LockOptions::new(Duration::ZERO, Duration::from_secs(3)).with_watchdog();
+    let guard = client.try_lock_with(&name, options).await.unwrap();
+    let shorter = Duration::from_millis(300);
+    assert_eq!(guard.extend(shorter).await.unwrap(), ExtendOutcome::Extended);
+
+    // Three of the new leases: the watchdog renews every third of it, to it.
+    tokio::select! {
+        _ = tokio::time::sleep(shorter * 3) => {}
+        _ = guard.lost().cancelled() => panic!("lost the lock: {:?}", guard.loss()),
+    }
+    assert!(guard.renewals() >= 5, "{} renewals of the new lease", guard.renewals());
+    let left = pttl(&mut raw(&server.url()).await, &name).await;
+    assert!(left > 0 && left <= 300, "PTTL {left} ms: renewed to the new lease");
+
+    server.kill();
+    let cut = Instant::now();
+    tokio::time::timeout(shorter, guard.lost().cancelled()).await.expect("told within the lease");
+    assert_eq!(guard.loss(), Some(LossReason::Unreachable));
+    assert!(Instant::now() < guard.valid_until(), "told before the new lease's end");
+    assert!(guard.valid_until() <= cut + shorter);
 }
