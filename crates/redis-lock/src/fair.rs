@@ -69,6 +69,6 @@ impl FairLock {
         let waiting =
             Waiting { entry: &own, channel: &channel, heartbeat: Some(waiter_timeout / 3) };
         let grant = self.client.contend(&claim, &waiting, started, deadline).await?;
-        Ok(self.client.guard(claim, grant, options.watchdog))
+        Ok(self.client.guard(claim, grant, options.renewal()))
     }
 }

@@ -61,6 +61,16 @@ pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 /// The longest wait accepted (one hour): every wait is bounded.
 pub const MAX_WAIT: Duration = Duration::from_secs(60 * 60);
 
+/// The longest the watchdog renews one hold unless told otherwise
+/// ([`LockOptions::with_max_hold`]): one hour, the longest wait the library
+/// accepts ([`MAX_WAIT`]). A hold that outlasts it is no longer serving
+/// callers that wait for the lock — the most patient of them gave up — so
+/// it is treated as hung: the watchdog stops renewing, `lost()` fires with
+/// [`LossReason::MaxHold`], and the lease runs out (the lock is not taken
+/// from the holder: it may still be writing, and only a fencing token can
+/// refuse that write).
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60 * 60);
+
 /// How far past its `wait` a call that takes a lock on one node may return:
 /// the reply to its last attempt, sent before the wait ran out, may take
 /// this long (one round trip on a loaded network). Nothing else runs past
@@ -158,17 +168,35 @@ pub struct LockOptions {
     pub lease: Duration,
     /// Renew the lease every lease/3 while the guard lives (the watchdog).
     pub watchdog: bool,
+    /// With the watchdog: how long after the grant it stops renewing and
+    /// fires `lost()` ([`LossReason::MaxHold`]); the lease then runs out.
+    /// Default [`DEFAULT_MAX_HOLD`]; positive, at most [`MAX_LEASE`].
+    /// Manual extends are not bounded by it.
+    pub max_hold: Duration,
 }
 
 impl LockOptions {
     /// A lease lock without renewal.
     pub fn new(wait: Duration, lease: Duration) -> Self {
-        Self { wait, lease, watchdog: false }
+        Self { wait, lease, watchdog: false, max_hold: DEFAULT_MAX_HOLD }
     }
 
-    /// The same, renewed by the watchdog while held.
+    /// The same, renewed by the watchdog while held, for at most
+    /// [`max_hold`](Self::max_hold).
     pub fn with_watchdog(self) -> Self {
         Self { watchdog: true, ..self }
+    }
+
+    /// The same, with the watchdog renewing for at most `max_hold` after the
+    /// grant.
+    pub fn with_max_hold(self, max_hold: Duration) -> Self {
+        Self { max_hold, ..self }
+    }
+
+    /// How long the watchdog renews a hold taken with these options (`None`:
+    /// no watchdog).
+    pub(crate) fn renewal(&self) -> Option<Duration> {
+        self.watchdog.then_some(self.max_hold)
     }
 
     /// Checks the bounds above; returns the lease in milliseconds.
@@ -185,6 +213,12 @@ impl LockOptions {
             return Err(LockError::InvalidConfig(format!(
                 "lease {:?} is longer than the maximum {MAX_LEASE:?}",
                 self.lease
+            )));
+        }
+        if self.max_hold.is_zero() || self.max_hold > MAX_LEASE {
+            return Err(LockError::InvalidConfig(format!(
+                "max_hold {:?} must be positive and at most {MAX_LEASE:?}",
+                self.max_hold
             )));
         }
         if self.wait > MAX_WAIT {
@@ -238,6 +272,9 @@ pub enum LossReason {
     /// Renewals could not reach Redis (or a quorum of nodes) in time; the
     /// lease is about to run out, if it has not already.
     Unreachable,
+    /// The hold reached its `max_hold`: the watchdog stopped renewing, and
+    /// the lease runs out at `valid_until()` at the latest.
+    MaxHold,
 }
 
 impl fmt::Display for LossReason {
@@ -246,6 +283,7 @@ impl fmt::Display for LossReason {
             LossReason::NotOwner => "another owner holds the lock",
             LossReason::Expired => "the lease ran out",
             LossReason::Unreachable => "renewals could not reach Redis before the lease ran out",
+            LossReason::MaxHold => "held for its max_hold: no longer renewed",
         })
     }
 }
@@ -511,5 +549,11 @@ mod tests {
         assert!(LockOptions::new(Duration::MAX, ms(20)).validate().is_err());
         assert!(LockOptions::new(ms(0), Duration::MAX).validate().is_err());
         assert_eq!(LockOptions::new(ms(0), Duration::from_micros(10_001)).validate().unwrap(), 11);
+        let watchdog = LockOptions::new(ms(0), ms(100)).with_watchdog();
+        assert_eq!(watchdog.renewal(), Some(DEFAULT_MAX_HOLD));
+        assert_eq!(watchdog.with_max_hold(ms(500)).renewal(), Some(ms(500)));
+        assert_eq!(LockOptions::new(ms(0), ms(100)).renewal(), None);
+        assert!(watchdog.with_max_hold(Duration::ZERO).validate().is_err());
+        assert!(watchdog.with_max_hold(MAX_LEASE * 2).validate().is_err());
     }
 }

@@ -34,7 +34,7 @@ use tokio::sync::OnceCell;
 use super::local::LocalQueues;
 use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply, Wake};
 use super::wakeups::Wakeups;
-use super::watchdog::{self, Lease, LeaseState, Renewal};
+use super::watchdog::{self, Lease, LeaseState, Renewal, Renewer};
 use super::{
     ExtendOutcome, LockError, LockName, LockOptions, LockStats, LossReason, RoundTripHook,
     Telemetry, jitter, new_owner_token, validity,
@@ -213,14 +213,14 @@ impl Redlock {
             return Err(self.inner.telemetry.timeout(name, started, None));
         };
         let owner = new_owner_token();
-        let (entry, watchdog) = (&entry, options.watchdog);
+        let (entry, max_hold) = (&entry, options.renewal());
         loop {
             let round_started = Instant::now();
             let votes = self.acquire_round(name, &owner, lease_ms).await;
             let elapsed = round_started.elapsed();
             if let Some(valid) = granted(&votes, self.quorum(), lease, elapsed) {
                 self.inner.telemetry.acquired();
-                return Ok(self.guard(name, owner, lease, round_started + valid, watchdog));
+                return Ok(self.guard(name, owner, lease, round_started + valid, max_hold));
             }
             // Failed round: free the nodes that may hold our key (when giving
             // up, in a task of its own, waited for one node timeout past the
@@ -307,23 +307,24 @@ impl Redlock {
         owner: String,
         lease: Duration,
         valid_until: Instant,
-        renew: bool,
+        max_hold: Option<Duration>,
     ) -> RedlockGuard {
         let lease = Lease { length: lease, set_at: Instant::now(), valid_until };
         let state = LeaseState::new(lease, self.inner.telemetry.clone());
-        let renewal = renew.then(|| {
+        let renewer = max_hold.map(|max_hold| {
             let redlock = self.clone();
             let name = name.clone();
             let owner = owner.clone();
-            move |lease_ms| {
+            let renew = move |lease_ms| {
                 let redlock = redlock.clone();
                 let name = name.clone();
                 let owner = owner.clone();
                 async move { redlock.renew(&name, &owner, lease_ms).await }
-            }
+            };
+            // Each node's part of a renewal is bounded by the node timeout.
+            Renewer { renew, max_attempt: Duration::MAX, max_hold }
         });
-        // Each node's part of a renewal is bounded by the node timeout.
-        watchdog::spawn(state.clone(), Duration::MAX, renewal);
+        watchdog::spawn(state.clone(), renewer);
         RedlockGuard { redlock: self.clone(), name: name.clone(), owner, state, released: false }
     }
 

@@ -52,7 +52,7 @@ impl RwLock {
         let heartbeat = Some(waiter_timeout / 3);
         let (claim, grant) =
             self.client.contend_in_line(&self.name, kind, options, heartbeat).await?;
-        Ok(self.client.guard(claim, grant, options.watchdog))
+        Ok(self.client.guard(claim, grant, options.renewal()))
     }
 
     /// Takes a read hold, waiting at most `options.wait` while a writer holds
@@ -60,7 +60,7 @@ impl RwLock {
     pub async fn read(&self, options: LockOptions) -> Result<SharedGuard, LockError> {
         let (claim, grant) =
             self.client.contend_in_line(&self.name, ClaimKind::Read, options, None).await?;
-        Ok(SharedGuard::new(&self.client, claim, grant, options.watchdog))
+        Ok(SharedGuard::new(&self.client, claim, grant, options.renewal()))
     }
 
     /// How long a waiting writer keeps new readers out after its last

@@ -30,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 use super::scripts::{self, AcquireReply, Claim, ClaimKind, PeriodClaim, ReleaseReply};
 use super::single::{Grant, attempt_timeout};
 use super::{
-    FencingToken, LockClient, LockError, LockGuard, LockName, LockOptions, LossReason,
-    duration_ms_ceil, new_owner_token, validity,
+    DEFAULT_MAX_HOLD, FencingToken, LockClient, LockError, LockGuard, LockName, LockOptions,
+    LossReason, duration_ms_ceil, new_owner_token, validity,
 };
 
 /// A wall clock. The scheduler takes its clock as a parameter, so that a test
@@ -244,7 +244,7 @@ impl Scheduler {
                 };
                 client.telemetry().acquired();
                 let grant = Grant { fence: FencingToken(fence), valid_until: started + valid };
-                Ok(Claimed::Held(client.guard(claim, grant, true)))
+                Ok(Claimed::Held(client.guard(claim, grant, Some(DEFAULT_MAX_HOLD))))
             }
             PeriodClaim::Lock(AcquireReply::Held { pttl_ms }) => {
                 Ok(Claimed::Busy(u64::try_from(pttl_ms).ok().map(Duration::from_millis)))

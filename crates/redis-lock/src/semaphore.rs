@@ -54,6 +54,6 @@ impl Semaphore {
     pub async fn acquire(&self, options: LockOptions) -> Result<SharedGuard, LockError> {
         let kind = ClaimKind::Permit { permits: self.permits };
         let (claim, grant) = self.client.contend_in_line(&self.name, kind, options, None).await?;
-        Ok(SharedGuard::new(&self.client, claim, grant, options.watchdog))
+        Ok(SharedGuard::new(&self.client, claim, grant, options.renewal()))
     }
 }

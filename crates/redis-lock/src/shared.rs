@@ -29,11 +29,17 @@ pub struct SharedGuard {
 }
 
 impl SharedGuard {
-    /// The guard of a granted read or permit `claim`, renewed when `renew`.
-    pub(crate) fn new(client: &LockClient, claim: Claim, grant: Grant, renew: bool) -> Self {
+    /// The guard of a granted read or permit `claim`, renewed for
+    /// `max_hold` when there is one.
+    pub(crate) fn new(
+        client: &LockClient,
+        claim: Claim,
+        grant: Grant,
+        max_hold: Option<Duration>,
+    ) -> Self {
         let lease = grant.lease(Duration::from_millis(claim.lease_ms));
         let state = LeaseState::new(lease, client.telemetry().clone());
-        client.watch(claim.clone(), state.clone(), renew);
+        client.watch(claim.clone(), state.clone(), max_hold);
         Self { client: client.clone(), claim, state, released: false }
     }
 

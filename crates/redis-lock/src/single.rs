@@ -30,7 +30,7 @@ use super::scripts::{
     self, AcquireMode, AcquireReply, Claim, ClaimKind, ExtendReply, ReleaseReply, Wake,
 };
 use super::wakeups::Wakeups;
-use super::watchdog::{self, Lease, LeaseState, Renewal};
+use super::watchdog::{self, Lease, LeaseState, Renewal, Renewer};
 use super::{
     ExtendOutcome, FencingToken, LockConfig, LockError, LockName, LockOptions, LockStats,
     LossReason, ReleaseOutcome, Telemetry, WAIT_SLACK, duration_ms_ceil, jitter, new_owner_token,
@@ -134,7 +134,7 @@ impl LockClient {
     ) -> Result<LockGuard, LockError> {
         let (claim, grant) =
             self.contend_in_line(name, ClaimKind::Reentrant, options, None).await?;
-        Ok(self.guard(claim, grant, options.watchdog))
+        Ok(self.guard(claim, grant, options.renewal()))
     }
 
     /// Takes a `kind` hold of `name` as [`try_lock_with`](Self::try_lock_with)
@@ -259,8 +259,13 @@ impl LockClient {
     }
 
     /// The guard of a granted reentrant, fair or write `claim`, renewed by
-    /// the watchdog when `renew`.
-    pub(crate) fn guard(&self, claim: Claim, grant: Grant, renew: bool) -> LockGuard {
+    /// the watchdog for `max_hold` when there is one.
+    pub(crate) fn guard(
+        &self,
+        claim: Claim,
+        grant: Grant,
+        max_hold: Option<Duration>,
+    ) -> LockGuard {
         let Claim { name, owner, lease_ms, .. } = &claim;
         let lease = Duration::from_millis(*lease_ms);
         let state = LeaseState::new(grant.lease(lease), self.inner.telemetry.clone());
@@ -272,22 +277,23 @@ impl LockClient {
             wake: claim.wake(),
             state: state.clone(),
         });
-        self.watch(claim, state, renew);
+        self.watch(claim, state, max_hold);
         LockGuard { held, released: false }
     }
 
-    /// Starts the task that watches `claim`'s lease through `state`, and
-    /// renews it (every lease/3, each renewal within half a period and the
-    /// command timeout) when `renew`.
-    pub(crate) fn watch(&self, claim: Claim, state: Arc<LeaseState>, renew: bool) {
-        let renewal = renew.then(|| {
+    /// Starts the task that watches `claim`'s lease through `state`, and,
+    /// given a `max_hold`, renews it for that long (every lease/3, each
+    /// renewal within half a period and the command timeout).
+    pub(crate) fn watch(&self, claim: Claim, state: Arc<LeaseState>, max_hold: Option<Duration>) {
+        let renewer = max_hold.map(|max_hold| {
             let client = self.clone();
-            move |lease_ms| {
+            let renew = move |lease_ms| {
                 let (client, claim) = (client.clone(), claim.clone());
                 async move { client.renew(&claim, lease_ms).await }
-            }
+            };
+            Renewer { renew, max_attempt: self.inner.config.command_timeout, max_hold }
         });
-        watchdog::spawn(state, self.inner.config.command_timeout, renewal);
+        watchdog::spawn(state, renewer);
     }
 
     /// One watchdog renewal of `claim`'s hold to `lease_ms` (one round trip).

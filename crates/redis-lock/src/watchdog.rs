@@ -11,7 +11,9 @@
 //!   (lease/3) of the lease is left, and in any case no later than lease/6
 //!   before the lease's end as measured locally (no renewal attempt may run
 //!   into that margin), so a partitioned holder hears it in time (T12);
-//! - for a lock without renewal, when its lease's validity ends.
+//! - for a lock without renewal, when its lease's validity ends;
+//! - with renewal, at the hold's `max_hold`: renewals stop there, and the
+//!   lease runs out by itself (timeline T19).
 //!
 //! A manual extend changes the lease: the task re-plans at once, renewing
 //! every third of the new lease, to the new lease, and measuring its margins
@@ -157,13 +159,23 @@ macro_rules! lease_accessors {
 }
 pub(crate) use lease_accessors;
 
-/// Starts the task that renews (`renew` is `Some`) or only watches the lease.
-///
-/// `renew` runs one renewal round to the lease length it is given, in
-/// milliseconds; each round is cut off after a sixth of the lease (half a
-/// renewal period) or `max_attempt`, whichever is shorter (a timeout counts
-/// as [`Renewal::Failed`]).
-pub(crate) fn spawn<F, Fut>(state: Arc<LeaseState>, max_attempt: Duration, renew: Option<F>)
+/// How the watchdog renews a hold.
+pub(crate) struct Renewer<F> {
+    /// Runs one renewal round to the lease length it is given, in
+    /// milliseconds.
+    pub(crate) renew: F,
+    /// The longest one round may take; it is also cut off after a sixth of
+    /// the lease (half a renewal period), whichever is shorter (a timeout
+    /// counts as [`Renewal::Failed`]).
+    pub(crate) max_attempt: Duration,
+    /// How long after the start to stop renewing and fire `lost()`
+    /// ([`LossReason::MaxHold`]).
+    pub(crate) max_hold: Duration,
+}
+
+/// Starts the task that renews the lease (with a `renewer`) or only watches
+/// it.
+pub(crate) fn spawn<F, Fut>(state: Arc<LeaseState>, renewer: Option<Renewer<F>>)
 where
     F: FnMut(u64) -> Fut + Send + 'static,
     Fut: Future<Output = Renewal> + Send,
@@ -172,19 +184,23 @@ where
     tokio::spawn(async move {
         tokio::select! {
             _ = stop.cancelled() => {}
-            _ = watch(&state, max_attempt, renew) => {}
+            _ = watch(&state, renewer) => {}
         }
     });
 }
 
-async fn watch<F, Fut>(state: &LeaseState, max_attempt: Duration, renew: Option<F>)
+async fn watch<F, Fut>(state: &LeaseState, renewer: Option<Renewer<F>>)
 where
     F: FnMut(u64) -> Fut,
     Fut: Future<Output = Renewal>,
 {
-    match renew {
-        Some(renew) => renew_until_lost(state, max_attempt, renew).await,
-        None => wait_for_lease_end(state).await,
+    let Some(Renewer { renew, max_attempt, max_hold }) = renewer else {
+        return wait_for_lease_end(state).await;
+    };
+    tokio::select! {
+        _ = renew_until_lost(state, max_attempt, renew) => {}
+        // Renewals stop here; the lease runs out by itself.
+        _ = tokio::time::sleep(max_hold) => state.mark_lost(LossReason::MaxHold),
     }
 }
 

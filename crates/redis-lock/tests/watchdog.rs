@@ -1,11 +1,12 @@
 //! The watchdog: renewals keep a long critical section's lock, and a holder
 //! is told when it loses the lock — to another owner (T2's renewal half) or
 //! to a partition from Redis (T12) — before its lease runs out, also after
-//! an extend changed the lease (T18).
+//! an extend changed the lease (T18); and a hold ends at its `max_hold`
+//! (T19).
 
 use std::time::{Duration, Instant};
 
-use redis_lock::{ExtendOutcome, LockConfig, LockOptions, LossReason, ReleaseOutcome};
+use redis_lock::{ExtendOutcome, LockClient, LockConfig, LockOptions, LossReason, ReleaseOutcome};
 use test_support::RedisServer;
 
 use crate::harness::{
@@ -79,13 +80,20 @@ async fn a_lease_lock_without_watchdog_tells_its_holder_when_the_lease_ends() {
     cleanup(&mut raw(SHARED_REDIS).await, &name).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t12_a_holder_partitioned_from_redis_is_told_before_its_lease_runs_out() {
-    let mut server = RedisServer::start().await;
-    let name = unique_name("t12");
+/// A Redis of the test's own (killing it cuts the holder off) and a client
+/// of it whose commands time out after 100 ms.
+async fn partitionable() -> (RedisServer, LockClient) {
+    let server = RedisServer::start().await;
     let config =
         LockConfig { command_timeout: Duration::from_millis(100), ..LockConfig::default() };
     let client = client_with(&server.url(), config);
+    (server, client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t12_a_holder_partitioned_from_redis_is_told_before_its_lease_runs_out() {
+    let (mut server, client) = partitionable().await;
+    let name = unique_name("t12");
     let lease = Duration::from_millis(600);
 
     let guard = client
@@ -133,11 +141,8 @@ async fn t18_lost_fires_at_the_new_end_after_an_extend_shortens_the_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t18_the_watchdog_renews_a_shortened_lease_and_tells_of_a_partition_in_time() {
-    let mut server = RedisServer::start().await;
+    let (mut server, client) = partitionable().await;
     let name = unique_name("t18-watchdog");
-    let config =
-        LockConfig { command_timeout: Duration::from_millis(100), ..LockConfig::default() };
-    let client = client_with(&server.url(), config);
     let options = LockOptions::new(Duration::ZERO, Duration::from_secs(3)).with_watchdog();
     let guard = client.try_lock_with(&name, options).await.unwrap();
     let shorter = Duration::from_millis(300);
@@ -158,4 +163,27 @@ async fn t18_the_watchdog_renews_a_shortened_lease_and_tells_of_a_partition_in_t
     assert_eq!(guard.loss(), Some(LossReason::Unreachable));
     assert!(Instant::now() < guard.valid_until(), "told before the new lease's end");
     assert!(guard.valid_until() <= cut + shorter);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t19_the_watchdog_stops_at_max_hold_and_tells_the_holder() {
+    let name = unique_name("t19");
+    let client = shared_client();
+    let mut conn = raw(SHARED_REDIS).await;
+    let (lease, max_hold) = (Duration::from_millis(150), Duration::from_millis(500));
+    let options = LockOptions::new(Duration::ZERO, lease).with_watchdog().with_max_hold(max_hold);
+    let started = Instant::now();
+    // The holder hangs: it never releases, and only `lost()` can tell it.
+    let guard = client.try_lock_with(&name, options).await.unwrap();
+
+    tokio::time::timeout(max_hold * 2, guard.lost().cancelled()).await.expect("told");
+    let told = started.elapsed();
+    assert!(told >= max_hold && told < max_hold + Duration::from_millis(100), "told at {told:?}");
+    assert_eq!(guard.loss(), Some(LossReason::MaxHold));
+    assert!(guard.renewals() >= 2, "renewed until then: {} renewals", guard.renewals());
+    // No renewal after it: the lease runs out.
+    tokio::time::sleep(lease + Duration::from_millis(50)).await;
+    assert_eq!(pttl(&mut conn, &name).await, -2, "the lock came free one lease after max_hold");
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Expired);
+    cleanup(&mut conn, &name).await;
 }
