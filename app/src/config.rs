@@ -191,6 +191,17 @@ pub struct Config {
     /// answered 503 `busy`, in milliseconds.
     #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = 1000)]
     pub lock_wait_ms: u64,
+
+    /// How long a `lock/*` purchase may hold its sale's lock, in
+    /// milliseconds: its critical section is cut off after this and answered
+    /// 503 `busy`, and the library locks' watchdog stops renewing there
+    /// (`max_hold`). The default, twice the default pool wait, leaves room
+    /// for both of the section's Postgres calls to wait out the pool and
+    /// fail by themselves; what runs longer is a call that hangs (or a
+    /// sale's simulated work).
+    #[arg(long, env = "SECKILL_LOCK_HOLD_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub lock_hold_ms: u64,
 }
 
 impl Config {
@@ -229,6 +240,10 @@ impl Config {
 
     pub fn lock_wait(&self) -> Duration {
         Duration::from_millis(self.lock_wait_ms)
+    }
+
+    pub fn lock_hold(&self) -> Duration {
+        Duration::from_millis(self.lock_hold_ms)
     }
 
     pub fn queue_batch_window(&self) -> Duration {

@@ -42,6 +42,11 @@ pub const FENCE_REJECTIONS_TOTAL: &str = "seckill_fence_rejections_total";
 /// Registered at 0 for every `lock/*` strategy.
 pub const LOCK_LOSSES_TOTAL: &str = "seckill_lock_losses_total";
 
+/// Counter: critical sections of a `lock/*` strategy cut off because they
+/// held the sale's lock for `SECKILL_LOCK_HOLD_MS` (answered `503 busy`).
+/// Labels: `strategy`. Registered at 0 for every `lock/*` strategy.
+pub const LOCK_HOLD_TIMEOUTS_TOTAL: &str = "seckill_lock_hold_timeouts_total";
+
 /// Counter: successful watchdog lease renewals of a `lock/*` strategy,
 /// counted when the lock is released. Labels: `strategy`. Registered at 0
 /// for every `lock/*` strategy.

@@ -1,7 +1,8 @@
 //! The `lock/*` strategies against real Redis and Postgres: what each lock
 //! generation is known to do (including how the broken ones break), mutual
-//! exclusion measured across instances, and the failure timelines of
-//! `docs/locks.md` (T1, T2, T4, T5, T6) with fencing.
+//! exclusion measured across instances, the failure timelines of
+//! `docs/locks.md` (T1, T2, T4, T5, T6) with fencing, and the bound on a
+//! critical section.
 //!
 //! Every test uses its own Redis key prefix and its own sales; extra Redis
 //! nodes and app processes are children of the test, stopped when it ends.
@@ -12,4 +13,5 @@ mod support;
 mod exclusion;
 mod generations;
 mod harness;
+mod hold;
 mod timelines;

@@ -44,7 +44,7 @@ pub const WATCHDOG: Registration = Registration {
     about: "the naive steps inside the lock library's reentrant lock, renewed by its watchdog",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| {
-        let lock = WatchdogLock::new(&deps.redis, WATCHDOG_NAME)?;
+        let lock = WatchdogLock::new(&deps.redis, WATCHDOG_NAME, deps.config.lock_hold())?;
         Ok(Shared::of(deps).locked(WATCHDOG_NAME, lock))
     },
 };
@@ -55,7 +55,7 @@ pub const FENCED: Registration = Registration {
     about: "lock/watchdog plus a fencing token checked by Postgres",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| {
-        let lock = WatchdogLock::new(&deps.redis, FENCED_NAME)?;
+        let lock = WatchdogLock::new(&deps.redis, FENCED_NAME, deps.config.lock_hold())?;
         Ok(Shared::of(deps).fenced(FENCED_NAME, lock))
     },
 };
@@ -66,17 +66,23 @@ pub struct WatchdogLock {
     client: LockClient,
     prefix: String,
     strategy: StrategyName,
+    max_hold: Duration,
 }
 
 impl WatchdogLock {
-    /// A lock on the Redis of `redis`, counting round trips for `strategy`.
-    pub fn new(redis: &RedisHandle, strategy: StrategyName) -> anyhow::Result<Self> {
+    /// A lock on the Redis of `redis`, counting round trips for `strategy`,
+    /// renewed for at most `max_hold` (`SECKILL_LOCK_HOLD_MS`) per hold.
+    pub fn new(
+        redis: &RedisHandle,
+        strategy: StrategyName,
+        max_hold: Duration,
+    ) -> anyhow::Result<Self> {
         let config = LockConfig {
             on_round_trip: Some(Arc::new(move |n| count_redis_round_trips(strategy.as_str(), n))),
             ..LockConfig::default()
         };
         let client = LockClient::with_config(redis.client().clone(), config)?;
-        Ok(Self { client, prefix: redis.prefix.clone(), strategy })
+        Ok(Self { client, prefix: redis.prefix.clone(), strategy, max_hold })
     }
 
     /// The lock's name: `PREFIX:{sale:ID}:lock` (its fencing counter and
@@ -118,7 +124,7 @@ impl SaleLock for WatchdogLock {
     ) -> Result<Option<Self::Held>, StrategyError> {
         let name = self.lock_name(sale)?;
         let lease = Duration::from_millis(lease(sale)).max(MIN_WATCHDOG_LEASE);
-        let options = LockOptions::new(wait, lease).with_watchdog();
+        let options = LockOptions::new(wait, lease).with_watchdog().with_max_hold(self.max_hold);
         match self.client.try_lock_with(&name, options).await {
             Ok(guard) => Ok(Some(guard)),
             Err(LockError::Timeout { .. }) => Ok(None),

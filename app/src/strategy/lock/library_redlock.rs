@@ -36,7 +36,8 @@ pub const REGISTRATION: Registration = Registration {
     about: "Redlock over the independent Redis nodes of REDLOCK_URLS, renewed and fenced",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| {
-        let lock = RedlockLock::new(&deps.config.redlock_urls, &deps.redis.prefix, NAME)?;
+        let (urls, hold) = (&deps.config.redlock_urls, deps.config.lock_hold());
+        let lock = RedlockLock::new(urls, &deps.redis.prefix, NAME, hold)?;
         Ok(Shared::of(deps).fenced(NAME, lock))
     },
 };
@@ -49,14 +50,21 @@ pub struct RedlockLock {
     redlock: Redlock,
     prefix: String,
     strategy: StrategyName,
+    max_hold: Duration,
 }
 
 impl RedlockLock {
     /// A Redlock over `urls` (each `redis://host:port`), key namespace
-    /// `prefix`, counting round trips (one per node contacted) for `strategy`.
+    /// `prefix`, counting round trips (one per node contacted) for `strategy`,
+    /// renewed for at most `max_hold` (`SECKILL_LOCK_HOLD_MS`) per hold.
     ///
     /// Errors: a malformed URL, no node, or more than the library accepts.
-    pub fn new(urls: &[String], prefix: &str, strategy: StrategyName) -> anyhow::Result<Self> {
+    pub fn new(
+        urls: &[String],
+        prefix: &str,
+        strategy: StrategyName,
+        max_hold: Duration,
+    ) -> anyhow::Result<Self> {
         let nodes = urls
             .iter()
             .map(|url| {
@@ -68,7 +76,7 @@ impl RedlockLock {
             ..RedlockConfig::default()
         };
         let redlock = Redlock::new(nodes, config).context("REDLOCK_URLS")?;
-        Ok(Self { redlock, prefix: prefix.to_owned(), strategy })
+        Ok(Self { redlock, prefix: prefix.to_owned(), strategy, max_hold })
     }
 
     /// The underlying Redlock (tests drive it directly).
@@ -88,7 +96,7 @@ impl SaleLock for RedlockLock {
     ) -> Result<Option<Self::Held>, StrategyError> {
         let name = sale_lock_name(&self.prefix, sale)?;
         let lease = Duration::from_millis(lease(sale)).max(MIN_REDLOCK_LEASE);
-        let options = LockOptions::new(wait, lease).with_watchdog();
+        let options = LockOptions::new(wait, lease).with_watchdog().with_max_hold(self.max_hold);
         match self.redlock.try_lock(&name, options).await {
             Ok(guard) => Ok(Some(guard)),
             Err(LockError::Timeout { .. }) => Ok(None),

@@ -16,10 +16,19 @@
 //! when this process knows the sale is sold out; wait at most
 //! `SECKILL_LOCK_WAIT_MS` for the lock (then `busy`, counted in
 //! `seckill_lock_timeouts_total`); for fenced variants, claim the sale with a
-//! fencing token ([`fence`]); run the critical section; release; record the
-//! critical section's interval ([`intervals`]) for `max_concurrency`. A write
-//! refused by the fence or by a lost lock is answered `busy` (the client
-//! retries) and counted.
+//! fencing token ([`fence`]); run the critical section, for at most
+//! `SECKILL_LOCK_HOLD_MS`; release; record the critical section's interval
+//! ([`intervals`]) for `max_concurrency`. A write refused by the fence or by
+//! a lost lock, and a critical section cut off at its bound, are answered
+//! `busy` (the client retries) and counted.
+//!
+//! A cut-off section is dropped where it stands. Its write is one statement
+//! (stock and order together), so nothing is ever half-written; but a write
+//! already sent may still commit after the release, when Postgres gets to
+//! it. Behind the fence that late write is refused or ordered before the
+//! next holder's read (the next claim waits for its share lock on the claim
+//! row); the unfenced variants have no such protection, as for any holder
+//! that outlives its lock.
 //!
 //! The hold — acquire, critical section, release — runs in its own task, so a
 //! client that hangs up mid-purchase cannot abandon a held lock.
@@ -109,13 +118,15 @@ pub(crate) fn lease(sale: &Sale) -> u64 {
 pub struct Shared {
     db: PgPool,
     wait: Duration,
+    hold: Duration,
     sold_out: SoldOutFlags,
     intervals: Arc<Intervals>,
 }
 
 impl Shared {
-    /// `wait`: how long a purchase waits for a lock (`SECKILL_LOCK_WAIT_MS`).
-    pub fn new(db: PgPool, wait: Duration) -> Arc<Self> {
+    /// `wait`: how long a purchase waits for a lock (`SECKILL_LOCK_WAIT_MS`);
+    /// `hold`: how long its critical section may run (`SECKILL_LOCK_HOLD_MS`).
+    pub fn new(db: PgPool, wait: Duration, hold: Duration) -> Arc<Self> {
         // The strategies register their counters at zero when built, which
         // only sticks once the process's recorder exists.
         crate::telemetry::metrics_handle();
@@ -123,6 +134,7 @@ impl Shared {
             intervals: Intervals::new(db.clone()),
             db,
             wait,
+            hold,
             sold_out: SoldOutFlags::default(),
         })
     }
@@ -130,7 +142,8 @@ impl Shared {
     /// The `Shared` of the process `deps` belong to, made for the first
     /// variant built.
     pub fn of(deps: &Deps) -> Arc<Self> {
-        deps.shared(|| Shared::new(deps.db.clone(), deps.config.lock_wait()))
+        let config = &deps.config;
+        deps.shared(|| Shared::new(deps.db.clone(), config.lock_wait(), config.lock_hold()))
     }
 
     /// The strategy `name`: the naive steps inside `lock`, unfenced.
@@ -165,7 +178,7 @@ struct Inner<L> {
 impl<L: SaleLock> Locked<L> {
     pub fn new(name: StrategyName, lock: L, fenced: bool, shared: Arc<Shared>) -> Self {
         // Registered at zero so that /metrics lists them before the first event.
-        for counter in [TIMEOUTS, FENCE_REJECTIONS, LOSSES, RENEWALS] {
+        for counter in [TIMEOUTS, FENCE_REJECTIONS, LOSSES, HOLD_TIMEOUTS, RENEWALS] {
             metrics::counter!(counter, "strategy" => name.as_str()).increment(0);
         }
         crate::backends::count_redis_round_trips(name.as_str(), 0);
@@ -186,6 +199,9 @@ pub const FENCE_REJECTIONS: &str = crate::metric_names::FENCE_REJECTIONS_TOTAL;
 /// `seckill_lock_losses_total{strategy}`: writes abandoned because the holder
 /// learnt (from its watchdog) that it had lost the lock (`busy`).
 pub const LOSSES: &str = crate::metric_names::LOCK_LOSSES_TOTAL;
+/// `seckill_lock_hold_timeouts_total{strategy}`: critical sections cut off at
+/// `SECKILL_LOCK_HOLD_MS` (`busy`).
+pub const HOLD_TIMEOUTS: &str = crate::metric_names::LOCK_HOLD_TIMEOUTS_TOTAL;
 /// `seckill_lock_renewals_total{strategy}`: successful watchdog renewals,
 /// counted when the lock is released.
 pub const RENEWALS: &str = crate::metric_names::LOCK_RENEWALS_TOTAL;
@@ -195,13 +211,28 @@ pub(crate) fn count_renewals(strategy: StrategyName, renewals: u64) {
     metrics::counter!(RENEWALS, "strategy" => strategy.as_str()).increment(renewals);
 }
 
-/// Why the critical section wrote nothing.
+/// Why the critical section wrote nothing (or, cut off, may not have).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
     /// The fence: a higher token claimed the sale.
     Fenced,
     /// The watchdog reported the lock lost.
     Lost,
+    /// It ran for `SECKILL_LOCK_HOLD_MS` and was cut off.
+    TooLong,
+}
+
+impl Refusal {
+    /// Its counter, and the reason given with `busy`.
+    fn told(self) -> (&'static str, &'static str) {
+        match self {
+            Refusal::Fenced => (FENCE_REJECTIONS, "a newer lock holder fenced this one off"),
+            Refusal::Lost => (LOSSES, "the sale's lock was lost before the write"),
+            Refusal::TooLong => {
+                (HOLD_TIMEOUTS, "the purchase held the sale's lock for SECKILL_LOCK_HOLD_MS")
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -255,7 +286,10 @@ impl<L: SaleLock> Inner<L> {
             });
         };
         let started_at = Utc::now();
-        let attempt = self.critical_section(sale, user, quantity, &held).await;
+        let section = self.critical_section(sale, user, quantity, &held);
+        let attempt = tokio::time::timeout(self.shared.hold, section)
+            .await
+            .unwrap_or(Ok(Err(Refusal::TooLong)));
         let ended_at = Utc::now();
         let released = self.lock.release(sale, held).await;
         self.shared.intervals.record(sale.id, started_at, ended_at);
@@ -270,12 +304,7 @@ impl<L: SaleLock> Inner<L> {
         match attempt? {
             Ok(outcome) => Ok(outcome),
             Err(refusal) => {
-                let (counter, reason) = match refusal {
-                    Refusal::Fenced => {
-                        (FENCE_REJECTIONS, "a newer lock holder fenced this one off")
-                    }
-                    Refusal::Lost => (LOSSES, "the sale's lock was lost before the write"),
-                };
+                let (counter, reason) = refusal.told();
                 metrics::counter!(counter, "strategy" => strategy).increment(1);
                 Err(StrategyError::Busy { reason, retry_after: BUSY_RETRY_AFTER })
             }
