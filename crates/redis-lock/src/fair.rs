@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use super::local::LocalEntry;
 use super::scripts::{Claim, ClaimKind, turn_channel_prefix};
-use super::single::Waiting;
+use super::single::{Waiting, detached};
 use super::{LockClient, LockError, LockGuard, LockName, LockOptions, duration_ms_ceil};
 
 /// A fair lock named `name` on one node, through `client`.
@@ -49,26 +49,29 @@ impl FairLock {
     /// fencing token, `lost()`, re-entry, watchdog; its release hands the
     /// lock to the next waiter in line.
     ///
-    /// Errors: as [`LockClient::try_lock_with`]. On every error the caller
-    /// has left the line (or, when Redis cannot be reached, is dropped from
-    /// it after the waiter timeout). Dropping the future while it waits
-    /// leaves its place until the waiter timeout.
+    /// Errors and cancel-safety: as [`LockClient::try_lock_with`]. On every
+    /// error, and when the future is dropped while it waits, the caller
+    /// leaves the line at once (or, when Redis cannot be reached, is dropped
+    /// from it after the waiter timeout).
     pub async fn try_lock(&self, options: LockOptions) -> Result<LockGuard, LockError> {
         let lease_ms = options.validate()?;
-        let started = Instant::now();
-        let deadline = started + options.wait;
-        let waiter_timeout = self.client.config().waiter_timeout;
-        let kind = ClaimKind::Fair {
-            enqueue: !options.wait.is_zero(),
-            waiter_timeout_ms: duration_ms_ceil(waiter_timeout),
-        };
-        let owner = super::new_owner_token();
-        let channel = format!("{}{owner}", turn_channel_prefix(&self.name));
-        let claim = Claim { name: self.name.clone(), owner, lease_ms, kind };
-        let own = LocalEntry::new();
-        let waiting =
-            Waiting { entry: &own, channel: &channel, heartbeat: Some(waiter_timeout / 3) };
-        let grant = self.client.contend(&claim, &waiting, started, deadline).await?;
-        Ok(self.client.guard(claim, grant, options.renewal()))
+        let this = self.clone();
+        detached(move |cancel| async move {
+            let started = Instant::now();
+            let deadline = started + options.wait;
+            let waiter_timeout = this.client.config().waiter_timeout;
+            let kind = ClaimKind::Fair {
+                enqueue: !options.wait.is_zero(),
+                waiter_timeout_ms: duration_ms_ceil(waiter_timeout),
+            };
+            let owner = super::new_owner_token();
+            let channel = format!("{}{owner}", turn_channel_prefix(&this.name));
+            let claim = Claim { name: this.name.clone(), owner, lease_ms, kind };
+            let (own, heartbeat) = (LocalEntry::new(), Some(waiter_timeout / 3));
+            let waiting = Waiting { entry: &own, channel: &channel, heartbeat, cancel: &cancel };
+            let grant = this.client.contend(&claim, &waiting, started, deadline).await?;
+            Ok(this.client.guard(claim, grant, options.renewal()))
+        })
+        .await
     }
 }

@@ -30,14 +30,16 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
 
-use super::local::LocalQueues;
+use super::local::{LocalEntry, LocalQueues};
 use super::scripts::{self, AcquireMode, AcquireReply, ExtendReply, ReleaseReply, Wake};
+use super::single::{detached, until_cancelled};
 use super::wakeups::Wakeups;
 use super::watchdog::{self, Lease, LeaseState, Renewal, Renewer};
 use super::{
     ExtendOutcome, LockError, LockName, LockOptions, LockStats, LossReason, RoundTripHook,
-    Telemetry, jitter, new_owner_token, validity,
+    Telemetry, duration_ms_ceil, jitter, new_owner_token, validity,
 };
 
 /// The most nodes accepted (Redlock deployments use 3 or 5).
@@ -191,6 +193,9 @@ impl Redlock {
     /// - [`LockError::Timeout`]: other owners kept a quorum from us;
     /// - [`LockError::NoQuorum`]: fewer than a quorum of nodes answered;
     /// - [`LockError::AcquiredTooLate`]: the last quorum came with no validity.
+    ///
+    /// Cancel-safe as [`LockClient::try_lock_with`](super::LockClient::try_lock_with):
+    /// a dropped call's task stops waiting at once and releases what it got.
     pub async fn try_lock(
         &self,
         name: &LockName,
@@ -204,22 +209,33 @@ impl Redlock {
                 "lease {lease:?} leaves no validity after the node timeout {node_timeout:?} and the drift allowance"
             )));
         }
-        let started = Instant::now();
-        let deadline = started + options.wait;
+        let (this, name) = (self.clone(), name.clone());
+        detached(move |cancel| async move { this.contend(&name, options, &cancel).await }).await
+    }
+
+    /// The rounds of [`try_lock`](Self::try_lock), until one wins, the wait
+    /// ends, or `cancel` fires.
+    async fn contend(
+        &self,
+        name: &LockName,
+        options: LockOptions,
+        cancel: &CancellationToken,
+    ) -> Result<RedlockGuard, LockError> {
+        let (lease_ms, started) = (duration_ms_ceil(options.lease), Instant::now());
+        let (lease, deadline) = (Duration::from_millis(lease_ms), started + options.wait);
         let entry = self.inner.queues.entry(name.key());
-        let Ok(Ok(_contender)) =
-            tokio::time::timeout_at(deadline.into(), entry.contender.acquire()).await
-        else {
+        let in_line = tokio::time::timeout_at(deadline.into(), entry.contender.acquire());
+        let Some(Ok(Ok(_contender))) = until_cancelled(cancel, in_line).await else {
             return Err(self.inner.telemetry.timeout(name, started, None));
         };
         let owner = new_owner_token();
-        let (entry, max_hold) = (&entry, options.renewal());
         loop {
             let round_started = Instant::now();
             let votes = self.acquire_round(name, &owner, lease_ms).await;
             let elapsed = round_started.elapsed();
             if let Some(valid) = granted(&votes, self.quorum(), lease, elapsed) {
                 self.inner.telemetry.acquired();
+                let max_hold = options.renewal();
                 return Ok(self.guard(name, owner, lease, round_started + valid, max_hold));
             }
             // Failed round: free the nodes that may hold our key (when giving
@@ -237,23 +253,43 @@ impl Redlock {
                 return Err(self.give_up(failure, name, started, elapsed, lease));
             }
             self.release_on(&ours, name, &owner).await;
-            match step {
-                Next::GiveUp(_) | Next::Retry => {}
-                Next::Subscribe => {
-                    let nodes: Vec<&Wakeups> =
-                        self.inner.nodes.iter().map(|n| &*n.wakeups).collect();
-                    entry.subscribe(&nodes, name.channel(), deadline).await;
-                }
-                Next::Wait(round) => {
-                    let _ = tokio::time::timeout(round, entry.wake.notified()).await;
-                }
+            until_cancelled(cancel, self.between_rounds(step, &entry, name, deadline)).await;
+            if cancel.is_cancelled() {
+                // Nobody waits for the outcome, and nothing is held (the
+                // round's grants were released above). Never seen, nor counted.
+                let waited = started.elapsed();
+                return Err(LockError::Timeout {
+                    name: name.to_string(),
+                    waited,
+                    retry_after: None,
+                });
             }
-            // A random delay in [jitter/2, jitter], so that clients that
-            // split the votes do not retry in lockstep (and never at once).
-            let left = deadline.saturating_duration_since(Instant::now());
-            let half = self.inner.config.retry_jitter / 2;
-            tokio::time::sleep((half + jitter(half)).min(left)).await;
         }
+    }
+
+    /// Between two rounds: subscribe or wait for a release message as `step`
+    /// says, then a random delay in [jitter/2, jitter], so that clients that
+    /// split the votes do not retry in lockstep (and never at once).
+    async fn between_rounds(
+        &self,
+        step: Next,
+        entry: &LocalEntry,
+        name: &LockName,
+        deadline: Instant,
+    ) {
+        match step {
+            Next::GiveUp(_) | Next::Retry => {}
+            Next::Subscribe => {
+                let nodes: Vec<&Wakeups> = self.inner.nodes.iter().map(|n| &*n.wakeups).collect();
+                entry.subscribe(&nodes, name.channel(), deadline).await;
+            }
+            Next::Wait(round) => {
+                let _ = tokio::time::timeout(round, entry.wake.notified()).await;
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let half = self.inner.config.retry_jitter / 2;
+        tokio::time::sleep((half + jitter(half)).min(left)).await;
     }
 
     /// The error of a `try_lock` that gives up after a round that took

@@ -44,23 +44,22 @@ impl RwLock {
     }
 
     /// Takes the write side, waiting at most `options.wait` for the writer
-    /// and every reader to leave. Errors: as [`LockClient::try_lock_with`].
+    /// and every reader to leave. Errors and cancel-safety: as
+    /// [`LockClient::try_lock_with`] (a writer dropped while it waits drops
+    /// its marker at once).
     pub async fn write(&self, options: LockOptions) -> Result<LockGuard, LockError> {
         let waiter_timeout = self.client.config().waiter_timeout;
         let marker_ms = if options.wait.is_zero() { 0 } else { duration_ms_ceil(waiter_timeout) };
         let kind = ClaimKind::Write { waiter_timeout_ms: marker_ms };
         let heartbeat = Some(waiter_timeout / 3);
-        let (claim, grant) =
-            self.client.contend_in_line(&self.name, kind, options, heartbeat).await?;
-        Ok(self.client.guard(claim, grant, options.renewal()))
+        self.client.take(&self.name, kind, options, heartbeat, LockClient::guard).await
     }
 
     /// Takes a read hold, waiting at most `options.wait` while a writer holds
-    /// the lock or waits for it. Errors: as [`LockClient::try_lock_with`].
+    /// the lock or waits for it. Errors and cancel-safety: as
+    /// [`LockClient::try_lock_with`].
     pub async fn read(&self, options: LockOptions) -> Result<SharedGuard, LockError> {
-        let (claim, grant) =
-            self.client.contend_in_line(&self.name, ClaimKind::Read, options, None).await?;
-        Ok(SharedGuard::new(&self.client, claim, grant, options.renewal()))
+        self.client.take(&self.name, ClaimKind::Read, options, None, SharedGuard::new).await
     }
 
     /// How long a waiting writer keeps new readers out after its last

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 use super::scripts::{self, AcquireReply, Claim, ClaimKind, PeriodClaim, ReleaseReply};
-use super::single::{Grant, attempt_timeout};
+use super::single::{Grant, attempt_timeout, detached};
 use super::{
     DEFAULT_MAX_HOLD, FencingToken, LockClient, LockError, LockGuard, LockName, LockOptions,
     LossReason, duration_ms_ceil, new_owner_token, validity,
@@ -183,7 +183,10 @@ impl Scheduler {
         Fut: Future<Output = Result<(), E>>,
     {
         let period = self.current_period(job);
-        let guard = match self.claim(job, period).await? {
+        // Detached, so that a run dropped while it claims leaves no hold.
+        let (this, claimed) = (self.clone(), job.clone());
+        let claim = detached(move |_| async move { this.claim(&claimed, period).await });
+        let guard = match claim.await? {
             Claimed::Held(guard) => guard,
             Claimed::Done(last_done) => return Ok(RunOutcome::AlreadyDone { period, last_done }),
             Claimed::Busy(retry_after) => return Ok(RunOutcome::Busy { period, retry_after }),

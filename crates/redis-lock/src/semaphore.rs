@@ -49,11 +49,11 @@ impl Semaphore {
     }
 
     /// Takes one permit for `options.lease`, waiting at most `options.wait`
-    /// while all N are in use. Errors: as [`LockClient::try_lock_with`]
-    /// ([`LockError::Timeout`]: no permit came free in time).
+    /// while all N are in use. Errors and cancel-safety: as
+    /// [`LockClient::try_lock_with`] ([`LockError::Timeout`]: no permit came
+    /// free in time).
     pub async fn acquire(&self, options: LockOptions) -> Result<SharedGuard, LockError> {
         let kind = ClaimKind::Permit { permits: self.permits };
-        let (claim, grant) = self.client.contend_in_line(&self.name, kind, options, None).await?;
-        Ok(SharedGuard::new(&self.client, claim, grant, options.renewal()))
+        self.client.take(&self.name, kind, options, None, SharedGuard::new).await
     }
 }

@@ -127,38 +127,62 @@ impl LockClient {
     ///   validity left (it was released again);
     /// - [`LockError::Redis`] / [`LockError::CommandTimeout`]: Redis failed or
     ///   did not answer; any grant this call may have obtained is released.
+    ///
+    /// Cancel-safe: the acquisition runs in a task of its own ([`detached`]),
+    /// so dropping this future at any point — before an attempt reached
+    /// Redis, after, or while waiting — leaves nothing held and nobody
+    /// blocked: the task stops waiting at once, and a grant nobody takes is
+    /// released (T20).
     pub async fn try_lock_with(
         &self,
         name: &LockName,
         options: LockOptions,
     ) -> Result<LockGuard, LockError> {
-        let (claim, grant) =
-            self.contend_in_line(name, ClaimKind::Reentrant, options, None).await?;
-        Ok(self.guard(claim, grant, options.renewal()))
+        self.take(name, ClaimKind::Reentrant, options, None, LockClient::guard).await
     }
 
     /// Takes a `kind` hold of `name` as [`try_lock_with`](Self::try_lock_with)
-    /// does: through the process's local queue of the name (one contender
-    /// per process), then [`contend`](Self::contend) with a fresh owner token.
-    pub(crate) async fn contend_in_line(
+    /// does, in a [`detached`] task, and makes its guard with `guard`
+    /// (renewed with the watchdog for `options.max_hold`).
+    pub(crate) async fn take<G: Send + 'static>(
         &self,
         name: &LockName,
         kind: ClaimKind,
         options: LockOptions,
         heartbeat: Option<Duration>,
+        guard: fn(&LockClient, Claim, Grant, Option<Duration>) -> G,
+    ) -> Result<G, LockError> {
+        let (this, name) = (self.clone(), name.clone());
+        detached(move |cancel| async move {
+            let (claim, grant) =
+                this.contend_in_line(&name, kind, options, heartbeat, &cancel).await?;
+            Ok(guard(&this, claim, grant, options.renewal()))
+        })
+        .await
+    }
+
+    /// Takes a `kind` hold of `name`: through the process's local queue of
+    /// the name (one contender per process), then [`contend`](Self::contend)
+    /// with a fresh owner token, until the wait ends or `cancel` fires.
+    async fn contend_in_line(
+        &self,
+        name: &LockName,
+        kind: ClaimKind,
+        options: LockOptions,
+        heartbeat: Option<Duration>,
+        cancel: &CancellationToken,
     ) -> Result<(Claim, Grant), LockError> {
         let lease_ms = options.validate()?;
         let started = Instant::now();
         let deadline = started + options.wait;
         let entry = self.inner.queues.entry(name.key());
         // Only the head of the local queue competes for the Redis key.
-        let Ok(Ok(_contender)) =
-            tokio::time::timeout_at(deadline.into(), entry.contender.acquire()).await
-        else {
+        let in_line = tokio::time::timeout_at(deadline.into(), entry.contender.acquire());
+        let Some(Ok(Ok(_contender))) = until_cancelled(cancel, in_line).await else {
             return Err(self.inner.telemetry.timeout(name, started, None));
         };
         let claim = Claim { name: name.clone(), owner: new_owner_token(), lease_ms, kind };
-        let waiting = Waiting { entry: &entry, channel: name.channel(), heartbeat };
+        let waiting = Waiting { entry: &entry, channel: name.channel(), heartbeat, cancel };
         let grant = self.contend(&claim, &waiting, started, deadline).await?;
         Ok((claim, grant))
     }
@@ -181,6 +205,17 @@ impl LockClient {
         let attempt_timeout = attempt_timeout(lease, self.inner.config.command_timeout);
         let name = &claim.name;
         loop {
+            if waiting.cancel.is_cancelled() {
+                // Nobody waits for the outcome: free what an earlier round
+                // may have left (a place in line, a release cut short), and
+                // stop. The error is never seen, nor counted.
+                drop(self.abandon(claim));
+                return Err(LockError::Timeout {
+                    name: name.to_string(),
+                    waited: started.elapsed(),
+                    retry_after: None,
+                });
+            }
             let round_started = Instant::now();
             let budget = attempt_budget(attempt_timeout, deadline + WAIT_SLACK, round_started);
             let reply = match self.call(budget, scripts::claim(&mut conn, claim)).await {
@@ -221,13 +256,17 @@ impl LockClient {
                 }
                 Decision::Subscribe => {
                     let nodes = [&*self.inner.wakeups];
-                    waiting.entry.subscribe(&nodes, waiting.channel, deadline).await;
+                    let subscribing = waiting.entry.subscribe(&nodes, waiting.channel, deadline);
+                    until_cancelled(waiting.cancel, subscribing).await;
                 }
                 Decision::Wait { round } => {
                     let round = waiting.heartbeat.map_or(round, |beat| round.min(beat));
-                    wait_for_release(waiting.entry, round, deadline).await;
+                    let waking = wait_for_release(waiting.entry, round, deadline);
+                    until_cancelled(waiting.cancel, waking).await;
                 }
-                Decision::Retry { pause } => tokio::time::sleep(jitter(pause)).await,
+                Decision::Retry { pause } => {
+                    until_cancelled(waiting.cancel, tokio::time::sleep(jitter(pause))).await;
+                }
                 Decision::GiveUp => {
                     self.abandon_by(claim, deadline).await;
                     return Err(LockError::CommandTimeout(budget));
@@ -619,6 +658,39 @@ impl std::fmt::Debug for LockGuard {
     }
 }
 
+/// Runs the acquisition `acquire` in a task of its own, and waits for its
+/// outcome. The task owns all it needs, so the caller may drop this future
+/// at any point: the token handed to `acquire` is then cancelled, and the
+/// task stops waiting at once, lets an attempt already sent come back, and
+/// frees whatever it obtained (a guard nobody takes is dropped, which
+/// releases it). A panic in the task is the caller's panic.
+pub(crate) async fn detached<G, F, Fut>(acquire: F) -> Result<G, LockError>
+where
+    G: Send + 'static,
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: Future<Output = Result<G, LockError>> + Send + 'static,
+{
+    let cancel = CancellationToken::new();
+    let _cancel_when_dropped = cancel.clone().drop_guard();
+    match tokio::spawn(acquire(cancel)).await {
+        Ok(outcome) => outcome,
+        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+        // The runtime is shutting down.
+        Err(err) => Err(LockError::Redis(std::io::Error::other(err).into())),
+    }
+}
+
+/// `future`'s output, unless `cancel` fires first.
+pub(crate) async fn until_cancelled<T>(
+    cancel: &CancellationToken,
+    future: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        output = future => Some(output),
+        _ = cancel.cancelled() => None,
+    }
+}
+
 /// Where a contending task waits between two rounds.
 pub(crate) struct Waiting<'a> {
     /// Its wake-up and the subscription that feeds it: the process's local
@@ -629,6 +701,8 @@ pub(crate) struct Waiting<'a> {
     /// The longest wait between two attempts, for a waiter whose attempts
     /// also keep its place (fair lock, waiting writer).
     pub(crate) heartbeat: Option<Duration>,
+    /// Fired when the caller is gone: stop waiting and free what was taken.
+    pub(crate) cancel: &'a CancellationToken,
 }
 
 /// A successful acquisition: its fencing token (0 when the primitive has

@@ -16,6 +16,7 @@ mod harness;
 
 mod cluster;
 mod costs;
+mod dropped;
 mod fair;
 mod faults;
 mod multi;
