@@ -19,6 +19,7 @@
 //! timelines".
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -315,6 +316,7 @@ impl LockClient {
             fence: grant.fence,
             wake: claim.wake(),
             state: state.clone(),
+            guards: AtomicUsize::new(1),
         });
         self.watch(claim, state, max_hold);
         LockGuard { held, released: false }
@@ -435,6 +437,36 @@ struct Held {
     /// Whom the release wakes (a fair lock's release: the next in line).
     wake: Wake,
     state: Arc<LeaseState>,
+    /// Live guards of the acquisition: counted explicitly, because the
+    /// `Arc`'s own count also counts the background releases of dropped
+    /// guards, and two siblings dropped at once could each see the other.
+    guards: AtomicUsize,
+}
+
+impl Held {
+    /// One guard lets go: true for the last of them, which stops the
+    /// watchdog (before its release is sent, T10). Exactly one guard sees
+    /// true: the count changes only by atomic read-modify-writes, whose
+    /// single order ends at zero once.
+    fn let_go(&self) -> bool {
+        let last = self.guards.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
+            self.state.stop();
+        }
+        last
+    }
+
+    /// Sends the release of one hold, or of every hold of the owner token
+    /// when `last` (one round trip).
+    async fn release(&self, last: bool) -> Result<ReleaseReply, LockError> {
+        let client = &self.client;
+        let mut conn = client.conn().await?;
+        let lease_ms = duration_ms_ceil(self.state.length());
+        let timeout = client.inner.config.command_timeout;
+        let (name, owner) = (&self.name, &self.owner);
+        let release = scripts::release(&mut conn, name, owner, lease_ms, last, self.wake);
+        client.call(timeout, release).await
+    }
 }
 
 impl Drop for Held {
@@ -519,7 +551,12 @@ impl LockGuard {
             )
             .await?;
         match reply {
-            AcquireReply::Acquired { .. } => Ok(LockGuard { held: held.clone(), released: false }),
+            AcquireReply::Acquired { .. } => {
+                // While this guard lives the count is at least one, so it
+                // never rises again from zero.
+                held.guards.fetch_add(1, Ordering::Relaxed);
+                Ok(LockGuard { held: held.clone(), released: false })
+            }
             AcquireReply::NotOwner | AcquireReply::Held { .. } => {
                 Err(self.lost_with(LossReason::NotOwner))
             }
@@ -571,20 +608,7 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
         self.released = true;
         let held = &self.held;
-        let last = Arc::strong_count(held) == 1;
-        if last {
-            held.state.stop();
-        }
-        let client = &held.client;
-        let mut conn = client.conn().await?;
-        let lease_ms = duration_ms_ceil(held.state.length());
-        let timeout = client.inner.config.command_timeout;
-        let reply = client
-            .call(
-                timeout,
-                scripts::release(&mut conn, &held.name, &held.owner, lease_ms, last, held.wake),
-            )
-            .await?;
+        let reply = held.release(held.let_go()).await?;
         Ok(match reply {
             ReleaseReply::Released => {
                 // An earlier guard freed the lock (a re-entry whose reply
@@ -609,6 +633,7 @@ impl LockGuard {
     /// longer releases on drop. Returns the client and the owner token.
     pub(crate) fn hand_over(mut self) -> (LockClient, String) {
         self.released = true;
+        self.held.let_go();
         self.held.state.stop();
         (self.held.client.clone(), self.held.owner.clone())
     }
@@ -624,24 +649,11 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        let last = Arc::strong_count(&self.held) == 1;
-        if last {
-            self.held.state.stop();
-        }
+        let last = self.held.let_go();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let held = self.held.clone();
         runtime.spawn(async move {
-            let client = &held.client;
-            let Ok(mut conn) = client.conn().await else { return };
-            let lease_ms = duration_ms_ceil(held.state.length());
-            let timeout = client.inner.config.command_timeout;
-            let released = client
-                .call(
-                    timeout,
-                    scripts::release(&mut conn, &held.name, &held.owner, lease_ms, last, held.wake),
-                )
-                .await;
-            if let Err(err) = released {
+            if let Err(err) = held.release(last).await {
                 tracing::debug!(%err, lock = %held.name, "release of a dropped lock guard failed");
             }
         });

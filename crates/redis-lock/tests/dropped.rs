@@ -1,10 +1,14 @@
-//! Dropped futures: an acquisition whose future is dropped — after its
-//! attempt reached Redis, or while it waited — leaves no hold, no place in
-//! line and no blocked local waiter behind (T20).
+//! Dropped futures and guards: an acquisition whose future is dropped —
+//! after its attempt reached Redis, or while it waited — leaves no hold, no
+//! place in line and no blocked local waiter behind (T20); sibling guards
+//! dropped at once free the lock every time (T21).
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use redis_lock::{FairLock, LockConfig, LockOptions};
+use tokio::sync::Barrier;
 
 use crate::harness::{
     DelayProxy, SHARED_REDIS, cleanup, cleanup_keys, client_with, client_with_waiter_timeout, pttl,
@@ -97,4 +101,42 @@ async fn t20_a_fair_waiter_dropped_while_waiting_leaves_the_line_at_once() {
     assert!(left, "the dropped waiter left the line, and does not keep its place for {LONG:?}");
     guard.release().await.unwrap();
     cleanup_keys(&[&name], &["", ":fence", ":queue", ":waiters"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t21_sibling_guards_dropped_at_once_free_the_lock_every_time() {
+    let name = unique_name("t21");
+    let client = shared_client();
+    let mut conn = raw(SHARED_REDIS).await;
+    for round in 0..50 {
+        let first = client.try_lock(&name, Duration::ZERO, LONG).await.unwrap();
+        let second = first.reenter().await.unwrap();
+        // One more hold than guards: a re-entry whose reply was lost. Only
+        // the last guard's release, which frees every hold, frees the lock.
+        let _: i64 = redis::cmd("HINCRBY")
+            .arg(name.key())
+            .arg(first.owner())
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let barrier = Arc::new(Barrier::new(2));
+        let drops = [first, second].map(|guard| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                drop(guard);
+            })
+        });
+        for dropped in drops {
+            dropped.await.unwrap();
+        }
+        let freed = test_support::eventually(Duration::from_secs(1), || {
+            let (mut conn, name) = (conn.clone(), name.clone());
+            async move { pttl(&mut conn, &name).await == -2 }
+        })
+        .await;
+        assert!(freed, "round {round}: the lock outlived both of its guards");
+    }
+    cleanup(&mut conn, &name).await;
 }
