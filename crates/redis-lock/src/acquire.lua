@@ -4,12 +4,15 @@
 -- count} with a lease set by PEXPIRE; KEYS[2] is the lock's fencing counter
 -- (a plain integer, never expiring).
 --
+-- (`fence(issue, fenced)` comes from fencing.lua, prepended to this script.)
+--
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the fencing counter (same hash tag as KEYS[1])
 -- ARGV[1]  lease in milliseconds (positive integer)
 -- ARGV[2]  owner token (random, one per acquisition)
 -- ARGV[3]  "acquire" (a new acquisition) or "reenter" (through a guard)
 -- ARGV[4]  "1" to INCR the fencing counter on a new acquisition, "0" not to
+--          (the token is then 0 and KEYS[2] is never written)
 --
 -- Returns
 --   {1, fencing token, hold count}  acquired or re-entered; the lease is set
@@ -38,13 +41,7 @@ if holds then
         holds = tonumber(holds)
     end
     redis.call('pexpire', KEYS[1], ARGV[1])
-    local fence = 0
-    if ARGV[4] == '1' then
-        -- Nobody else can have incremented the counter while we held the
-        -- lock, so its value is still the token of this acquisition.
-        fence = tonumber(redis.call('get', KEYS[2]) or '0')
-    end
-    return {1, fence, holds}
+    return {1, fence(false, ARGV[4] == '1'), holds}
 end
 if ARGV[3] == 'reenter' then
     return {-1, redis.call('exists', KEYS[1])}
@@ -52,10 +49,6 @@ end
 if redis.call('exists', KEYS[1]) == 0 then
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    local fence = 0
-    if ARGV[4] == '1' then
-        fence = redis.call('incr', KEYS[2])
-    end
-    return {1, fence, 1}
+    return {1, fence(true, ARGV[4] == '1'), 1}
 end
 return {0, redis.call('pttl', KEYS[1])}

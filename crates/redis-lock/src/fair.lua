@@ -7,6 +7,8 @@
 -- process) is dropped from the line. Times are the Redis server's clock, so
 -- client clocks never decide an order or a deadline.
 --
+-- (`fence(issue, fenced)` comes from fencing.lua, prepended to this script.)
+--
 -- KEYS[1]  the lock hash {owner token -> hold count}
 -- KEYS[2]  the fencing counter
 -- KEYS[3]  the line {owner token -> arrival, server microseconds}
@@ -20,6 +22,8 @@
 -- ARGV[4]  waiter timeout in ms: a waiter's deadline is now + this, renewed
 --          by each of its attempts
 -- ARGV[5]  the prefix of each waiter's own wake-up channel (`<name>:turn:`)
+-- ARGV[6]  "1" to issue fencing tokens from KEYS[2], "0" not to (the token
+--          is then 0 and KEYS[2] is never written)
 --
 -- Returns
 --   {1, fencing token, hold count}  ours (a retry whose reply was lost gets
@@ -61,7 +65,7 @@ end
 local holds = redis.call('hget', KEYS[1], ARGV[2])
 if holds then
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(holds)}
+    return {1, fence(false, ARGV[6] == '1'), tonumber(holds)}
 end
 local first = redis.call('zrange', KEYS[3], 0, 0)[1]
 if free and (first == nil or first == ARGV[2]) then
@@ -69,7 +73,7 @@ if free and (first == nil or first == ARGV[2]) then
     redis.call('pexpire', KEYS[1], ARGV[1])
     redis.call('zrem', KEYS[3], ARGV[2])
     redis.call('zrem', KEYS[4], ARGV[2])
-    return {1, redis.call('incr', KEYS[2]), 1}
+    return {1, fence(true, ARGV[6] == '1'), 1}
 end
 if free then
     redis.call('publish', ARGV[5] .. first, 'turn')

@@ -66,7 +66,8 @@ impl FairLock {
             };
             let owner = super::new_owner_token();
             let channel = format!("{}{owner}", turn_channel_prefix(&this.name));
-            let claim = Claim { name: this.name.clone(), owner, lease_ms, kind };
+            let (name, fenced) = (this.name.clone(), options.fenced);
+            let claim = Claim { name, owner, lease_ms, kind, fenced };
             let (own, heartbeat) = (LocalEntry::new(), Some(waiter_timeout / 3));
             let waiting = Waiting { entry: &own, channel: &channel, heartbeat, cancel: &cancel };
             let grant = this.client.contend(&claim, &waiting, started, deadline).await?;

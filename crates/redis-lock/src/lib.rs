@@ -119,7 +119,15 @@ impl LockName {
         &self.key
     }
 
-    /// The fencing counter, `<name>:fence`.
+    /// The fencing counter, `<name>:fence`. It never expires: tokens stay
+    /// monotonic only while it outlives every holder and every write that
+    /// carries one of its tokens. An expired counter would start again at 1,
+    /// below tokens the protected resource has seen (which then refuses
+    /// every new holder), or, if the resource forgot too, hand out a token a
+    /// paused holder still carries. So every fenced name leaves this one
+    /// integer behind; delete it only together with the resource's record
+    /// of the highest token, or take locks that need no token
+    /// [`without_fencing`](LockOptions::without_fencing).
     pub fn fence_key(&self) -> &str {
         &self.fence
     }
@@ -173,12 +181,18 @@ pub struct LockOptions {
     /// Default [`DEFAULT_MAX_HOLD`]; positive, at most [`MAX_LEASE`].
     /// Manual extends are not bounded by it.
     pub max_hold: Duration,
+    /// Issue a fencing token from the counter `<name>:fence` (default). That
+    /// counter never expires (see [`LockName::fence_key`]); a hold taken
+    /// without fencing has token 0 and never creates it. Only the reentrant
+    /// lock, the fair lock and the write side of a read-write lock issue
+    /// tokens.
+    pub fenced: bool,
 }
 
 impl LockOptions {
     /// A lease lock without renewal.
     pub fn new(wait: Duration, lease: Duration) -> Self {
-        Self { wait, lease, watchdog: false, max_hold: DEFAULT_MAX_HOLD }
+        Self { wait, lease, watchdog: false, max_hold: DEFAULT_MAX_HOLD, fenced: true }
     }
 
     /// The same, renewed by the watchdog while held, for at most
@@ -191,6 +205,13 @@ impl LockOptions {
     /// grant.
     pub fn with_max_hold(self, max_hold: Duration) -> Self {
         Self { max_hold, ..self }
+    }
+
+    /// The same, without a fencing token: for names whose holders write
+    /// nothing a token must protect, or that take their tokens from the
+    /// protected resource itself. No key outlives such a lock.
+    pub fn without_fencing(self) -> Self {
+        Self { fenced: false, ..self }
     }
 
     /// How long the watchdog renews a hold taken with these options (`None`:

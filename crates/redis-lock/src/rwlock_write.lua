@@ -6,6 +6,8 @@
 -- server ms}, one entry per read hold (shared_acquire.lua). A writer that has
 -- to wait sets a marker that keeps new readers out until it got its turn.
 --
+-- (`fence(issue, fenced)` comes from fencing.lua, prepended to this script.)
+--
 -- KEYS[1]  the writer hash {owner token -> hold count}
 -- KEYS[2]  the fencing counter
 -- KEYS[3]  the readers {owner token -> end of lease, server ms}
@@ -17,6 +19,8 @@
 -- ARGV[4]  "take", or "leave": a writer that gives up drops its marker, and
 --          the writer hash if a grant it never heard of made it the writer
 -- ARGV[5]  the lock's wake-up channel (told when a writer leaves)
+-- ARGV[6]  "1" to issue fencing tokens from KEYS[2], "0" not to (the token
+--          is then 0 and KEYS[2] is never written)
 --
 -- Returns
 --   {1, fencing token, hold count}  ours (a retry gets the same token back)
@@ -51,7 +55,7 @@ redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 local holds = redis.call('hget', KEYS[1], ARGV[2])
 if holds then
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(holds)}
+    return {1, fence(false, ARGV[6] == '1'), tonumber(holds)}
 end
 local writer = redis.call('exists', KEYS[1]) == 1
 if not writer and redis.call('zcard', KEYS[3]) == 0 then
@@ -60,7 +64,7 @@ if not writer and redis.call('zcard', KEYS[3]) == 0 then
     if redis.call('get', KEYS[4]) == ARGV[2] then
         redis.call('del', KEYS[4])
     end
-    return {1, redis.call('incr', KEYS[2]), 1}
+    return {1, fence(true, ARGV[6] == '1'), 1}
 end
 if ARGV[3] ~= '0' then
     redis.call('set', KEYS[4], ARGV[2], 'px', ARGV[3])

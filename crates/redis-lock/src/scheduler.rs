@@ -223,7 +223,9 @@ impl Scheduler {
         let lease_ms = LockOptions::new(Duration::ZERO, job.lease).with_watchdog().validate()?;
         let lease = Duration::from_millis(lease_ms);
         let kind = ClaimKind::Reentrant;
-        let claim = Claim { name: job.name.clone(), owner: new_owner_token(), lease_ms, kind };
+        let (name, owner) = (job.name.clone(), new_owner_token());
+        // A run's writes carry its token: always fenced.
+        let claim = Claim { name, owner, lease_ms, kind, fenced: true };
         let client = &self.client;
         let mut conn = client.conn().await?;
         let timeout = attempt_timeout(lease, client.config().command_timeout);

@@ -14,11 +14,11 @@ use redis::aio::ConnectionLike;
 
 use super::LockName;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| fencing(include_str!("acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));
-static FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair.lua")));
-static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rwlock_write.lua")));
+static FAIR: LazyLock<Script> = LazyLock::new(|| fencing(include_str!("fair.lua")));
+static WRITE: LazyLock<Script> = LazyLock::new(|| fencing(include_str!("rwlock_write.lua")));
 static SHARED_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("shared_acquire.lua")));
 static SHARED_RELEASE: LazyLock<Script> =
@@ -27,6 +27,12 @@ static PERIOD_CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("schedule_claim.lua")));
 static PERIOD_DONE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("schedule_done.lua")));
+
+/// A script whose `body` calls `fence(issue, fenced)`: the body after the
+/// shared `fencing.lua`, which defines it.
+fn fencing(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("fencing.lua")))
+}
 
 /// A key derived from a lock's name, `<name>:<suffix>`: it keeps the name's
 /// hash tag, so every key of one primitive shares a Redis Cluster slot.
@@ -43,6 +49,9 @@ pub(crate) struct Claim {
     pub(crate) owner: String,
     pub(crate) lease_ms: u64,
     pub(crate) kind: ClaimKind,
+    /// Issue a fencing token (reentrant, fair and write holds): see
+    /// [`LockOptions::fenced`](super::LockOptions::fenced).
+    pub(crate) fenced: bool,
 }
 
 /// The primitive a [`Claim`] is for.
@@ -109,17 +118,17 @@ pub(crate) async fn claim(
     claim: &Claim,
 ) -> redis::RedisResult<AcquireReply> {
     let name = &claim.name;
-    let (lease, owner) = (claim.lease_ms, claim.owner.as_str());
+    let (lease, owner, fenced) = (claim.lease_ms, claim.owner.as_str(), claim.fenced);
     let invocation = match claim.kind {
         ClaimKind::Reentrant => {
-            return acquire(conn, name, owner, lease, AcquireMode::Acquire, true).await;
+            return acquire(conn, name, owner, lease, AcquireMode::Acquire, fenced).await;
         }
         ClaimKind::Fair { enqueue, waiter_timeout_ms } => {
             let mode = if enqueue { "wait" } else { "try" };
-            fair(name, owner, lease, mode, waiter_timeout_ms)
+            fair(name, owner, lease, mode, waiter_timeout_ms, fenced)
         }
         ClaimKind::Write { waiter_timeout_ms } => {
-            write(name, owner, lease, waiter_timeout_ms, "take")
+            write(name, owner, lease, waiter_timeout_ms, "take", fenced)
         }
         ClaimKind::Read => {
             let mut invocation = SHARED_ACQUIRE.key(claim.holders_key());
@@ -144,11 +153,12 @@ fn write(
     lease_ms: u64,
     waiter_timeout_ms: u64,
     mode: &str,
+    fenced: bool,
 ) -> redis::ScriptInvocation<'static> {
     let mut invocation = WRITE.key(name.key());
     invocation.key(name.fence_key()).key(derived(name, "readers"));
     invocation.key(derived(name, "writer-waiting")).arg(lease_ms).arg(owner);
-    invocation.arg(waiter_timeout_ms).arg(mode).arg(name.channel());
+    invocation.arg(waiter_timeout_ms).arg(mode).arg(name.channel()).arg(flag(fenced));
     invocation
 }
 
@@ -159,13 +169,19 @@ fn fair(
     lease_ms: u64,
     mode: &str,
     waiter_timeout_ms: u64,
+    fenced: bool,
 ) -> redis::ScriptInvocation<'static> {
     let [line, deadlines] = fair_keys(name);
     let mut invocation = FAIR.key(name.key());
     invocation.key(name.fence_key()).key(line).key(deadlines);
     invocation.arg(lease_ms).arg(owner).arg(mode).arg(waiter_timeout_ms);
-    invocation.arg(turn_channel_prefix(name));
+    invocation.arg(turn_channel_prefix(name)).arg(flag(fenced));
     invocation
+}
+
+/// A script's yes/no argument.
+fn flag(yes: bool) -> &'static str {
+    if yes { "1" } else { "0" }
 }
 
 /// Frees whatever `claim` may hold after its acquisition gave up or failed
@@ -179,11 +195,11 @@ pub(crate) async fn abandon(
     match claim.kind {
         ClaimKind::Reentrant => release(conn, name, owner, 1, true, Wake::All).await.map(drop),
         ClaimKind::Write { waiter_timeout_ms } => {
-            let leave = write(name, owner, 1, waiter_timeout_ms, "leave");
+            let leave = write(name, owner, 1, waiter_timeout_ms, "leave", false);
             leave.invoke_async::<Vec<i64>>(conn).await.map(drop)
         }
         ClaimKind::Fair { waiter_timeout_ms, .. } => {
-            let leave = fair(name, owner, 1, "leave", waiter_timeout_ms);
+            let leave = fair(name, owner, 1, "leave", waiter_timeout_ms, false);
             leave.invoke_async::<Vec<i64>>(conn).await.map(drop)
         }
         ClaimKind::Read | ClaimKind::Permit { .. } => {
@@ -230,7 +246,7 @@ pub(crate) async fn acquire(
         .arg(lease_ms)
         .arg(owner)
         .arg(mode)
-        .arg(if fenced { "1" } else { "0" })
+        .arg(flag(fenced))
         .invoke_async(conn)
         .await?;
     acquire_reply("acquire.lua", &reply)

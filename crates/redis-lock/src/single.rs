@@ -182,7 +182,8 @@ impl LockClient {
         let Some(Ok(Ok(_contender))) = until_cancelled(cancel, in_line).await else {
             return Err(self.inner.telemetry.timeout(name, started, None));
         };
-        let claim = Claim { name: name.clone(), owner: new_owner_token(), lease_ms, kind };
+        let (owner, fenced) = (new_owner_token(), options.fenced);
+        let claim = Claim { name: name.clone(), owner, lease_ms, kind, fenced };
         let waiting = Waiting { entry: &entry, channel: name.channel(), heartbeat, cancel };
         let grant = self.contend(&claim, &waiting, started, deadline).await?;
         Ok((claim, grant))

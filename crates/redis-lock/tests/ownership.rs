@@ -1,13 +1,15 @@
 //! Ownership: reentrancy through the guard, typed outcomes for stale holders
-//! (T7, T8), no renewal after release (T10), mutual exclusion and fencing.
+//! (T7, T8), no renewal after release (T10), mutual exclusion and fencing,
+//! and the fencing counter that outlives a fenced lock (and only a fenced
+//! one).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use redis_lock::{ExtendOutcome, LockError, LockOptions, ReleaseOutcome};
+use redis_lock::{ExtendOutcome, FairLock, LockError, LockOptions, ReleaseOutcome, RwLock};
 
-use crate::harness::{SHARED_REDIS, cleanup, holds, pttl, raw, shared_client, unique_name};
+use crate::harness::{SHARED_REDIS, cleanup, exists, holds, pttl, raw, shared_client, unique_name};
 
 const LONG: Duration = Duration::from_secs(5);
 
@@ -182,4 +184,34 @@ async fn an_uncontended_acquire_and_release_cost_two_round_trips() {
     assert_eq!(client.stats().round_trips, 20);
     assert_eq!(counted.load(Ordering::Relaxed), 20, "the hook sees every round trip");
     cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_lock_leaves_its_counter_and_one_without_fencing_leaves_no_key() {
+    let client = shared_client();
+    let mut conn = raw(SHARED_REDIS).await;
+    let fenced = unique_name("fence-kept");
+    let guard = client.try_lock(&fenced, Duration::ZERO, LONG).await.unwrap();
+    assert_eq!(guard.fencing_token().0, 1);
+    guard.release().await.unwrap();
+    assert!(exists(&mut conn, fenced.fence_key()).await, "the counter outlives the lock");
+
+    // Without fencing, no primitive that issues tokens creates the counter.
+    let bare = unique_name("fence-none");
+    let options = LockOptions::new(Duration::ZERO, LONG).without_fencing();
+    for primitive in 0..3 {
+        let guard = match primitive {
+            0 => client.try_lock_with(&bare, options).await,
+            1 => FairLock::new(&client, bare.clone()).try_lock(options).await,
+            _ => RwLock::new(&client, bare.clone()).write(options).await,
+        };
+        let guard = guard.unwrap();
+        assert_eq!(guard.fencing_token().0, 0, "no token");
+        guard.release().await.unwrap();
+    }
+    let mut keys: Vec<String> =
+        redis::cmd("KEYS").arg(format!("{}*", bare.key())).query_async(&mut conn).await.unwrap();
+    keys.sort();
+    assert_eq!(keys, Vec::<String>::new(), "nothing outlives a lock without fencing");
+    cleanup(&mut conn, &fenced).await;
 }
