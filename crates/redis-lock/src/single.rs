@@ -193,8 +193,9 @@ impl LockClient {
     /// compete: one attempt of `claim` per round, and what [`decide`] makes
     /// of its reply. Waits for wake-ups on `waiting` between rounds. Returns
     /// at most [`WAIT_SLACK`] after `deadline`: each attempt's reply is
-    /// awaited at most that long past it, and the release after a failure is
-    /// sent in the background.
+    /// awaited at most that long past it, and the release after a failure
+    /// only until then (it goes on in the background). Stops, freeing what
+    /// it took, when `waiting.cancel` fires.
     pub(crate) async fn contend(
         &self,
         claim: &Claim,
@@ -208,15 +209,7 @@ impl LockClient {
         let name = &claim.name;
         loop {
             if waiting.cancel.is_cancelled() {
-                // Nobody waits for the outcome: free what an earlier round
-                // may have left (a place in line, a release cut short), and
-                // stop. The error is never seen, nor counted.
-                drop(self.abandon(claim));
-                return Err(LockError::Timeout {
-                    name: name.to_string(),
-                    waited: started.elapsed(),
-                    retry_after: None,
-                });
+                return Err(self.caller_gone(claim, started));
             }
             let round_started = Instant::now();
             let budget = attempt_budget(attempt_timeout, deadline + WAIT_SLACK, round_started);
@@ -224,7 +217,9 @@ impl LockClient {
                 Ok(reply) => Some(reply),
                 Err(LockError::CommandTimeout(_)) => None,
                 Err(err) => {
-                    self.abandon_by(claim, deadline).await;
+                    // Redis failed: the caller fails fast, the release goes
+                    // on in the background.
+                    drop(self.abandon(claim));
                     return Err(err);
                 }
             };
@@ -276,6 +271,15 @@ impl LockClient {
                 Decision::Unexpected => return Err(reentry_reply_to_an_acquisition()),
             }
         }
+    }
+
+    /// The caller of an acquisition dropped it: frees, in the background,
+    /// what an earlier round may have left (a place in line, a release cut
+    /// short). The error returned is never seen, nor counted.
+    fn caller_gone(&self, claim: &Claim, started: Instant) -> LockError {
+        drop(self.abandon(claim));
+        let (name, waited) = (claim.name.to_string(), started.elapsed());
+        LockError::Timeout { name, waited, retry_after: None }
     }
 
     /// Frees, in a task of its own, whatever `claim` may hold (its grant,
