@@ -263,11 +263,10 @@ impl Scheduler {
         }
     }
 
-    /// Runs `job` every period until `stop` is cancelled: [`run_once`]
-    /// (Self::run_once), `report` its outcome, then sleep until the next
-    /// period by this instance's clock — or, when another instance was
-    /// running the job or the run did not complete, try again sooner
-    /// ([`next_attempt`]).
+    /// Runs `job` every period until `stop` is cancelled:
+    /// [`run_once`](Self::run_once), `report` its outcome, then sleep until
+    /// the next period by this instance's clock — or, when another instance
+    /// was running the job or the run did not complete, try again sooner.
     pub async fn run_every<F, Fut, E, R>(
         &self,
         job: &PeriodicJob,

@@ -129,7 +129,7 @@ impl LockClient {
     /// - [`LockError::Redis`] / [`LockError::CommandTimeout`]: Redis failed or
     ///   did not answer; any grant this call may have obtained is released.
     ///
-    /// Cancel-safe: the acquisition runs in a task of its own ([`detached`]),
+    /// Cancel-safe: the acquisition runs in a task of its own,
     /// so dropping this future at any point — before an attempt reached
     /// Redis, after, or while waiting — leaves nothing held and nobody
     /// blocked: the task stops waiting at once, and a grant nobody takes is
