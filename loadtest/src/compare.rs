@@ -210,7 +210,6 @@ async fn compare(
     }
     db.close().await;
     report::relate_to_sql(&mut runs);
-    let mut ceilings = ceilings;
     if args.strategies.contains(&seckill::strategy::sql_batched::NAME) {
         progress.stage("measuring the sql/batched ceiling");
         let batched = batched_ceiling(args, instances, &admin, &runs, ceilings.sql_tps.value)
