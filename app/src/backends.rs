@@ -200,12 +200,12 @@ impl AmqpHandle {
         if self.is_closed() {
             return Err(amqp_unavailable(anyhow::anyhow!("the service is shutting down")));
         }
-        if let Some(conn) = self.usable()? {
+        if let Some(conn) = self.usable() {
             return Ok(conn);
         }
         let mut last_attempt = self.inner.connecting.lock().await;
         // Another caller may have connected while this one waited.
-        if let Some(conn) = self.usable()? {
+        if let Some(conn) = self.usable() {
             return Ok(conn);
         }
         if last_attempt.is_some_and(|at| at.elapsed() < AMQP_RECONNECT_PAUSE) {
@@ -229,11 +229,11 @@ impl AmqpHandle {
         Ok(conn)
     }
 
-    /// `Ok(Some)` for a connected connection, `Ok(None)` when there is none
+    /// The current connection if it is connected; `None` when there is none
     /// worth keeping (none yet, or the last one was lost).
-    fn usable(&self) -> Result<Option<Arc<Connection>>, StrategyError> {
+    fn usable(&self) -> Option<Arc<Connection>> {
         let current = self.inner.current.read().expect("amqp handle lock");
-        Ok(current.as_ref().filter(|conn| conn.status().connected()).cloned())
+        current.as_ref().filter(|conn| conn.status().connected()).cloned()
     }
 }
 
