@@ -190,7 +190,7 @@ async fn compare(
         ceilings.record(&round);
         let bench = Bench { args, instances, admin: &admin, round: &round, xacts: &xacts, db: &db };
         for &profile in &args.profile {
-            for &strategy in &args.strategies {
+            for strategy in round_order(&args.strategies, repeat) {
                 progress.run(format!("{strategy} · {profile} · repeat {repeat}/{}", args.repeat));
                 let key = RunKey { strategy, profile, repeat };
                 let run = run_one(&bench, key, progress)
@@ -228,6 +228,20 @@ async fn compare(
         runs,
         summary,
     })
+}
+
+/// The strategies in the order round `repeat` (from 1) runs them: the order
+/// given, rotated left by `repeat - 1` places, so that over the rounds no
+/// strategy always runs first or last. Whatever changes along a round (a
+/// growing orders table with autovacuum off, a warming cache, a background
+/// job) then falls on each strategy in turn instead of biasing one of them.
+fn round_order<T: Copy>(strategies: &[T], repeat: u64) -> Vec<T> {
+    let mut order = strategies.to_vec();
+    if !order.is_empty() {
+        let shift = (repeat.saturating_sub(1) % order.len() as u64) as usize;
+        order.rotate_left(shift);
+    }
+    order
 }
 
 /// The ceilings the compared strategies need (see [`ceilings::wanted`]),
@@ -413,4 +427,19 @@ async fn batched_ceiling(
         duration_s: seconds,
         ratio_vs_sql_tps: Some(value / sql_tps).filter(|v| v.is_finite()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_order;
+
+    #[test]
+    fn each_round_starts_one_strategy_later() {
+        let given = ["sql", "redis-decr", "queue"];
+        assert_eq!(round_order(&given, 1), given);
+        assert_eq!(round_order(&given, 2), ["redis-decr", "queue", "sql"]);
+        assert_eq!(round_order(&given, 3), ["queue", "sql", "redis-decr"]);
+        assert_eq!(round_order(&given, 4), given);
+        assert!(round_order::<&str>(&[], 2).is_empty());
+    }
 }
