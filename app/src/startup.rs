@@ -68,11 +68,13 @@ pub struct Application {
 impl Application {
     /// Prepares the database, builds the state and binds `config.addr`.
     pub async fn build(mut config: Config) -> anyhow::Result<Self> {
+        config.check()?;
         let (_, dev_token) = config.admin_token();
         if dev_token {
             tracing::warn!(
-                "SECKILL_ADMIN_TOKEN is not set: admin routes accept the development token; \
-                 set it before exposing this service"
+                "development mode without SECKILL_ADMIN_TOKEN: admin routes accept the \
+                 development token `{}`",
+                crate::config::DEV_ADMIN_TOKEN
             );
         }
         prepare_database(&config.database_url).await?;
@@ -102,6 +104,7 @@ impl Application {
             config,
             db,
             probe,
+            admin_failures: Default::default(),
         };
         Ok(Self { listener, state })
     }

@@ -52,6 +52,8 @@ pub struct AppState {
     pub amqp: AmqpHandle,
     /// Tells a pool timeout's overload (`busy`) from an outage.
     pub probe: PostgresProbe,
+    /// Wrong admin tokens per client address (see [`auth`]).
+    pub admin_failures: Arc<auth::AdminFailures>,
 }
 
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
@@ -185,6 +187,7 @@ mod tests {
         AppState {
             strategies: Strategies::new(&deps).unwrap(),
             probe: PostgresProbe::new(crate::startup::connect_options(&config).unwrap()),
+            admin_failures: Default::default(),
             metrics: crate::telemetry::metrics_handle(),
             config,
             db,

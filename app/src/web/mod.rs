@@ -48,6 +48,11 @@ mod tests {
             (AppError::BadRequest("x".into()), 400, "malformed-request"),
             (AppError::Unauthorized, 401, "unauthorized"),
             (AppError::Forbidden, 403, "forbidden"),
+            (
+                AppError::TooManyAttempts { retry_after: Duration::from_secs(3) },
+                429,
+                "too-many-attempts",
+            ),
             (AppError::NotFound("x".into()), 404, "not-found"),
             (AppError::MethodNotAllowed, 405, "method-not-allowed"),
             (AppError::PayloadTooLarge("x".into()), 413, "payload-too-large"),
@@ -73,7 +78,7 @@ mod tests {
         assert_eq!(AppError::from(busy).kind().1, "busy");
         slugs.sort_unstable();
         slugs.dedup();
-        assert_eq!(slugs.len(), 16, "every kind has a type of its own");
+        assert_eq!(slugs.len(), 17, "every kind has a type of its own");
     }
 
     #[test]

@@ -12,4 +12,5 @@ mod health;
 mod openapi;
 mod outage;
 mod purchase_rules;
+mod start_config;
 mod strategies;

@@ -14,7 +14,7 @@ use seckill::startup::Application;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const ADMIN_TOKEN: &str = "test-admin-token-of-at-least-32-bytes";
 
 pub fn test_database_url() -> String {
     std::env::var("TEST_DATABASE_URL")
