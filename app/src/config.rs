@@ -253,6 +253,20 @@ pub struct Config {
     #[arg(long, env = "SECKILL_LOCK_HOLD_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub lock_hold_ms: u64,
+
+    /// `lock/*`: seconds a critical section stays in `lock_intervals` (what
+    /// `GET /admin/sales/{id}/lock-stats` reads) after it ended; older ones
+    /// are deleted about once a minute, so the table does not grow forever.
+    #[arg(long, env = "SECKILL_LOCK_INTERVALS_RETENTION_S", default_value_t = 86_400,
+          value_parser = clap::value_parser!(u64).range(60..=31_536_000))]
+    pub lock_intervals_retention_s: u64,
+
+    /// Buyers this instance remembers as holding an order of a sale, at most:
+    /// a purchase by one of them is answered `409 already-purchased` before
+    /// the strategy runs (no lock, no publish, no statement). 0 turns it off.
+    #[arg(long, env = "SECKILL_KNOWN_BUYERS", default_value_t = 200_000,
+          value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    pub known_buyers: u64,
 }
 
 impl Config {
@@ -417,6 +431,8 @@ impl std::fmt::Debug for Config {
             .field("queue_consume", &self.queue_consume)
             .field("batch_max", &self.batch_max)
             .field("batch_window_us", &self.batch_window_us)
+            .field("lock_intervals_retention_s", &self.lock_intervals_retention_s)
+            .field("known_buyers", &self.known_buyers)
             .finish_non_exhaustive()
     }
 }

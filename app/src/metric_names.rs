@@ -42,6 +42,11 @@ pub const FENCE_REJECTIONS_TOTAL: &str = "seckill_fence_rejections_total";
 /// Registered at 0 for every `lock/*` strategy.
 pub const LOCK_LOSSES_TOTAL: &str = "seckill_lock_losses_total";
 
+/// Counter: purchases answered `already_purchased` from the instance's
+/// cache of buyers known to hold an order (`crate::known_buyers`), before
+/// the strategy ran. Labels: `strategy`.
+pub const KNOWN_BUYER_ANSWERS_TOTAL: &str = "seckill_known_buyer_answers_total";
+
 /// Counter: critical sections of a `lock/*` strategy cut off because they
 /// held the sale's lock for `SECKILL_LOCK_HOLD_MS` (answered `503 busy`).
 /// Labels: `strategy`. Registered at 0 for every `lock/*` strategy.

@@ -95,6 +95,7 @@ impl Application {
             Deps::new(db.clone(), redis.clone(), amqp.clone(), config.clone(), catalog.clone());
         let strategies = Strategies::new(&deps)?;
         strategies.start_background();
+        let known_buyers = crate::known_buyers::KnownBuyers::new(config.known_buyers);
         let state = AppState {
             strategies,
             redis,
@@ -105,6 +106,7 @@ impl Application {
             db,
             probe,
             admin_failures: Default::default(),
+            known_buyers,
         };
         Ok(Self { listener, state })
     }

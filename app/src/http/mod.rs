@@ -54,6 +54,8 @@ pub struct AppState {
     pub probe: PostgresProbe,
     /// Wrong admin tokens per client address (see [`auth`]).
     pub admin_failures: Arc<auth::AdminFailures>,
+    /// Buyers known to hold an order, answered before the strategy runs.
+    pub known_buyers: crate::known_buyers::KnownBuyers,
 }
 
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
@@ -188,6 +190,7 @@ mod tests {
             strategies: Strategies::new(&deps).unwrap(),
             probe: PostgresProbe::new(crate::startup::connect_options(&config).unwrap()),
             admin_failures: Default::default(),
+            known_buyers: Default::default(),
             metrics: crate::telemetry::metrics_handle(),
             config,
             db,

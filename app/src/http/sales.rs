@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use crate::outcome::Outcome;
-use crate::purchase::{PurchaseError, purchase};
+use crate::purchase::{self, PurchaseError, purchase};
 use crate::sale::{self, Phase, SaleId, UserId};
 use crate::strategy_name::StrategyName;
 use crate::web::{ApiJson, AppError, Problem, SalePath, integer, optional_integer};
@@ -128,17 +128,14 @@ pub async fn place_order(
     ApiJson(body): ApiJson<PlaceOrder>,
 ) -> Result<Response, AppError> {
     let user = UserId::parse(body.user_id)?;
-    let outcome = purchase(
-        &state.db,
-        &state.catalog,
-        &state.strategies,
-        &state.probe,
-        id,
-        user,
-        body.quantity,
-    )
-    .await
-    .map_err(|err| match err {
+    let context = purchase::Context {
+        db: &state.db,
+        catalog: &state.catalog,
+        strategies: &state.strategies,
+        probe: &state.probe,
+        known_buyers: &state.known_buyers,
+    };
+    let outcome = purchase(context, id, user, body.quantity).await.map_err(|err| match err {
         PurchaseError::UnknownSale(id) => AppError::no_such_sale(id),
         PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
         PurchaseError::Strategy(err) => AppError::Strategy(err),

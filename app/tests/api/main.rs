@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 mod connections;
 mod errors;
+mod floods;
 mod health;
 mod openapi;
 mod outage;
