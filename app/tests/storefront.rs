@@ -42,9 +42,10 @@ const STOCK_TEXT: &str = "document.getElementById('stock').textContent";
 /// `target/screenshots/storefront-{name}.png`.
 fn artifact(name: &str) -> PathBuf {
     let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().expect("target/tmp has a parent").join("screenshots").join(format!(
-        "storefront-{name}.png"
-    ))
+    tmp.parent()
+        .expect("target/tmp has a parent")
+        .join("screenshots")
+        .join(format!("storefront-{name}.png"))
 }
 
 /// A screenshot of the page as `name`, which must be a real picture.
@@ -70,8 +71,10 @@ async fn outcome(browser: &Browser, outcome: &str) -> String {
 /// Clicks the buy button, which must be enabled.
 async fn click_buy(browser: &Browser) {
     let clicked = browser
-        .eval("(() => { const b = document.getElementById('buy'); if (b.disabled) return false; \
-               b.click(); return true; })()")
+        .eval(
+            "(() => { const b = document.getElementById('buy'); if (b.disabled) return false; \
+               b.click(); return true; })()",
+        )
         .await;
     assert_eq!(clicked, true, "the buy button is enabled");
 }
@@ -179,8 +182,7 @@ async fn a_queue_purchase_shows_queued_then_the_order_once_settled() {
     shoot(&browser, "queue-placed").await;
 
     let config = Config::from_env();
-    let topology =
-        Topology::new(&prefix, 1, config.queue_max_length, config.queue_delivery_limit);
+    let topology = Topology::new(&prefix, 1, config.queue_max_length, config.queue_delivery_limit);
     topology.delete_at(&config.amqp_url).await.expect("the test's queues are deleted");
 }
 
@@ -239,7 +241,10 @@ async fn a_busy_answer_is_retried_after_its_retry_after_and_then_placed() {
     let note = browser.eval("document.getElementById('note').textContent").await;
     // Retry-After: 1, plus up to 25 % jitter, counted down in whole seconds.
     let note = note.as_str().unwrap();
-    assert!(["1", "2"].iter().any(|s| note.contains(&format!("busy — trying again in {s} s"))), "{note}");
+    assert!(
+        ["1", "2"].iter().any(|s| note.contains(&format!("busy — trying again in {s} s"))),
+        "{note}"
+    );
     shoot(&browser, "busy").await;
     assert_eq!(app.audit(sale).await.orders, 0, "nothing is bought while the lock is held");
 
@@ -276,10 +281,7 @@ async fn the_countdown_follows_the_services_clock_and_the_button_opens_at_the_st
     browser.wait_for(&format!("{STATUS} === 'not_started'"), STEP).await;
     let countdown = browser.eval("document.getElementById('countdown').textContent").await;
     let countdown = countdown.as_str().unwrap().to_owned();
-    assert!(
-        (1..=8).any(|s| countdown == format!("Starts in 0:0{s}")),
-        "{countdown}"
-    );
+    assert!((1..=8).any(|s| countdown == format!("Starts in 0:0{s}")), "{countdown}");
     assert_eq!(browser.eval(BUY_ENABLED).await, false, "closed before the start");
     shoot(&browser, "countdown").await;
 
@@ -317,13 +319,19 @@ async fn a_browser_gets_the_page_and_every_other_client_the_json() {
         assert_eq!(answer.headers()["content-type"], "application/json", "{accept:?}");
         assert_eq!(answer.headers()["cache-control"], "no-store");
         let body: Value = answer.json().await.unwrap();
-        assert_eq!((body["status"].as_str(), body["remaining_stock"].as_i64()), (Some("open"), Some(3)));
+        assert_eq!(
+            (body["status"].as_str(), body["remaining_stock"].as_i64()),
+            (Some("open"), Some(3))
+        );
         let now = chrono::DateTime::parse_from_rfc3339(body["now"].as_str().unwrap()).unwrap();
         assert!((Utc::now() - now.to_utc()).abs() < chrono::TimeDelta::seconds(5), "{body}");
         assert!(body["starts_at"].is_null() && body["ends_at"].is_null(), "{body}");
     }
-    for (path, kind) in [("/", "text/html"), ("/storefront/app.js", "text/javascript"),
-                         ("/storefront/style.css", "text/css")] {
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/storefront/app.js", "text/javascript"),
+        ("/storefront/style.css", "text/css"),
+    ] {
         let answer = get(path.to_owned(), None).await.unwrap();
         assert_eq!(answer.status(), StatusCode::OK, "{path}");
         assert!(answer.headers()["content-type"].to_str().unwrap().starts_with(kind), "{path}");
@@ -340,6 +348,10 @@ async fn a_browser_gets_the_page_and_every_other_client_the_json() {
     assert_eq!((order["user_id"].as_i64(), order["quantity"].as_i64()), (Some(42), Some(1)));
     for path in [format!("/sales/{sale}/buyers/-1/order"), format!("/sales/{sale}/buyers/x/order")]
     {
-        assert_eq!(get(path.clone(), None).await.unwrap().status(), StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(
+            get(path.clone(), None).await.unwrap().status(),
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
     }
 }

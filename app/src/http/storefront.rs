@@ -19,11 +19,6 @@ const PAGE: &str = include_str!("storefront/index.html");
 const SCRIPT: &str = include_str!("storefront/app.js");
 const STYLE: &str = include_str!("storefront/style.css");
 
-/// Where the page loads its script and style from (the paths of
-/// [`script`] and [`style`]).
-pub const SCRIPT_PATH: &str = "/storefront/app.js";
-pub const STYLE_PATH: &str = "/storefront/style.css";
-
 /// Same origin only, no inline script or style, no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
                    img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
@@ -143,6 +138,11 @@ pub async fn style(headers: HeaderMap) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where the page loads its script and style from: the paths of
+    /// [`script`] and [`style`].
+    const SCRIPT_PATH: &str = "/storefront/app.js";
+    const STYLE_PATH: &str = "/storefront/style.css";
 
     #[test]
     fn the_page_loads_its_own_script_and_style_and_nothing_else() {

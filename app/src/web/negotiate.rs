@@ -28,8 +28,7 @@ fn quality(accept: &str, kind: &str, subtype: &str) -> u32 {
     let mut best: Option<(u8, u32)> = None;
     for range in accept.split(',') {
         let mut parts = range.split(';').map(str::trim);
-        let Some((range_kind, range_subtype)) = parts.next().and_then(|m| m.split_once('/'))
-        else {
+        let Some((range_kind, range_subtype)) = parts.next().and_then(|m| m.split_once('/')) else {
             continue;
         };
         let specificity = match (range_kind, range_subtype) {
