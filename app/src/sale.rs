@@ -269,6 +269,39 @@ pub async fn stock(db: &PgPool, id: SaleId) -> Result<Option<Stock>, sqlx::Error
     .await
 }
 
+/// A buyer's order of a sale, as `orders` holds it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct Order {
+    pub order_id: i64,
+    pub sale_id: SaleId,
+    #[sqlx(try_from = "i64")]
+    pub user_id: UserId,
+    /// Units of stock the order took.
+    pub quantity: i32,
+    /// When the order was written (the database's clock).
+    pub created_at: DateTime<Utc>,
+}
+
+impl TryFrom<i64> for UserId {
+    type Error = InvalidInput;
+    fn try_from(raw: i64) -> Result<Self, Self::Error> {
+        UserId::parse(raw)
+    }
+}
+
+/// The order `user` holds in sale `id` — at most one, by the unique
+/// constraint `orders_sale_user_key`. `Ok(None)` when they have none.
+pub async fn order_of(db: &PgPool, id: SaleId, user: UserId) -> Result<Option<Order>, sqlx::Error> {
+    sqlx::query_as::<_, Order>(
+        "SELECT id AS order_id, sale_id, user_id, quantity, created_at FROM orders \
+         WHERE sale_id = $1 AND user_id = $2",
+    )
+    .bind(id.0)
+    .bind(user.get())
+    .fetch_optional(db)
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeDelta;

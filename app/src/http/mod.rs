@@ -1,5 +1,6 @@
 //! The HTTP API: routing, shared state and middleware. Handlers are thin:
-//! they parse, call the domain, and shape the answer.
+//! they parse, call the domain, and shape the answer. The storefront page
+//! (`storefront`) is served beside it, from files embedded in the binary.
 //!
 //! The routes a strategy serves besides the purchase (the `queue` strategy's
 //! request results, the lock strategies' statistics) come from the strategy
@@ -37,6 +38,7 @@ mod auth;
 mod health;
 pub mod openapi;
 mod sales;
+mod storefront;
 
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone)]
@@ -111,6 +113,10 @@ fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(admin::reconcile))
         .routes(routes!(sales::get_sale))
         .routes(routes!(sales::place_order))
+        .routes(routes!(sales::buyer_order))
+        .routes(routes!(storefront::index))
+        .routes(routes!(storefront::script))
+        .routes(routes!(storefront::style))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

@@ -38,6 +38,7 @@ use crate::web::Problem;
         (name = "sales", description = "Buying: a sale's stock, purchases and their results"),
         (name = "admin", description = "Creating, restocking and auditing sales (bearer token)"),
         (name = "operations", description = "Liveness, readiness, metrics and this document"),
+        (name = "storefront", description = "The storefront page and its files (for browsers)"),
     ),
     components(schemas(Problem))
 )]
