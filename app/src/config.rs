@@ -158,11 +158,19 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub queue_batch_window_ms: u64,
 
-    /// `queue`: deliveries of one message before it goes to the dead-letter
-    /// queue (`x-delivery-limit`, plus the consumer's own check).
+    /// `queue`: failed settlements of one request before it is rejected and
+    /// its message dead-lettered. The consumer counts them itself; the
+    /// broker's `x-delivery-limit` is a separate backstop (1000), since
+    /// RabbitMQ before 4.3 also counts the returns of a fail-over.
     #[arg(long, env = "SECKILL_QUEUE_DELIVERY_LIMIT", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub queue_delivery_limit: u32,
+
+    /// `queue`: milliseconds a resolved request row is kept after it was
+    /// accepted; a periodic job deletes older ones (pending requests are
+    /// never deleted). 0 keeps them forever. Default: 7 days.
+    #[arg(long, env = "SECKILL_QUEUE_RETENTION_MS", default_value_t = 604_800_000)]
+    pub queue_retention_ms: u64,
 
     /// `queue`: whether this instance runs a consumer per partition (every
     /// instance does by default; single active consumer picks one).
@@ -196,6 +204,14 @@ pub struct Config {
     #[arg(long, env = "SECKILL_RECONCILE_INTERVAL_MS", default_value_t = 5000,
           value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     pub reconcile_interval_ms: u64,
+
+    /// `redis-decr`: milliseconds the Redis keys of a sale are kept once the
+    /// reconciler found it ended or sold out with its books settled; it then
+    /// stops visiting the sale. A restock or a purchase that warms the
+    /// counter again keeps the keys. Default: 1 hour.
+    #[arg(long, env = "SECKILL_REDIS_KEY_TTL_MS", default_value_t = 3_600_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub redis_key_ttl_ms: u64,
 
     /// Names this instance in the `instance` label of its metrics
     /// (`seckill_scheduled_job_runs_total`). Unset: the address it listens
@@ -429,6 +445,8 @@ impl std::fmt::Debug for Config {
             .field("queue_batch_window_ms", &self.queue_batch_window_ms)
             .field("queue_delivery_limit", &self.queue_delivery_limit)
             .field("queue_consume", &self.queue_consume)
+            .field("queue_retention_ms", &self.queue_retention_ms)
+            .field("redis_key_ttl_ms", &self.redis_key_ttl_ms)
             .field("batch_max", &self.batch_max)
             .field("batch_window_us", &self.batch_window_us)
             .field("lock_intervals_retention_s", &self.lock_intervals_retention_s)
