@@ -11,6 +11,11 @@ use sqlx::PgPool;
 
 use crate::support::{TestApp, assert_problem, test_database_url};
 
+/// A service with the cache of known buyers on, as deployed.
+async fn with_known_buyers() -> TestApp {
+    TestApp::spawn_with(|config| config.known_buyers = 1_000).await
+}
+
 /// Critical sections recorded for `sale` by `apps` (each flushes its own on
 /// the lock-stats call).
 async fn critical_sections(apps: &[&TestApp], sale: i64) -> i64 {
@@ -27,7 +32,7 @@ async fn critical_sections(apps: &[&TestApp], sale: i64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_buyer_on_a_lock_sale_is_answered_without_taking_the_lock() {
-    let app = TestApp::spawn().await;
+    let app = with_known_buyers().await;
     let sale = app.sale("lock/watchdog", 10).await;
     assert_eq!(app.buy(sale, 7).await.status(), StatusCode::CREATED);
     for _ in 0..50 {
@@ -44,7 +49,7 @@ async fn a_repeated_buyer_on_a_lock_sale_is_answered_without_taking_the_lock() {
 async fn a_buyer_refused_as_already_purchased_by_the_strategy_is_then_answered_from_the_cache() {
     // Another instance placed the order: this one learns it from the
     // strategy's own refusal, once.
-    let (first, second) = (TestApp::spawn().await, TestApp::spawn().await);
+    let (first, second) = (with_known_buyers().await, with_known_buyers().await);
     let sale = first.sale("lock/watchdog", 10).await;
     assert_eq!(first.buy(sale, 9).await.status(), StatusCode::CREATED);
     for _ in 0..5 {
