@@ -36,6 +36,11 @@ start() {
     bin=target/release/seckill
   fi
   mkdir -p "$dir"
+  # Without an admin token of its own, a try on this machine runs in
+  # development mode: loopback only, the admin routes accept dev-admin-token.
+  if [ -z "${SECKILL_ADMIN_TOKEN:-}" ] && [ -z "${SECKILL_ADMIN_TOKEN_FILE:-}" ]; then
+    export SECKILL_DEV=1
+  fi
   # Detached from this shell's terminal and pipes: it outlives the script.
   nohup "$bin" serve >"$log" 2>&1 </dev/null &
   echo $! >"$pidfile"

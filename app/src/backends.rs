@@ -175,6 +175,7 @@ impl AmqpHandle {
     /// from then on [`Self::connection`] answers `Unavailable`.
     pub async fn close(&self) {
         self.family.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        crate::telemetry::amqp_closing();
         let members = self.family.members.lock().expect("amqp family lock").clone();
         for member in members {
             let current = member.current.write().expect("amqp handle lock").take();

@@ -4,9 +4,21 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// Development default for `SECKILL_ADMIN_TOKEN`. The service warns at start
-/// when it is in use.
+use anyhow::{Context as _, bail};
+
+/// The admin token accepted in development mode (`SECKILL_DEV`) when
+/// `SECKILL_ADMIN_TOKEN` is unset. The service warns at start when it is in
+/// use, and refuses it outside development mode.
 pub const DEV_ADMIN_TOKEN: &str = "dev-admin-token";
+
+/// Least length of an admin token, in bytes, outside development mode: 32
+/// bytes is 256 bits when random (`openssl rand -hex 32` gives 64
+/// characters), the size of a SHA-256 output, beyond any online guessing.
+pub const MIN_ADMIN_TOKEN_BYTES: usize = 32;
+
+/// Largest duration setting, in milliseconds (one day): every `*_MS` setting
+/// is bounded by it, so that no sum of durations overflows an `Instant`.
+const MAX_MS: u64 = 86_400_000;
 
 /// Default of `SECKILL_BATCH_MAX`, the largest `sql/batched` batch.
 ///
@@ -31,7 +43,9 @@ pub struct Config {
     #[arg(
         long,
         env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/seckill"
+        default_value = "postgres://postgres@127.0.0.1:5432/seckill",
+        hide_env_values = true,
+        hide_default_value = true
     )]
     pub database_url: String,
 
@@ -50,46 +64,73 @@ pub struct Config {
     /// first byte (from the accept, for a connection's first request); then
     /// the connection is closed.
     #[arg(long, env = "SECKILL_HEADER_TIMEOUT_MS", default_value_t = 5_000,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub header_timeout_ms: u64,
 
     /// Milliseconds a kept-alive connection may stay open with no request in
     /// progress and no byte read or written; then it is closed.
     #[arg(long, env = "SECKILL_IDLE_TIMEOUT_MS", default_value_t = 60_000,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub idle_timeout_ms: u64,
 
     /// Milliseconds a request may run, reading its body included, before it
     /// is answered `504 timeout`. What it set in motion may still complete
     /// (a purchase is never placed twice for one buyer, so a retry is safe).
     #[arg(long, env = "SECKILL_REQUEST_TIMEOUT_MS", default_value_t = 10_000,
-          value_parser = clap::value_parser!(u64).range(1..))]
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub request_timeout_ms: u64,
 
-    /// Bearer token for `/admin/*` routes. Unset: the development default
-    /// `dev-admin-token`, with a warning at start.
-    #[arg(long, env = "SECKILL_ADMIN_TOKEN", hide_env_values = true)]
+    /// Development mode, for a try on one's own machine: the service starts
+    /// without `SECKILL_ADMIN_TOKEN` (then the admin routes accept
+    /// `dev-admin-token`) or with a token shorter than 32 bytes, and only on
+    /// a loopback address. Without it the service refuses to start with
+    /// either.
+    #[arg(long, env = "SECKILL_DEV", value_parser = clap::builder::BoolishValueParser::new())]
+    pub dev: bool,
+
+    /// The bearer token of the `/admin/*` routes, at least 32 bytes: read
+    /// from the environment only (a command line is visible to every user in
+    /// `ps`), `SECKILL_ADMIN_TOKEN`, or the file `SECKILL_ADMIN_TOKEN_FILE`
+    /// (a container secret; trailing whitespace removed). See
+    /// [`admin_token_from_env`].
+    #[arg(skip)]
     pub admin_token: Option<String>,
 
     /// Postgres connections in this instance's pool.
-    #[arg(long, env = "SECKILL_DB_POOL_SIZE", default_value_t = 10)]
+    #[arg(long, env = "SECKILL_DB_POOL_SIZE", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub db_pool_size: u32,
 
     /// Redis connection URL (lock and redis-decr strategies).
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
     pub redis_url: String,
 
     /// Namespace in front of every Redis key this service writes.
-    #[arg(long, env = "SECKILL_REDIS_PREFIX", default_value = "seckill")]
+    /// Letters, digits, `_`, `.` and `-`, 1 to 64 of them (no `{` or `}`:
+    /// the hash tags of a sale's keys must stay the sale's own).
+    #[arg(long, env = "SECKILL_REDIS_PREFIX", default_value = "seckill", value_parser = prefix)]
     pub redis_key_prefix: String,
 
     /// RabbitMQ connection URL (queue strategy).
-    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    #[arg(
+        long,
+        env = "AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        hide_env_values = true,
+        hide_default_value = true
+    )]
     pub amqp_url: String,
 
     /// Namespace in front of every queue and exchange this service declares
     /// (`PREFIX.orders.N`, …); instances that share a sale share a prefix.
-    #[arg(long, env = "SECKILL_AMQP_PREFIX", default_value = "seckill")]
+    /// Letters, digits, `_`, `.` and `-`, 1 to 64 of them (AMQP names are at
+    /// most 255 bytes).
+    #[arg(long, env = "SECKILL_AMQP_PREFIX", default_value = "seckill", value_parser = prefix)]
     pub amqp_prefix: String,
 
     /// `queue`: partition queues; sale `id` goes to partition `id mod N`.
@@ -101,7 +142,8 @@ pub struct Config {
     /// `queue`: messages a partition queue holds at most (`x-max-length`);
     /// beyond it the broker refuses publishes (`x-overflow = reject-publish`)
     /// and purchases are answered `503 busy`.
-    #[arg(long, env = "SECKILL_QUEUE_MAX_LENGTH", default_value_t = 100_000)]
+    #[arg(long, env = "SECKILL_QUEUE_MAX_LENGTH", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
     pub queue_max_length: u32,
 
     /// `queue`: most messages the consumer settles in one Postgres
@@ -112,14 +154,23 @@ pub struct Config {
 
     /// `queue`: after a batch's first message, how long the consumer waits
     /// for more before settling what it has, in milliseconds.
-    #[arg(long, env = "SECKILL_QUEUE_BATCH_WINDOW_MS", default_value_t = 2)]
+    #[arg(long, env = "SECKILL_QUEUE_BATCH_WINDOW_MS", default_value_t = 2,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub queue_batch_window_ms: u64,
 
-    /// `queue`: deliveries of one message before it goes to the dead-letter
-    /// queue (`x-delivery-limit`, plus the consumer's own check).
+    /// `queue`: failed settlements of one request before it is rejected and
+    /// its message dead-lettered. The consumer counts them itself; the
+    /// broker's `x-delivery-limit` is a separate backstop (1000), since
+    /// RabbitMQ before 4.3 also counts the returns of a fail-over.
     #[arg(long, env = "SECKILL_QUEUE_DELIVERY_LIMIT", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub queue_delivery_limit: u32,
+
+    /// `queue`: milliseconds a resolved request row is kept after it was
+    /// accepted; a periodic job deletes older ones (pending requests are
+    /// never deleted). 0 keeps them forever. Default: 7 days.
+    #[arg(long, env = "SECKILL_QUEUE_RETENTION_MS", default_value_t = 604_800_000)]
+    pub queue_retention_ms: u64,
 
     /// `queue`: whether this instance runs a consumer per partition (every
     /// instance does by default; single active consumer picks one).
@@ -142,15 +193,25 @@ pub struct Config {
     /// How long a request waits for a pool connection, in milliseconds; then
     /// it is answered 503 `busy` if Postgres answers a probe connection (the
     /// pool is exhausted by slow work), 503 `unavailable` if it does not.
-    #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
+    #[arg(long, env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub db_acquire_timeout_ms: u64,
 
     /// `redis-decr`: the period of the background reconciliation, in
     /// milliseconds: one pass over the sales this Redis prefix holds per
     /// period, run by one instance of those sharing the prefix; 0 turns the
     /// background job off (`POST /admin/sales/{id}/reconcile` still works).
-    #[arg(long, env = "SECKILL_RECONCILE_INTERVAL_MS", default_value_t = 5000)]
+    #[arg(long, env = "SECKILL_RECONCILE_INTERVAL_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     pub reconcile_interval_ms: u64,
+
+    /// `redis-decr`: milliseconds the Redis keys of a sale are kept once the
+    /// reconciler found it ended or sold out with its books settled; it then
+    /// stops visiting the sale. A restock or a purchase that warms the
+    /// counter again keeps the keys. Default: 1 hour.
+    #[arg(long, env = "SECKILL_REDIS_KEY_TTL_MS", default_value_t = 3_600_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub redis_key_ttl_ms: u64,
 
     /// Names this instance in the `instance` label of its metrics
     /// (`seckill_scheduled_job_runs_total`). Unset: the address it listens
@@ -162,13 +223,15 @@ pub struct Config {
     /// order counts as abandoned and is returned. Must exceed the longest
     /// purchase (pool wait `SECKILL_DB_ACQUIRE_TIMEOUT_MS` plus the
     /// transaction), or a slow purchase's unit is returned while it commits.
-    #[arg(long, env = "SECKILL_RECONCILE_GRACE_MS", default_value_t = 15000)]
+    #[arg(long, env = "SECKILL_RECONCILE_GRACE_MS", default_value_t = 15000,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub reconcile_grace_ms: u64,
 
     /// `redis-decr` and `queue`: milliseconds an instance answers "sold out"
     /// from its local flag without asking Redis (or Postgres). The bound on
     /// how long a lost "stock returned" broadcast can hide returned stock.
-    #[arg(long, env = "SECKILL_SOLD_OUT_FLAG_TTL_MS", default_value_t = 1000)]
+    #[arg(long, env = "SECKILL_SOLD_OUT_FLAG_TTL_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub sold_out_flag_ttl_ms: u64,
 
     /// Test-only fault injection, e.g. `redis-decr-after-reserve=exit`
@@ -183,13 +246,15 @@ pub struct Config {
         long,
         env = "REDLOCK_URLS",
         value_delimiter = ',',
-        default_value = "redis://127.0.0.1:6380,redis://127.0.0.1:6381,redis://127.0.0.1:6382"
+        default_value = "redis://127.0.0.1:6380,redis://127.0.0.1:6381,redis://127.0.0.1:6382",
+        hide_env_values = true
     )]
     pub redlock_urls: Vec<String>,
 
     /// How long a `lock/*` purchase waits for its sale's lock before it is
     /// answered 503 `busy`, in milliseconds.
-    #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = 1000)]
+    #[arg(long, env = "SECKILL_LOCK_WAIT_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub lock_wait_ms: u64,
 
     /// How long a `lock/*` purchase may hold its sale's lock, in
@@ -202,8 +267,22 @@ pub struct Config {
     /// rather than a `504`. Keep wait + hold + 1 s under the request
     /// timeout.
     #[arg(long, env = "SECKILL_LOCK_HOLD_MS", default_value_t = 5_000,
-          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+          value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub lock_hold_ms: u64,
+
+    /// `lock/*`: seconds a critical section stays in `lock_intervals` (what
+    /// `GET /admin/sales/{id}/lock-stats` reads) after it ended; older ones
+    /// are deleted about once a minute, so the table does not grow forever.
+    #[arg(long, env = "SECKILL_LOCK_INTERVALS_RETENTION_S", default_value_t = 86_400,
+          value_parser = clap::value_parser!(u64).range(60..=31_536_000))]
+    pub lock_intervals_retention_s: u64,
+
+    /// Buyers this instance remembers as holding an order of a sale, at most:
+    /// a purchase by one of them is answered `409 already-purchased` before
+    /// the strategy runs (no lock, no publish, no statement). 0 turns it off.
+    #[arg(long, env = "SECKILL_KNOWN_BUYERS", default_value_t = 200_000,
+          value_parser = clap::value_parser!(u64).range(0..=100_000_000))]
+    pub known_buyers: u64,
 }
 
 impl Config {
@@ -215,7 +294,42 @@ impl Config {
             #[command(flatten)]
             config: Config,
         }
-        <Wrapper as clap::Parser>::parse_from(["seckill"]).config
+        let mut config = <Wrapper as clap::Parser>::parse_from(["seckill"]).config;
+        config.admin_token = admin_token_from_env().ok().flatten();
+        config
+    }
+
+    /// Checks what the flags' own parsers cannot check alone: the admin token
+    /// is at least [`MIN_ADMIN_TOKEN_BYTES`] long, unless `dev` is set and the
+    /// service listens on a loopback address only.
+    ///
+    /// Errors: a missing or short token outside development mode; development
+    /// mode on an address other than loopback. No message contains a token.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let long_enough =
+            self.admin_token.as_deref().is_some_and(|token| token.len() >= MIN_ADMIN_TOKEN_BYTES);
+        if self.dev && !self.addr.ip().is_loopback() {
+            bail!(
+                "SECKILL_DEV (development mode) is allowed on a loopback address only, not on {}",
+                self.addr
+            );
+        }
+        if !long_enough && !self.dev {
+            let problem = match &self.admin_token {
+                None => "SECKILL_ADMIN_TOKEN is not set".to_owned(),
+                Some(token) => format!(
+                    "the admin token is {} bytes long, shorter than {MIN_ADMIN_TOKEN_BYTES}",
+                    token.len()
+                ),
+            };
+            bail!(
+                "{problem}: set SECKILL_ADMIN_TOKEN (or SECKILL_ADMIN_TOKEN_FILE) to a random \
+                 string of at least {MIN_ADMIN_TOKEN_BYTES} bytes, e.g. `openssl rand -hex 32`; \
+                 for a try on this machine only, SECKILL_DEV=1 accepts the development token \
+                 on a loopback address"
+            );
+        }
+        Ok(())
     }
 
     /// The admin token in force, and whether it is the development default.
@@ -257,11 +371,62 @@ impl Config {
     }
 }
 
+/// The admin token from the environment: `SECKILL_ADMIN_TOKEN` when set and
+/// not empty, else the contents of the file named by
+/// `SECKILL_ADMIN_TOKEN_FILE` without trailing whitespace, else `None`.
+///
+/// Errors: both variables are set; the file cannot be read or holds only
+/// whitespace. No message contains the token.
+pub fn admin_token_from_env() -> anyhow::Result<Option<String>> {
+    let value = std::env::var("SECKILL_ADMIN_TOKEN").ok().filter(|token| !token.is_empty());
+    let file = std::env::var_os("SECKILL_ADMIN_TOKEN_FILE").filter(|path| !path.is_empty());
+    match (value, file) {
+        (Some(_), Some(_)) => {
+            bail!("set SECKILL_ADMIN_TOKEN or SECKILL_ADMIN_TOKEN_FILE, not both")
+        }
+        (Some(token), None) => Ok(Some(token)),
+        (None, Some(path)) => {
+            let path = std::path::PathBuf::from(path);
+            let contents = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading SECKILL_ADMIN_TOKEN_FILE {}", path.display()))?;
+            let token = contents.trim_end();
+            if token.is_empty() {
+                bail!("SECKILL_ADMIN_TOKEN_FILE {} is empty", path.display());
+            }
+            Ok(Some(token.to_owned()))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// Parser of `SECKILL_REDIS_PREFIX` and `SECKILL_AMQP_PREFIX`: 1 to 64
+/// letters, digits, `_`, `.` or `-`.
+fn prefix(value: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if (1..=64).contains(&value.len()) && value.chars().all(allowed) {
+        Ok(value.to_owned())
+    } else {
+        Err("1 to 64 letters, digits, `_`, `.` or `-` expected".to_owned())
+    }
+}
+
+/// `url` with its password (the user information before `@`) replaced by
+/// `***`, for error messages.
+pub fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
 impl std::fmt::Debug for Config {
     /// Leaves the admin token and the database password out.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("addr", &self.addr)
+            .field("dev", &self.dev)
             .field("max_connections", &self.max_connections)
             .field("header_timeout_ms", &self.header_timeout_ms)
             .field("idle_timeout_ms", &self.idle_timeout_ms)
@@ -280,8 +445,108 @@ impl std::fmt::Debug for Config {
             .field("queue_batch_window_ms", &self.queue_batch_window_ms)
             .field("queue_delivery_limit", &self.queue_delivery_limit)
             .field("queue_consume", &self.queue_consume)
+            .field("queue_retention_ms", &self.queue_retention_ms)
+            .field("redis_key_ttl_ms", &self.redis_key_ttl_ms)
             .field("batch_max", &self.batch_max)
             .field("batch_window_us", &self.batch_window_us)
+            .field("lock_intervals_retention_s", &self.lock_intervals_retention_s)
+            .field("known_buyers", &self.known_buyers)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Cli::try_parse_from(std::iter::once("seckill").chain(args.iter().copied()))
+            .map(|cli| cli.config)
+    }
+
+    fn with_token(token: Option<&str>, dev: bool, addr: &str) -> Config {
+        let mut config = parse(&["--addr", addr]).expect("valid");
+        config.admin_token = token.map(str::to_owned);
+        config.dev = dev;
+        config
+    }
+
+    #[test]
+    fn the_service_refuses_a_missing_or_short_admin_token_outside_development_mode() {
+        let long = "x".repeat(MIN_ADMIN_TOKEN_BYTES);
+        assert!(with_token(Some(&long), false, "0.0.0.0:8080").check().is_ok());
+        let missing = with_token(None, false, "127.0.0.1:8080").check().unwrap_err();
+        assert!(missing.to_string().contains("SECKILL_ADMIN_TOKEN is not set"), "{missing}");
+        let short = &long[1..];
+        let error = with_token(Some(short), false, "127.0.0.1:8080").check().unwrap_err();
+        assert!(error.to_string().contains("31 bytes long"), "{error}");
+        assert!(!error.to_string().contains(short), "the message shows the token: {error}");
+    }
+
+    #[test]
+    fn development_mode_accepts_no_token_on_loopback_only() {
+        assert!(with_token(None, true, "127.0.0.1:8080").check().is_ok());
+        assert!(with_token(Some("short"), true, "[::1]:8080").check().is_ok());
+        let long = "x".repeat(MIN_ADMIN_TOKEN_BYTES);
+        for config in
+            [with_token(None, true, "0.0.0.0:8080"), with_token(Some(&long), true, "10.1.2.3:80")]
+        {
+            let error = config.check().unwrap_err();
+            assert!(error.to_string().contains("loopback"), "{error}");
+        }
+    }
+
+    #[test]
+    fn prefixes_are_names_without_braces_or_spaces_of_at_most_64_characters() {
+        for good in ["seckill", "test-1f.a_B", &"a".repeat(64)] {
+            assert!(parse(&["--redis-key-prefix", good, "--amqp-prefix", good]).is_ok(), "{good}");
+        }
+        for bad in ["", "{sale}", "a b", "é", &"a".repeat(65), "x:y"] {
+            assert!(parse(&["--redis-key-prefix", bad]).is_err(), "{bad:?}");
+            assert!(parse(&["--amqp-prefix", bad]).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn durations_and_sizes_out_of_range_are_refused() {
+        let max = u64::MAX.to_string();
+        for flag in [
+            "--sold-out-flag-ttl-ms",
+            "--lock-wait-ms",
+            "--lock-hold-ms",
+            "--db-acquire-timeout-ms",
+            "--reconcile-grace-ms",
+            "--reconcile-interval-ms",
+            "--request-timeout-ms",
+            "--header-timeout-ms",
+            "--idle-timeout-ms",
+            "--queue-batch-window-ms",
+        ] {
+            let error =
+                parse(&[flag, &max]).err().unwrap_or_else(|| panic!("{flag} accepted u64::MAX"));
+            assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation, "{flag}");
+        }
+        for (flag, value) in
+            [("--db-pool-size", "0"), ("--queue-max-length", "0"), ("--sold-out-flag-ttl-ms", "0")]
+        {
+            assert!(parse(&[flag, value]).is_err(), "{flag} {value}");
+        }
+        assert!(parse(&["--reconcile-interval-ms", "0"]).is_ok(), "0 turns reconciliation off");
+    }
+
+    #[test]
+    fn a_url_in_an_error_message_has_no_password() {
+        assert_eq!(redacted("redis://:s3cret@node-1:6380"), "redis://***@node-1:6380");
+        assert_eq!(redacted("amqp://user:pw@host:5672/%2f"), "amqp://***@host:5672/%2f");
+        assert_eq!(redacted("redis://node-1:6380"), "redis://node-1:6380");
+        assert_eq!(redacted("no-scheme@host"), "no-scheme@host");
     }
 }

@@ -23,6 +23,7 @@ pub mod audit;
 pub mod backends;
 pub mod config;
 pub mod http;
+pub mod known_buyers;
 pub mod metric_names;
 pub mod outcome;
 pub mod postgres_probe;

@@ -28,11 +28,21 @@ enum Command {
         #[arg(
             long,
             env = "DATABASE_URL",
-            default_value = "postgres://postgres@127.0.0.1:5432/seckill"
+            default_value = "postgres://postgres@127.0.0.1:5432/seckill",
+            hide_env_values = true,
+            hide_default_value = true
         )]
         database_url: String,
     },
 }
+
+/// The admin token's part of `serve --help`: it has no flag.
+const ADMIN_TOKEN_HELP: &str = "\
+Admin token (environment only, never a flag: a command line is visible in `ps`):
+  SECKILL_ADMIN_TOKEN       the bearer token of /admin/*, at least 32 bytes
+  SECKILL_ADMIN_TOKEN_FILE  a file holding it instead (a container secret)
+Without either the service refuses to start, unless --dev (SECKILL_DEV) is set.
+";
 
 /// The registered strategies, one per line with its description, for the end
 /// of `--help`.
@@ -50,12 +60,13 @@ fn strategies_help() -> String {
 async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
     let strategies = strategies_help();
-    let command = Cli::command()
-        .after_help(strategies.clone())
-        .mut_subcommand("serve", |serve| serve.after_help(strategies));
+    let command = Cli::command().after_help(strategies.clone()).mut_subcommand("serve", |serve| {
+        serve.after_help(format!("{ADMIN_TOKEN_HELP}\n{strategies}"))
+    });
     let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|err| err.exit());
     match cli.command {
-        Command::Serve(config) => {
+        Command::Serve(mut config) => {
+            config.admin_token = seckill::config::admin_token_from_env()?;
             let app = Application::build(config).await?;
             app.run_until(shutdown_signal()).await
         }

@@ -42,6 +42,11 @@ pub const FENCE_REJECTIONS_TOTAL: &str = "seckill_fence_rejections_total";
 /// Registered at 0 for every `lock/*` strategy.
 pub const LOCK_LOSSES_TOTAL: &str = "seckill_lock_losses_total";
 
+/// Counter: purchases answered `already_purchased` from the instance's
+/// cache of buyers known to hold an order (`crate::known_buyers`), before
+/// the strategy ran. Labels: `strategy`.
+pub const KNOWN_BUYER_ANSWERS_TOTAL: &str = "seckill_known_buyer_answers_total";
+
 /// Counter: critical sections of a `lock/*` strategy cut off because they
 /// held the sale's lock for `SECKILL_LOCK_HOLD_MS` (answered `503 busy`).
 /// Labels: `strategy`. Registered at 0 for every `lock/*` strategy.
@@ -65,9 +70,23 @@ pub const RECONCILE_FIXES_TOTAL: &str = "seckill_reconcile_fixes_total";
 /// runs the job, so the sum over instances is the number of periods run.
 pub const SCHEDULED_JOB_RUNS_TOTAL: &str = "seckill_scheduled_job_runs_total";
 
-/// Counter: `queue` messages dead-lettered after their last allowed
-/// delivery failed. No labels. Emitted by the `queue` consumer.
+/// Counter: `queue` messages drained from the dead-letter queue, each
+/// recorded as a final result (`rejected`) when its request was still
+/// pending. Labels: `reason` (the broker's `x-death` reason: `rejected` — the
+/// consumer gave up on it, after `SECKILL_QUEUE_DELIVERY_LIMIT` failures or
+/// because it is unreadable —, `delivery_limit` — the broker's backstop —,
+/// or `unknown`). Emitted by the `queue` dead-letter consumer.
 pub const QUEUE_DEAD_LETTERED_TOTAL: &str = "seckill_queue_dead_lettered_total";
+
+/// Counter: resolved `queue` requests deleted by the retention job (accepted
+/// more than `SECKILL_QUEUE_RETENTION_MS` ago). No labels.
+pub const QUEUE_REQUESTS_EXPIRED_TOTAL: &str = "seckill_queue_requests_expired_total";
+
+/// Gauge: sales the last background `redis-decr` reconciliation pass of this
+/// instance visited (the sales in the prefix's index: a sale that ended or
+/// sold out, with its books settled, leaves it and its keys expire). Labels:
+/// `instance`. Set by every pass this instance runs.
+pub const RECONCILE_SALES_VISITED: &str = "seckill_reconcile_sales_visited";
 
 /// Histogram: messages settled per `queue` consumer transaction (a count,
 /// not a duration). No labels. Emitted by the `queue` consumer once per

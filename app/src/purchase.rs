@@ -1,11 +1,13 @@
 //! One purchase, whatever the strategy: look the sale up, check its time
-//! window and the per-user limit, hand the request to the sale's strategy,
-//! and count the outcome.
+//! window and the per-user limit, answer a buyer known to hold an order
+//! ([`KnownBuyers`]), hand the request to the sale's strategy, and count the
+//! outcome.
 
 use chrono::Utc;
 use metrics::counter;
 use sqlx::PgPool;
 
+use crate::known_buyers::{KNOWN_BUYER_ANSWERS, KnownBuyers};
 use crate::outcome::{Outcome, StrategyError};
 use crate::postgres_probe::PostgresProbe;
 use crate::sale::{InvalidInput, Phase, Quantity, SaleCatalog, SaleId, UserId};
@@ -22,6 +24,15 @@ pub enum PurchaseError {
     Strategy(#[from] StrategyError),
 }
 
+/// What a purchase reads besides its request.
+pub struct Context<'a> {
+    pub db: &'a PgPool,
+    pub catalog: &'a SaleCatalog,
+    pub strategies: &'a Strategies,
+    pub probe: &'a PostgresProbe,
+    pub known_buyers: &'a KnownBuyers,
+}
+
 /// Sells `quantity` units (`None`: 1) of sale `id` to `user`.
 ///
 /// Errors: [`PurchaseError::UnknownSale`]; [`PurchaseError::Invalid`] when the
@@ -29,14 +40,12 @@ pub enum PurchaseError {
 /// the strategy applied back-pressure or a backing server failed (a Postgres
 /// pool timeout sorted out by `probe` into `busy` or `unavailable`).
 pub async fn purchase(
-    db: &PgPool,
-    catalog: &SaleCatalog,
-    strategies: &Strategies,
-    probe: &PostgresProbe,
+    context: Context<'_>,
     id: SaleId,
     user: UserId,
     quantity: Option<i64>,
 ) -> Result<Outcome, PurchaseError> {
+    let Context { db, catalog, strategies, probe, known_buyers } = context;
     let sale = match catalog.get(db, id).await {
         Ok(sale) => sale.ok_or(PurchaseError::UnknownSale(id))?,
         Err(err) => return Err(probe.triage(err.into()).await.into()),
@@ -49,11 +58,18 @@ pub async fn purchase(
     let result = match sale.phase(Utc::now()) {
         Phase::NotStarted => Ok(Outcome::NotStarted),
         Phase::Ended => Ok(Outcome::Ended),
+        Phase::Open if known_buyers.holds_order(sale.id, user) => {
+            counter!(KNOWN_BUYER_ANSWERS, "strategy" => strategy).increment(1);
+            Ok(Outcome::AlreadyPurchased)
+        }
         Phase::Open => match strategies.get(sale.strategy).purchase(&sale, user, quantity).await {
             Err(err) => Err(probe.triage(err).await),
             answer => answer,
         },
     };
+    if let Ok(Outcome::Placed { .. } | Outcome::AlreadyPurchased) = result {
+        known_buyers.remember(sale.id, user);
+    }
     let label = match &result {
         Ok(outcome) => outcome.label(),
         Err(StrategyError::Busy { .. }) => "busy",

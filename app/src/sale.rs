@@ -196,10 +196,33 @@ pub struct Stock {
 }
 
 /// Process-wide cache of sale settings, filled on first use. Settings are
-/// immutable once a sale exists, so entries never go stale.
-#[derive(Clone, Default)]
+/// immutable once a sale exists, so entries never go stale. Ids with no sale
+/// are remembered for [`MISS_TTL`] too (at most [`MAX_MISSES`] of them), so
+/// that a client walking ids costs one query per id and second, not one per
+/// request; a sale created on another instance in that second is unknown
+/// here for the rest of it.
+#[derive(Clone)]
 pub struct SaleCatalog {
     sales: Arc<RwLock<HashMap<SaleId, Arc<Sale>>>>,
+    misses: moka::sync::Cache<SaleId, ()>,
+}
+
+/// How long an id with no sale is answered `404` from the cache.
+pub const MISS_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Ids with no sale remembered at most.
+pub const MAX_MISSES: u64 = 10_000;
+
+impl Default for SaleCatalog {
+    fn default() -> Self {
+        Self {
+            sales: Arc::default(),
+            misses: moka::sync::Cache::builder()
+                .max_capacity(MAX_MISSES)
+                .time_to_live(MISS_TTL)
+                .build(),
+        }
+    }
 }
 
 impl SaleCatalog {
@@ -209,12 +232,16 @@ impl SaleCatalog {
         if let Some(sale) = self.sales.read().expect("catalog lock").get(&id) {
             return Ok(Some(sale.clone()));
         }
+        if self.misses.contains_key(&id) {
+            return Ok(None);
+        }
         let sql = format!("SELECT {SALE_COLUMNS} FROM sales WHERE id = $1");
         let Some(sale) = sqlx::query_as::<_, Sale>(sqlx::AssertSqlSafe(sql))
             .bind(id.0)
             .fetch_optional(db)
             .await?
         else {
+            self.misses.insert(id, ());
             return Ok(None);
         };
         let sale = Arc::new(sale);
@@ -225,6 +252,7 @@ impl SaleCatalog {
     /// Puts a sale just created by this instance into the cache.
     pub fn insert(&self, sale: Sale) -> Arc<Sale> {
         let sale = Arc::new(sale);
+        self.misses.invalidate(&sale.id);
         self.sales.write().expect("catalog lock").insert(sale.id, sale.clone());
         sale
     }
@@ -237,6 +265,39 @@ pub async fn stock(db: &PgPool, id: SaleId) -> Result<Option<Stock>, sqlx::Error
         "SELECT total_stock, remaining_stock FROM sale_stock WHERE sale_id = $1",
     )
     .bind(id.0)
+    .fetch_optional(db)
+    .await
+}
+
+/// A buyer's order of a sale, as `orders` holds it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct Order {
+    pub order_id: i64,
+    pub sale_id: SaleId,
+    #[sqlx(try_from = "i64")]
+    pub user_id: UserId,
+    /// Units of stock the order took.
+    pub quantity: i32,
+    /// When the order was written (the database's clock).
+    pub created_at: DateTime<Utc>,
+}
+
+impl TryFrom<i64> for UserId {
+    type Error = InvalidInput;
+    fn try_from(raw: i64) -> Result<Self, Self::Error> {
+        UserId::parse(raw)
+    }
+}
+
+/// The order `user` holds in sale `id` — at most one, by the unique
+/// constraint `orders_sale_user_key`. `Ok(None)` when they have none.
+pub async fn order_of(db: &PgPool, id: SaleId, user: UserId) -> Result<Option<Order>, sqlx::Error> {
+    sqlx::query_as::<_, Order>(
+        "SELECT id AS order_id, sale_id, user_id, quantity, created_at FROM orders \
+         WHERE sale_id = $1 AND user_id = $2",
+    )
+    .bind(id.0)
+    .bind(user.get())
     .fetch_optional(db)
     .await
 }

@@ -68,11 +68,13 @@ pub struct Application {
 impl Application {
     /// Prepares the database, builds the state and binds `config.addr`.
     pub async fn build(mut config: Config) -> anyhow::Result<Self> {
+        config.check()?;
         let (_, dev_token) = config.admin_token();
         if dev_token {
             tracing::warn!(
-                "SECKILL_ADMIN_TOKEN is not set: admin routes accept the development token; \
-                 set it before exposing this service"
+                "development mode without SECKILL_ADMIN_TOKEN: admin routes accept the \
+                 development token `{}`",
+                crate::config::DEV_ADMIN_TOKEN
             );
         }
         prepare_database(&config.database_url).await?;
@@ -93,6 +95,7 @@ impl Application {
             Deps::new(db.clone(), redis.clone(), amqp.clone(), config.clone(), catalog.clone());
         let strategies = Strategies::new(&deps)?;
         strategies.start_background();
+        let known_buyers = crate::known_buyers::KnownBuyers::new(config.known_buyers);
         let state = AppState {
             strategies,
             redis,
@@ -102,6 +105,8 @@ impl Application {
             config,
             db,
             probe,
+            admin_failures: Default::default(),
+            known_buyers,
         };
         Ok(Self { listener, state })
     }

@@ -5,11 +5,14 @@
 //! The library reports that break this rule — lapin's ERRORs for a
 //! connection the broker closed on shutdown (`CONNECTION_FORCED`) or reset —
 //! are left out here, and [`crate::backends::AmqpHandle`] logs the lost
-//! connection itself, at WARN.
+//! connection itself, at WARN. So are lapin's ERRORs once the service closes
+//! its own AMQP connections at shutdown ([`amqp_closing`]): channels still
+//! closing then report the connection's end as an error.
 
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing::field::{Field, Visit};
@@ -39,6 +42,16 @@ pub fn init_tracing_or(default: &str) {
         .try_init();
 }
 
+/// Set once the service closes its AMQP connections at shutdown.
+static AMQP_CLOSING: AtomicBool = AtomicBool::new(false);
+
+/// Tells the log filter that the service is closing its AMQP connections on
+/// purpose (shutdown): from then on lapin's ERROR reports, which its
+/// channels make of that close, are left out.
+pub fn amqp_closing() {
+    AMQP_CLOSING.store(true, Ordering::SeqCst);
+}
+
 /// Leaves out lapin's ERROR reports of a connection lost the way a broker
 /// restart loses it: the broker's `Connection.Close` with reply code 320
 /// (`CONNECTION_FORCED`: it is shutting down) and the reset or closed socket
@@ -52,6 +65,9 @@ impl<S: Subscriber> Layer<S> for LostAmqpConnection {
         let meta = event.metadata();
         if !meta.target().starts_with("lapin") || *meta.level() != Level::ERROR {
             return true;
+        }
+        if AMQP_CLOSING.load(Ordering::SeqCst) {
+            return false;
         }
         let mut fields = Fields::default();
         event.record(&mut fields);

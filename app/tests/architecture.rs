@@ -32,7 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("HTTP vocabulary", &["web"]),
     ("strategies", &["strategy"]),
-    ("purchase path and audit", &["purchase", "audit"]),
+    ("purchase path and audit", &["purchase", "known_buyers", "audit"]),
     ("HTTP router", &["http"]),
     ("start-up", &["startup"]),
 ];

@@ -16,6 +16,7 @@ use crate::ceilings::{
 };
 use crate::cost::PgXacts;
 use crate::instances::{Instances, RedlockNodes};
+use crate::live::Live;
 use crate::preflight;
 use crate::progress::Progress;
 use crate::report::{self, Machine, Report, Run, SCHEMA_VERSION, html, markdown, summary};
@@ -29,7 +30,11 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let total = args.repeat * (args.profile.len() * args.strategies.len()) as u64;
-    let mut progress = Progress::new(total, args.quiet);
+    let live = match args.serve_progress {
+        Some(addr) => Some(Live::serve(addr, total).await?),
+        None => None,
+    };
+    let mut progress = Progress::new(total, args.quiet, live.clone());
     let redlock = if args.strategies.contains(&seckill::strategy::lock::library_redlock::NAME)
         && args.target.is_empty()
     {
@@ -46,6 +51,11 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     let report = result?;
 
     write_reports(&report, &args.out)?;
+    if let Some(live) = &live {
+        live.done(&format!("finished: reports written in {}", args.out.display()));
+        // An open page polls every second: one more poll reads the end.
+        tokio::time::sleep(LAST_POLL).await;
+    }
     if !args.quiet {
         println!("{}", markdown::ceilings_line(&report));
         println!("{}", markdown::runs_table(&report, false));
@@ -60,6 +70,10 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     }
     Ok(report.runs.iter().all(|run| run.verdict != report::Verdict::Broke))
 }
+
+/// How long the live view stays up after the comparison, for an open page
+/// to read its final state (the page polls every second).
+const LAST_POLL: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Stops the instances and deletes the queues of those started here (they
 /// declare them whatever is compared; the quorum queues would otherwise
@@ -196,14 +210,7 @@ async fn compare(
                 let run = run_one(&bench, key, progress)
                     .await
                     .with_context(|| format!("{strategy} / {profile} / repeat {repeat}"))?;
-                progress.run_done(&format!(
-                    "{}: sold {} of {}, oversold {}, drift {}",
-                    run.verdict.label(),
-                    run.units_sold,
-                    run.total_stock,
-                    run.oversold,
-                    run.ledger_drift
-                ));
+                progress.run_done(&run);
                 runs.push(run);
             }
         }

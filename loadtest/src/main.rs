@@ -10,6 +10,7 @@ mod cost;
 mod cpu;
 mod expectation;
 mod instances;
+mod live;
 mod preflight;
 mod profile;
 mod progress;
@@ -17,6 +18,7 @@ mod report;
 mod run;
 mod scenario;
 mod scrape;
+mod series;
 mod stats;
 mod steady;
 
@@ -195,6 +197,14 @@ pub struct CompareArgs {
     /// the exit status still tell the outcome.
     #[arg(long)]
     pub quiet: bool,
+
+    /// Serve a live view of the comparison on this address (e.g.
+    /// 127.0.0.1:8090) while it runs: open http://ADDR/ in a browser. It
+    /// shows the run in progress (units sold and rejected per second, stock
+    /// left, oversell as the books show it) and the finished runs with their
+    /// verdicts.
+    #[arg(long, value_name = "ADDR")]
+    pub serve_progress: Option<std::net::SocketAddr>,
 }
 
 /// Default of `--database-url`: the comparison's own database.

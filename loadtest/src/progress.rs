@@ -5,12 +5,16 @@
 //! On a terminal it is an indicatif bar; otherwise (CI logs, pipes) one line
 //! per stage, so a log shows where a long run was; with `--quiet`, nothing.
 //! The estimate is the mean time of the finished runs times the runs left,
-//! so it is only as good as the runs are alike.
+//! so it is only as good as the runs are alike. With `--serve-progress`,
+//! every step also goes to the live view ([`crate::live`]).
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::live::Live;
+use crate::report::Run;
 
 pub struct Progress {
     bar: Option<ProgressBar>,
@@ -22,11 +26,12 @@ pub struct Progress {
     /// When the latest run finished.
     last_done: Instant,
     current: String,
+    live: Option<Live>,
 }
 
 impl Progress {
-    /// Progress over `total` runs.
-    pub fn new(total: u64, quiet: bool) -> Progress {
+    /// Progress over `total` runs, also shown by `live` if given.
+    pub fn new(total: u64, quiet: bool, live: Option<Live>) -> Progress {
         let terminal = std::io::stderr().is_terminal();
         let bar = (terminal && !quiet).then(|| {
             let bar = ProgressBar::new(total);
@@ -48,28 +53,54 @@ impl Progress {
             done: 0,
             last_done: Instant::now(),
             current: String::new(),
+            live,
         }
+    }
+
+    /// The live view, with `--serve-progress`.
+    pub fn live(&self) -> Option<&Live> {
+        self.live.as_ref()
     }
 
     /// A stage outside the runs, e.g. measuring the ceilings.
     pub fn stage(&mut self, what: &str) {
         self.current.clear();
+        if let Some(live) = &self.live {
+            live.stage(what);
+        }
         self.show(what);
     }
 
     /// A run starts: `label` names strategy, profile and repeat.
     pub fn run(&mut self, label: String) {
+        if let Some(live) = &self.live {
+            live.run(&label);
+        }
         self.current = label;
         self.show("starting");
     }
 
     /// A phase of the current run starts.
     pub fn phase(&mut self, phase: &str) {
+        if let Some(live) = &self.live {
+            live.phase(phase);
+        }
         self.show(phase);
     }
 
-    /// The current run is done; `outcome` is shown above the bar.
-    pub fn run_done(&mut self, outcome: &str) {
+    /// The current run is done: its outcome is shown above the bar.
+    pub fn run_done(&mut self, run: &Run) {
+        if let Some(live) = &self.live {
+            live.run_done(run);
+        }
+        let outcome = format!(
+            "{}: sold {} of {}, oversold {}, drift {}",
+            run.verdict.label(),
+            run.units_sold,
+            run.total_stock,
+            run.oversold,
+            run.ledger_drift
+        );
         self.done += 1;
         self.last_done = Instant::now();
         let line = format!("{} — {outcome}", self.current);

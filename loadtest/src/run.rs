@@ -7,6 +7,7 @@
 //! the record (undersold, sell-through, costs per unit, ratios, the queue
 //! figures, the verdict) is a pure function of those inputs, tested below.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -27,8 +28,9 @@ use crate::instances::Instances;
 use crate::profile::{Plan, Profile};
 use crate::progress::Progress;
 use crate::report::{self, BatchSizes, Cost, LockStats, Ratio, Run};
-use crate::scenario::{self, Latency, PhaseResult, per_second};
+use crate::scenario::{self, Latency, OutcomeCounters, PhaseResult, per_second};
 use crate::scrape::{self, Counters, Figure};
+use crate::series;
 use crate::steady::{self, Window};
 
 /// How long the sale phase of a `queue` run waits for every accepted
@@ -81,6 +83,8 @@ struct Phases {
     sold_in_sale_phase: i64,
     /// The steady window of the orders written in the sale phase.
     window: Option<Window>,
+    /// Units sold in each second of the sale phase.
+    sold_per_second: Option<Vec<i64>>,
     /// CPU seconds by process group over the sale phase; `None` with
     /// `--target` (the instances are not this process' children).
     cpu: Option<Cpu>,
@@ -176,6 +180,7 @@ async fn run_phases(
     let plan = &prepared.plan;
     let buyers = scenario::buyers(prepared.buyers, &ids, plan.submissions, plan.resubmit);
     let rss = RssSampler::start(bench.instances.pids());
+    let tally = Arc::new(OutcomeCounters::default());
     progress.phase("settling statistics");
     let (xacts_before, counters_before) = readings(bench).await?;
     let resubmissions = buyers.len() as u64 - prepared.buyers;
@@ -185,8 +190,12 @@ async fn run_phases(
         args.out.join(format!("goose-{}-{}-{}.html", key.strategy.slug(), key.profile, key.repeat));
     let mut meter = args.target.is_empty().then(|| CpuMeter::new(bench.instances.pids()));
     let cpu_before = meter.as_mut().map(|m| (m.snapshot(), std::time::Instant::now()));
+    let sampler = progress.live().map(|live| {
+        live.sample_sale(bench.db.clone(), ids.clone(), plan.stock as i64, tally.clone())
+    });
     let sale =
-        scenario::sale_phase(urls, &ids, args.users, args.retries, buyers, goose_report).await?;
+        scenario::sale_phase(urls, &ids, args.users, args.retries, buyers, goose_report, tally)
+            .await?;
     let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
         progress.phase("waiting for the queue to drain");
         Some(bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?)
@@ -202,7 +211,12 @@ async fn run_phases(
         let after = meter.snapshot();
         meter.between(&before, &after, start.elapsed().as_secs_f64())
     });
-    let window = steady::sale_window(&order_times(bench.db, &ids).await?);
+    if let Some(sampler) = sampler {
+        sampler.stop().await;
+    }
+    let orders = order_times(bench.db, &ids).await?;
+    let window = steady::sale_window(&orders);
+    let sold_per_second = sale.first_send.map(|start| series::sold_per_second(&orders, start));
     progress.phase("settling statistics");
     let (xacts_after, counters_after) = readings(bench).await?;
     let mut sold_in_sale_phase = 0;
@@ -223,6 +237,7 @@ async fn run_phases(
         counters: [counters_before, counters_after],
         sold_in_sale_phase,
         window,
+        sold_per_second,
         cpu,
         peak_rss_mb: rss.stop().await,
     })
@@ -469,6 +484,7 @@ fn assemble(m: Measured, round: &Round) -> Run {
         batch_sizes: queue.and_then(|q| q.batches).or(group_commit),
         cpu: phases.cpu,
         cost,
+        sold_per_second: phases.sold_per_second,
     };
     run.verdict = run.judge();
     run
@@ -658,6 +674,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                 counters: [Counters::default(), Counters::default()],
                 sold_in_sale_phase: sold,
                 window: Some(Window { units: sold * 8 / 10, seconds: 1.6 }),
+                sold_per_second: Some(vec![40, sold - 40]),
                 cpu: Some(Cpu {
                     loadgen_s: 1.0,
                     instances_s: 0.5,

@@ -45,8 +45,10 @@ pub struct Outcomes {
     pub other: u64,
 }
 
+/// The answers of a phase by kind, counted as they arrive; the caller of
+/// [`sale_phase`] may read them while it runs (the live view does).
 #[derive(Default)]
-struct OutcomeCounters {
+pub struct OutcomeCounters {
     placed: AtomicU64,
     accepted: AtomicU64,
     sold_out: AtomicU64,
@@ -61,8 +63,23 @@ struct OutcomeCounters {
     errors_5xx: AtomicU64,
 }
 
+impl Outcomes {
+    /// Answers that neither placed nor accepted a purchase.
+    pub fn refused(&self) -> u64 {
+        self.sold_out
+            + self.already_purchased
+            + self.busy
+            + self.unavailable
+            + self.not_started
+            + self.ended
+            + self.invalid
+            + self.other
+    }
+}
+
 impl OutcomeCounters {
-    fn snapshot(&self) -> Outcomes {
+    /// The counts so far.
+    pub fn snapshot(&self) -> Outcomes {
         Outcomes {
             placed: self.placed.load(Relaxed),
             accepted: self.accepted.load(Relaxed),
@@ -170,7 +187,7 @@ struct Attack {
     next_buyer: AtomicUsize,
     /// Rejection phase: the next fresh buyer id.
     next_fresh: AtomicI64,
-    counters: OutcomeCounters,
+    counters: Arc<OutcomeCounters>,
     answers: AtomicU64,
     first_send: OnceLock<(Instant, DateTime<Utc>)>,
     /// Nanoseconds after `first_send` of the latest answer.
@@ -186,6 +203,7 @@ impl Attack {
         retries: u32,
         buyers: Vec<Buyer>,
         first_fresh: i64,
+        counters: Arc<OutcomeCounters>,
     ) -> Self {
         Attack {
             sales: sales.to_vec(),
@@ -194,7 +212,7 @@ impl Attack {
             buyers,
             next_buyer: AtomicUsize::new(0),
             next_fresh: AtomicI64::new(first_fresh),
-            counters: OutcomeCounters::default(),
+            counters,
             answers: AtomicU64::new(0),
             first_send: OnceLock::new(),
             last_answer_ns: AtomicU64::new(0),
@@ -373,8 +391,8 @@ pub fn buyers(distinct: u64, sales: &[i64], sends: u32, resubmit: f64) -> Vec<Bu
 }
 
 /// The sale phase: `users` goose users send every buyer's purchase once
-/// (resubmissions included) as fast as answers come back. Writes goose's own
-/// HTML report to `report`.
+/// (resubmissions included) as fast as answers come back, counting the
+/// answers into `counters`. Writes goose's own HTML report to `report`.
 pub async fn sale_phase(
     urls: &[String],
     sales: &[i64],
@@ -382,8 +400,9 @@ pub async fn sale_phase(
     retries: u32,
     buyers: Vec<Buyer>,
     report: PathBuf,
+    counters: Arc<OutcomeCounters>,
 ) -> anyhow::Result<PhaseResult> {
-    let attack = Arc::new(Attack::new(sales, urls, retries, buyers, 0));
+    let attack = Arc::new(Attack::new(sales, urls, retries, buyers, 0, counters));
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();
@@ -415,7 +434,8 @@ pub async fn rejection_phase(
     first_fresh: i64,
     seconds: u64,
 ) -> anyhow::Result<PhaseResult> {
-    let attack = Arc::new(Attack::new(sales, urls, 0, Vec::new(), first_fresh));
+    let counters = Arc::default();
+    let attack = Arc::new(Attack::new(sales, urls, 0, Vec::new(), first_fresh, counters));
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();
@@ -436,7 +456,7 @@ pub async fn rejection_phase(
 /// instance for `seconds` seconds; answers per second between 10 % and 90 %
 /// of the phase, as the rejection phase is counted.
 pub async fn http_ceiling(urls: &[String], users: u64, seconds: u64) -> anyhow::Result<f64> {
-    let attack = Arc::new(Attack::new(&[0], urls, 0, Vec::new(), 0));
+    let attack = Arc::new(Attack::new(&[0], urls, 0, Vec::new(), 0, Arc::default()));
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 /// Charts with one mark per run.
 const CHARTS: &[&str] =
-    &["oversold", "undersold", "drift", "sell-through", "rejections", "latency"];
+    &["oversold", "undersold", "drift", "sell-through", "rejections", "latency", "sold-per-second"];
 /// Charts with one mark per (strategy, profile): the ratios' intervals.
 const INTERVAL_CHARTS: &[&str] = &["vs-sql", "vs-http-rps"];
 
@@ -73,6 +73,9 @@ fn run_v2(strategy: &str, profile: &str, repeat: u64, i: u64) -> Value {
     run["cpu"] = json!({ "loadgen_s": 0.9, "instances_s": 1.1, "postgres_s": 0.8,
                          "redis_s": 0.0, "rabbitmq_s": 0.0, "machine_share_loadgen": 0.18 });
     run["cost"]["cpu_ms_per_unit"] = json!(1.9);
+    // How the sale unfolded: the units sold, second by second.
+    let sold = run["units_sold"].as_i64().unwrap();
+    run["sold_per_second"] = json!([sold / 4, sold / 2, sold - sold / 4 - sold / 2]);
     run
 }
 
@@ -119,30 +122,11 @@ fn fixture(version: u32, repeats: u64) -> (Value, BTreeSet<String>, BTreeSet<Str
     (report, ids, summaries)
 }
 
-fn chromium() -> PathBuf {
-    if let Some(path) = std::env::var_os("CHROMIUM") {
-        return PathBuf::from(path);
-    }
-    for name in ["chromium", "chromium-browser", "google-chrome"] {
-        if let Ok(out) = Command::new("which").arg(name).output()
-            && out.status.success()
-        {
-            return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        }
-    }
-    panic!(
-        "headless Chromium is required for this test and was not found; install Debian's \
-         `chromium` package (`apt-get install -y chromium`) or set CHROMIUM"
-    );
-}
-
 /// Runs headless Chromium on `page` with `extra` arguments, for at most 90 s;
 /// answers its stdout.
 fn headless(page: &Path, extra: &[String], profile_dir: &Path) -> String {
-    let mut child = Command::new(chromium())
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        .args(["--disable-component-update", "--disable-sync", "--no-first-run"])
-        .args(["--disable-dev-shm-usage", "--hide-scrollbars"])
+    let mut child = Command::new(test_support::chromium())
+        .args(test_support::HEADLESS_FLAGS)
         .arg(format!("--user-data-dir={}", profile_dir.display()))
         .args(extra)
         .arg(format!("file://{}", page.display()))
@@ -272,6 +256,11 @@ fn report_html_renders_in_chromium_with_one_mark_per_run_in_every_chart() {
         assert_eq!(*marks, want.len(), "chart {id}: one mark per run or strategy");
         assert_eq!(keys, want, "chart {id}: every run or strategy, once");
     }
+    // Units sold over time: every run's series is drawn, second by second.
+    let (_, series) = dom.split_once("data-chart=\"sold-per-second\"").expect("the series chart");
+    let series = series.split("</figure>").next().unwrap();
+    assert_eq!(series.matches("data-points=\"3\"").count(), ids.len(), "3 seconds per run");
+    assert_eq!(series.matches("<path ").count(), ids.len(), "a drawn series per run");
 
     // 1400 px wide: every table box ends inside the window, the runs table
     // is wider than its box (so it scrolls), and scrolled to its far right
@@ -301,11 +290,14 @@ fn report_html_renders_in_chromium_with_one_mark_per_run_in_every_chart() {
     }
     assert!(boxes.iter().any(|b| b[1].as_f64() > b[2].as_f64()), "no table scrolls: {measure}");
 
-    // And it paints: a screenshot of the page is a real image.
-    let shot = dir.join("report.png");
+    // And it paints: a screenshot of the page is a real image, kept as
+    // target/screenshots/report-html.png.
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let shot = tmp.parent().unwrap().join("screenshots").join("report-html.png");
+    std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
     headless(
         &page,
-        &[format!("--screenshot={}", shot.display()), "--window-size=1400,3000".to_owned()],
+        &[format!("--screenshot={}", shot.display()), "--window-size=1400,4000".to_owned()],
         &profile_dir,
     );
     let png = std::fs::read(&shot).expect("Chromium wrote a screenshot");

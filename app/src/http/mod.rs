@@ -1,5 +1,6 @@
 //! The HTTP API: routing, shared state and middleware. Handlers are thin:
-//! they parse, call the domain, and shape the answer.
+//! they parse, call the domain, and shape the answer. The storefront page
+//! (`storefront`) is served beside it, from files embedded in the binary.
 //!
 //! The routes a strategy serves besides the purchase (the `queue` strategy's
 //! request results, the lock strategies' statistics) come from the strategy
@@ -37,6 +38,7 @@ mod auth;
 mod health;
 pub mod openapi;
 mod sales;
+mod storefront;
 
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone)]
@@ -52,6 +54,10 @@ pub struct AppState {
     pub amqp: AmqpHandle,
     /// Tells a pool timeout's overload (`busy`) from an outage.
     pub probe: PostgresProbe,
+    /// Wrong admin tokens per client address (see [`auth`]).
+    pub admin_failures: Arc<auth::AdminFailures>,
+    /// Buyers known to hold an order, answered before the strategy runs.
+    pub known_buyers: crate::known_buyers::KnownBuyers,
 }
 
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
@@ -107,6 +113,10 @@ fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(admin::reconcile))
         .routes(routes!(sales::get_sale))
         .routes(routes!(sales::place_order))
+        .routes(routes!(sales::buyer_order))
+        .routes(routes!(storefront::index))
+        .routes(routes!(storefront::script))
+        .routes(routes!(storefront::style))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
@@ -185,6 +195,8 @@ mod tests {
         AppState {
             strategies: Strategies::new(&deps).unwrap(),
             probe: PostgresProbe::new(crate::startup::connect_options(&config).unwrap()),
+            admin_failures: Default::default(),
+            known_buyers: Default::default(),
             metrics: crate::telemetry::metrics_handle(),
             config,
             db,

@@ -38,6 +38,7 @@ use crate::web::Problem;
         (name = "sales", description = "Buying: a sale's stock, purchases and their results"),
         (name = "admin", description = "Creating, restocking and auditing sales (bearer token)"),
         (name = "operations", description = "Liveness, readiness, metrics and this document"),
+        (name = "storefront", description = "The storefront page and its files (for browsers)"),
     ),
     components(schemas(Problem))
 )]
@@ -51,6 +52,12 @@ const PROBLEMS: &[(&str, &str, &str)] = &[
     ("403", "Forbidden", "`forbidden`: a wrong bearer token"),
     ("404", "NotFound", "`not-found`: no such sale or request (the path is never echoed)"),
     ("413", "PayloadTooLarge", "`payload-too-large`: a body over 16 KiB"),
+    (
+        "429",
+        "TooManyAttempts",
+        "`too-many-attempts`: this client address sent 10 wrong admin tokens within a \
+         minute; `Retry-After` says when the minute ends",
+    ),
     (
         "415",
         "UnsupportedMediaType",
@@ -88,7 +95,7 @@ const BEARER: &str = "bearer";
 /// and `504` on every route (a panic, the connection cap or a backing
 /// server, the request timeout); `400`, `413`, `415` and `422` on a route
 /// with a body; `422` on one with query parameters; `404` on one with path
-/// parameters; `401` and `403`, and the bearer token, under `/admin/`.
+/// parameters; `401`, `403` and `429`, and the bearer token, under `/admin/`.
 pub fn finish(mut document: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     let components = document.components.get_or_insert_with(Default::default);
     for &(status, name, description) in PROBLEMS {
@@ -109,7 +116,7 @@ pub fn finish(mut document: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenAp
                 shared.push("404");
             }
             if path.starts_with("/admin/") {
-                shared.extend(["401", "403"]);
+                shared.extend(["401", "403", "429"]);
                 let token = SecurityRequirement::new(BEARER, Vec::<String>::new());
                 operation.security = Some(vec![token]);
             }

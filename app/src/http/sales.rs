@@ -1,19 +1,23 @@
-//! Public routes: `GET /sales/{id}` and `POST /sales/{id}/orders`.
+//! Public routes: `GET /sales/{id}` (JSON, or the storefront page for a
+//! browser), `POST /sales/{id}/orders` and `GET
+//! /sales/{id}/buyers/{user_id}/order`.
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::AppState;
+use super::{AppState, storefront};
 use crate::outcome::Outcome;
-use crate::purchase::{PurchaseError, purchase};
-use crate::sale::{self, Phase, SaleId, UserId};
+use crate::purchase::{self, PurchaseError, purchase};
+use crate::sale::{self, Order, Phase, SaleId, UserId};
 use crate::strategy_name::StrategyName;
-use crate::web::{ApiJson, AppError, Problem, SalePath, integer, optional_integer};
+use crate::web::{
+    ApiJson, AppError, BuyerPath, Problem, SalePath, integer, optional_integer, prefers_html,
+};
 
 /// A sale as a buyer sees it.
 #[derive(Serialize, ToSchema)]
@@ -26,6 +30,14 @@ pub struct SaleStatus {
     total_stock: i64,
     remaining_stock: i64,
     status: Availability,
+    /// The sale opens at this time (inclusive); `null`: open from the start.
+    starts_at: Option<DateTime<Utc>>,
+    /// The sale ends at this time (exclusive); `null`: never.
+    ends_at: Option<DateTime<Utc>>,
+    /// The service's clock when it read the sale (`status` is as of this
+    /// time): a client counts down to `starts_at` or `ends_at` from it, not
+    /// from its own clock.
+    now: DateTime<Utc>,
 }
 
 /// Where a sale stands: before its window, open with stock, open without
@@ -39,28 +51,38 @@ pub enum Availability {
     Ended,
 }
 
-/// `GET /sales/{id}`: remaining stock (read from Postgres) and status.
+/// `GET /sales/{id}`: remaining stock (read from Postgres), status, window
+/// and the service's clock; or, for a browser that prefers `text/html`
+/// ([`prefers_html`]), the storefront page of the sale, which reads the same
+/// JSON.
 #[utoipa::path(
     get,
     path = "/sales/{id}",
     tag = "sales",
     params(SalePath),
-    responses((status = 200, description = "The sale's stock and status", body = SaleStatus)),
+    responses((status = 200, description = "The sale's stock and status; the storefront page \
+        instead when `Accept` prefers `text/html` to `application/json` (JSON is the default)",
+        content((SaleStatus = "application/json"), (String = "text/html")))),
 )]
 pub async fn get_sale(
     State(state): State<AppState>,
     SalePath(id): SalePath,
-) -> Result<Json<SaleStatus>, AppError> {
+    headers: HeaderMap,
+) -> Result<Response, AppError> {
+    if prefers_html(&headers) {
+        return Ok(storefront::page(&headers));
+    }
     let not_found = || AppError::no_such_sale(id);
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
     let stock = sale::stock(&state.db, id).await?.ok_or_else(not_found)?;
-    let status = match sale.phase(Utc::now()) {
+    let now = Utc::now();
+    let status = match sale.phase(now) {
         Phase::NotStarted => Availability::NotStarted,
         Phase::Ended => Availability::Ended,
         Phase::Open if stock.remaining_stock == 0 => Availability::SoldOut,
         Phase::Open => Availability::Open,
     };
-    Ok(Json(SaleStatus {
+    let body = SaleStatus {
         id,
         name: sale.name.clone(),
         strategy: sale.strategy,
@@ -68,7 +90,31 @@ pub async fn get_sale(
         total_stock: stock.total_stock,
         remaining_stock: stock.remaining_stock,
         status,
-    }))
+        starts_at: sale.starts_at,
+        ends_at: sale.ends_at,
+        now,
+    };
+    // The answer is as of `now`: a cache must not serve it later.
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
+}
+
+/// `GET /sales/{id}/buyers/{user_id}/order`: the order the buyer holds in the
+/// sale, e.g. after a retried purchase was answered `409 already-purchased`
+/// (the first attempt had placed it). Buyers are not authenticated yet: like
+/// the purchase itself, this trusts the `user_id` it is given.
+#[utoipa::path(
+    get,
+    path = "/sales/{id}/buyers/{user_id}/order",
+    tag = "sales",
+    params(BuyerPath),
+    responses((status = 200, description = "The buyer's order", body = Order)),
+)]
+pub async fn buyer_order(
+    State(state): State<AppState>,
+    BuyerPath(id, user): BuyerPath,
+) -> Result<Json<Order>, AppError> {
+    let order = sale::order_of(&state.db, id, user).await?;
+    order.map(Json).ok_or_else(|| AppError::NotFound("this buyer has no order of this sale".into()))
 }
 
 /// Body of `POST /sales/{id}/orders`.
@@ -128,17 +174,14 @@ pub async fn place_order(
     ApiJson(body): ApiJson<PlaceOrder>,
 ) -> Result<Response, AppError> {
     let user = UserId::parse(body.user_id)?;
-    let outcome = purchase(
-        &state.db,
-        &state.catalog,
-        &state.strategies,
-        &state.probe,
-        id,
-        user,
-        body.quantity,
-    )
-    .await
-    .map_err(|err| match err {
+    let context = purchase::Context {
+        db: &state.db,
+        catalog: &state.catalog,
+        strategies: &state.strategies,
+        probe: &state.probe,
+        known_buyers: &state.known_buyers,
+    };
+    let outcome = purchase(context, id, user, body.quantity).await.map_err(|err| match err {
         PurchaseError::UnknownSale(id) => AppError::no_such_sale(id),
         PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
         PurchaseError::Strategy(err) => AppError::Strategy(err),

@@ -79,7 +79,7 @@ pub async fn serve(
         let stream = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(err) => {
                     // Out of descriptors, most often: wait instead of spinning.
                     tracing::warn!(error = %err, "accepting a connection failed");
@@ -88,6 +88,7 @@ pub async fn serve(
                 }
             },
         };
+        let (stream, peer) = stream;
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             let _ = stream.try_write(BUSY);
             continue; // dropped: closed
@@ -99,9 +100,11 @@ pub async fn serve(
             // `router` for one connection, telling `clock` when each request
             // starts and ends.
             let (router, clock) = (router.clone(), clock.clone());
-            hyper::service::service_fn(move |request: Request<Incoming>| {
+            hyper::service::service_fn(move |mut request: Request<Incoming>| {
                 let in_progress = clock.request_started();
                 let router = router.clone();
+                // The client's address, for the handlers that need it.
+                request.extensions_mut().insert(axum::extract::ConnectInfo(peer));
                 async move {
                     let response = router.oneshot(request.map(axum::body::Body::new)).await;
                     drop(in_progress);

@@ -15,8 +15,10 @@
 //!    sold out or duplicate per Postgres, a connection error, a timeout —
 //!    → `compensate.lua` returns the units exactly once.
 //!
-//! Steps 3–4 run in their own task, so a client that hangs up mid-purchase
-//! cannot strand a reservation by cancelling the request. What the purchase
+//! Steps 2–4 run in one task of their own, spawned before the reserve script
+//! is sent, which the request awaits: a client that hangs up (a dropped
+//! request future, a request timeout) cancels nothing of it, so a
+//! reservation always ends confirmed or compensated. What the purchase
 //! path cannot finish (the process dies, Redis is unreachable for the
 //! compensation) is left as an open reservation, which the reconciler
 //! ([`reconcile`]) returns after a grace period. The counter is warmed from
@@ -110,35 +112,58 @@ impl AfterReserve {
 /// The `redis-decr` strategy; one per process, built from the shared pool,
 /// Redis handle and configuration.
 pub struct RedisDecr {
+    /// What a purchase's task needs (shared with it).
+    core: Arc<Core>,
+    /// Reservations younger than this (milliseconds) are never returned.
+    grace_ms: i64,
+    /// How long the keys of a sale that ended or sold out (books settled)
+    /// are kept, milliseconds.
+    key_ttl_ms: u64,
+    /// Background reconciliation period; zero: no background job.
+    interval: Duration,
+    /// The `instance` label of the reconciler's metrics.
+    instance: String,
+}
+
+/// The part of the strategy a purchase runs with, in a task of its own.
+pub struct Core {
     db: PgPool,
     /// The Postgres half of a purchase: exactly the `sql` strategy.
     sql: Arc<Sql>,
     redis: RedisHandle,
     flags: Arc<SoldOutFlags>,
-    /// Reservations younger than this (milliseconds) are never returned.
-    grace_ms: i64,
-    /// Background reconciliation period; zero: no background job.
-    interval: Duration,
-    /// The `instance` label of the reconciler's run counter.
-    instance: String,
     failpoint: Option<AfterReserve>,
+}
+
+impl std::ops::Deref for RedisDecr {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
 }
 
 impl RedisDecr {
     pub fn new(deps: &Deps) -> Self {
         let config = &deps.config;
-        Self {
+        let core = Core {
             db: deps.db.clone(),
             sql: Arc::new(Sql::new(deps.db.clone())),
             redis: deps.redis.clone(),
             flags: Arc::new(SoldOutFlags::new(Duration::from_millis(config.sold_out_flag_ttl_ms))),
+            failpoint: AfterReserve::from_config(config.failpoints.as_deref()),
+        };
+        Self {
+            core: Arc::new(core),
             grace_ms: i64::try_from(config.reconcile_grace_ms).unwrap_or(i64::MAX),
+            key_ttl_ms: config.redis_key_ttl_ms,
             interval: Duration::from_millis(config.reconcile_interval_ms),
             instance: config.instance().to_owned(),
-            failpoint: AfterReserve::from_config(config.failpoints.as_deref()),
         }
     }
+}
 
+impl Core {
     /// Sets the sale's counter from Postgres unless Redis has one, and lists
     /// the sale for the background reconciler. `origin`: see [`origin`];
     /// `remaining`: the sale's `remaining_stock` if just read, else it is read
@@ -214,6 +239,64 @@ impl RedisDecr {
                 (Err(redis_error(err)), trips)
             }
         }
+    }
+    /// Steps 2–4 of a purchase (the module documentation), in the task that
+    /// [`Strategy::purchase`] spawned.
+    async fn purchase(
+        &self,
+        sale: &Sale,
+        user: UserId,
+        quantity: Quantity,
+    ) -> Result<Outcome, StrategyError> {
+        let generation = self.flags.generation();
+        let mut conn = self.redis.conn().await?;
+        let counter = SaleCounter::new(&self.redis, sale.id);
+        let (answer, trips) = self.reserve(&mut conn, &counter, sale, user, quantity).await;
+        count_redis_round_trips(NAME.as_str(), trips);
+        let reservation = match answer? {
+            Reserve::Reserved { id, .. } => id,
+            Reserve::SoldOut { left } => {
+                if left == 0 {
+                    self.flags.set(sale.id, generation);
+                }
+                return Ok(Outcome::SoldOut);
+            }
+            Reserve::AlreadyHeld => return Ok(Outcome::AlreadyPurchased),
+            Reserve::Gated => {
+                return Err(StrategyError::Busy {
+                    reason: "the sale's counter is being corrected; retry",
+                    retry_after: Duration::from_secs(1),
+                });
+            }
+            Reserve::NotWarmed => {
+                // Warmed a moment ago and gone again: Redis restarted under us.
+                return Err(StrategyError::Unavailable {
+                    backend: Backend::Redis,
+                    source: anyhow::anyhow!("the sale's counter vanished right after warming"),
+                });
+            }
+        };
+        if self.failpoint == Some(AfterReserve::Exit) {
+            tracing::error!(
+                sale_id = sale.id.0,
+                reservation = reservation.as_str(),
+                "failpoint {AFTER_RESERVE_FAILPOINT}=exit: the process ends now"
+            );
+            std::process::exit(FAILPOINT_EXIT_CODE);
+        }
+        let pending = Pending {
+            sql: self.sql.clone(),
+            conn,
+            counter,
+            sale: sale.clone(),
+            user,
+            quantity,
+            reservation,
+            failpoint: self.failpoint,
+        };
+        let (result, trips) = pending.settle().await;
+        count_redis_round_trips(NAME.as_str(), trips);
+        result
     }
 }
 
@@ -292,50 +375,11 @@ impl Strategy for RedisDecr {
         if self.flags.is_set(sale.id) {
             return Ok(Outcome::SoldOut);
         }
-        let generation = self.flags.generation();
-        let mut conn = self.redis.conn().await?;
-        let counter = SaleCounter::new(&self.redis, sale.id);
-        let (answer, trips) = self.reserve(&mut conn, &counter, sale, user, quantity).await;
-        count_redis_round_trips(NAME.as_str(), trips);
-        let reservation = match answer? {
-            Reserve::Reserved { id, .. } => id,
-            Reserve::SoldOut { left } => {
-                if left == 0 {
-                    self.flags.set(sale.id, generation);
-                }
-                return Ok(Outcome::SoldOut);
-            }
-            Reserve::AlreadyHeld => return Ok(Outcome::AlreadyPurchased),
-            Reserve::NotWarmed => {
-                // Warmed a moment ago and gone again: Redis restarted under us.
-                return Err(StrategyError::Unavailable {
-                    backend: Backend::Redis,
-                    source: anyhow::anyhow!("the sale's counter vanished right after warming"),
-                });
-            }
-        };
-        if self.failpoint == Some(AfterReserve::Exit) {
-            tracing::error!(
-                sale_id = sale.id.0,
-                reservation = reservation.as_str(),
-                "failpoint {AFTER_RESERVE_FAILPOINT}=exit: the process ends now"
-            );
-            std::process::exit(FAILPOINT_EXIT_CODE);
-        }
-        let pending = Pending {
-            sql: self.sql.clone(),
-            conn,
-            counter,
-            sale: sale.clone(),
-            user,
-            quantity,
-            reservation,
-            failpoint: self.failpoint,
-        };
-        let task = tokio::spawn(pending.settle());
-        let (result, trips) = task.await.map_err(|err| StrategyError::Internal(err.into()))?;
-        count_redis_round_trips(NAME.as_str(), trips);
-        result
+        // From here on nothing may be abandoned half-way: once the reserve
+        // script is sent, only the task that sent it settles what it took.
+        let (core, sale) = (self.core.clone(), sale.clone());
+        let task = tokio::spawn(async move { core.purchase(&sale, user, quantity).await });
+        task.await.map_err(|err| StrategyError::Internal(err.into()))?
     }
 
     /// Marks the sale as watched by a reconciler (`reconcile_fixes = 0`) and
@@ -367,7 +411,15 @@ impl Strategy for RedisDecr {
         let counter = SaleCounter::new(&self.redis, sale.id);
         let raised = async {
             let mut conn = self.redis.conn().await?;
-            counter.restock(&mut conn, units).await.map_err(redis_error)
+            counter.restock(&mut conn, units).await.map_err(redis_error)?;
+            // The reconciler visits the sale again (it may have left the
+            // index when it sold out).
+            redis::cmd("SADD")
+                .arg(sales_index_key(&self.redis))
+                .arg(sale.id.0)
+                .query_async::<i64>(&mut conn)
+                .await
+                .map_err(redis_error)
         };
         if let Err(err) = raised.await {
             tracing::warn!(sale_id = sale.id.0, error = %err, "could not raise the counter; reconciliation will");

@@ -146,7 +146,11 @@ pub struct BatchStats {
     /// `null` until a batch settled.
     pub batch_sizes: Option<BatchSizes>,
     /// Batch size → batches of that size, so that the figures of several
-    /// processes add up exactly ([`BatchStats::merge`]).
+    /// processes add up exactly ([`BatchStats::merge`]). In JSON the sizes
+    /// are object keys, hence strings of digits (the schema says so: an
+    /// integer-keyed map would promise integer property names, which JSON
+    /// cannot have).
+    #[schema(value_type = BTreeMap<String, u64>)]
     pub size_counts: BTreeMap<u32, u64>,
 }
 

@@ -47,6 +47,11 @@ pub enum AppError {
     /// `403 forbidden`: an admin route with the wrong token.
     #[error("wrong admin token")]
     Forbidden,
+    /// `429 too-many-attempts`: an admin route from a client address that
+    /// sent too many wrong tokens lately; `Retry-After` says when it may try
+    /// again.
+    #[error("too many wrong admin tokens from this address; retry later")]
+    TooManyAttempts { retry_after: Duration },
     /// `404 not-found`: no such route, sale or request.
     #[error("{0}")]
     NotFound(String),
@@ -122,6 +127,9 @@ impl AppError {
             BadRequest(_) => (StatusCode::BAD_REQUEST, "malformed-request", "Malformed request"),
             Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Admin token required"),
             Forbidden => (StatusCode::FORBIDDEN, "forbidden", "Admin token rejected"),
+            TooManyAttempts { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, "too-many-attempts", "Too many wrong admin tokens")
+            }
             NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
             UnsupportedMediaType(_) => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -191,6 +199,10 @@ impl IntoResponse for AppError {
             AppError::Strategy(StrategyError::Busy { reason, retry_after: after }) => {
                 retry_after = Some(*after);
                 (*reason).to_owned()
+            }
+            AppError::TooManyAttempts { retry_after: after } => {
+                retry_after = Some(*after);
+                self.to_string()
             }
             other => other.to_string(),
         };

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use serde::de::DeserializeOwned;
 
 use super::error::AppError;
-use crate::sale::{InvalidInput, SaleId};
+use crate::sale::{InvalidInput, SaleId, UserId};
 
 /// A JSON object body, as `T`, with problem+json rejections:
 /// - `415 unsupported-encoding`: a `Content-Encoding` other than `identity`
@@ -106,6 +106,34 @@ impl<S: Send + Sync> FromRequestParts<S> for SalePath {
             Err(PathRejection::FailedToDeserializePathParams(_)) => {
                 Err(AppError::NotFound("no such sale: a sale id is a 64-bit integer".to_owned()))
             }
+            Err(err) => Err(AppError::BadRequest(err.body_text())),
+        }
+    }
+}
+
+/// The `{id}` and `{user_id}` of `/sales/{id}/buyers/{user_id}/…` routes: a
+/// sale and one of its buyers. An id that is not a 64-bit integer, or a
+/// negative buyer, is a `404` (no such buyer can have anything there).
+#[derive(utoipa::IntoParams)]
+#[into_params(names("id", "user_id"), parameter_in = Path)]
+pub struct BuyerPath(
+    /// The sale's id.
+    pub SaleId,
+    /// The buyer: the `user_id` of their purchase.
+    #[param(minimum = 0)]
+    pub UserId,
+);
+
+impl<S: Send + Sync> FromRequestParts<S> for BuyerPath {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let not_found = || AppError::NotFound("no such sale or buyer".to_owned());
+        match axum::extract::Path::<(i64, i64)>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path((id, user))) => {
+                Ok(BuyerPath(SaleId(id), UserId::parse(user).map_err(|_| not_found())?))
+            }
+            Err(PathRejection::FailedToDeserializePathParams(_)) => Err(not_found()),
             Err(err) => Err(AppError::BadRequest(err.body_text())),
         }
     }

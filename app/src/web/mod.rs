@@ -4,7 +4,8 @@
 //! statistics): [`AppError`], the one mapping of failures to problem+json
 //! answers, extractors whose rejections are problems ([`ApiJson`],
 //! [`SalePath`]), and the reading of integers in request bodies as the
-//! OpenAPI document defines them ([`integer`]).
+//! OpenAPI document defines them ([`integer`]), and the choice between JSON
+//! and the storefront's HTML on a route that serves both ([`prefers_html`]).
 //!
 //! It sits below the strategies so that their routes answer exactly like the
 //! service's own, and it knows nothing of routing, state or authentication.
@@ -12,10 +13,12 @@
 pub mod error;
 pub mod extract;
 pub mod integer;
+pub mod negotiate;
 
 pub use error::{AppError, PROBLEM_TYPE_PREFIX, Problem, UnsortedPoolTimeout};
-pub use extract::{ApiJson, SalePath};
+pub use extract::{ApiJson, BuyerPath, SalePath};
 pub use integer::{integer, optional_integer};
+pub use negotiate::prefers_html;
 
 #[cfg(test)]
 mod tests {
@@ -48,6 +51,11 @@ mod tests {
             (AppError::BadRequest("x".into()), 400, "malformed-request"),
             (AppError::Unauthorized, 401, "unauthorized"),
             (AppError::Forbidden, 403, "forbidden"),
+            (
+                AppError::TooManyAttempts { retry_after: Duration::from_secs(3) },
+                429,
+                "too-many-attempts",
+            ),
             (AppError::NotFound("x".into()), 404, "not-found"),
             (AppError::MethodNotAllowed, 405, "method-not-allowed"),
             (AppError::PayloadTooLarge("x".into()), 413, "payload-too-large"),
@@ -73,7 +81,7 @@ mod tests {
         assert_eq!(AppError::from(busy).kind().1, "busy");
         slugs.sort_unstable();
         slugs.dedup();
-        assert_eq!(slugs.len(), 16, "every kind has a type of its own");
+        assert_eq!(slugs.len(), 17, "every kind has a type of its own");
     }
 
     #[test]

@@ -77,6 +77,25 @@ async fn admin_routes_with_a_wrong_token_are_403() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_that_sent_ten_wrong_tokens_is_429_even_with_the_right_one() {
+    let app = TestApp::spawn().await;
+    let sale = app.sale("sql", 1).await;
+    let audit = app.url(&format!("/admin/sales/{sale}/audit"));
+    for attempt in 1..=10 {
+        let response = app.client.get(&audit).bearer_auth(format!("guess-{attempt}")).send().await;
+        assert_problem(response.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
+    }
+    // Guessing stops here: the right token is not even compared.
+    let response = app.client.get(&audit).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    let retry_after: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "Retry-After {retry_after}");
+    assert_problem(response, StatusCode::TOO_MANY_REQUESTS, "too-many-attempts").await;
+    // The public routes are not affected.
+    let sales = app.client.get(app.url(&format!("/sales/{sale}"))).send().await.unwrap();
+    assert_eq!(sales.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_sale_is_201_with_its_settings_and_stock() {
     let app = TestApp::spawn().await;
     let starts_at = Utc::now() + Duration::hours(1);

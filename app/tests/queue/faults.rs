@@ -49,7 +49,7 @@ async fn a_message_delivered_twice_yields_one_order_and_one_result() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poison_message_is_dead_lettered_after_bounded_retries_and_the_sale_continues() {
+async fn a_poison_message_is_rejected_after_bounded_retries_and_its_dead_letter_drained() {
     provoking("an unreadable and a poison message (failed batches, dead letters)");
     let prefix = unique_prefix();
     let app = spawn_app(&prefix, |_| {}).await;
@@ -76,16 +76,48 @@ async fn a_poison_message_is_dead_lettered_after_bounded_retries_and_the_sale_co
         let result = resolved(&app, sale, id, Duration::from_secs(20)).await;
         assert_eq!(result["status"], "placed", "{result}");
     }
+    // The poison's request is rejected by the consumer's own count, with
+    // the error; both dead letters are drained and counted.
+    let rejected = eventually(Duration::from_secs(20), || async {
+        queue_stats(&app, sale).await.rejected == 1
+    })
+    .await;
+    assert!(rejected, "{:?}", queue_stats(&app, sale).await);
+    let reason: Option<String> =
+        sqlx::query_scalar("SELECT rejection_reason FROM purchase_requests WHERE id = $1")
+            .bind(poison.request_id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    let reason = reason.expect("a rejection reason");
+    assert!(reason.starts_with("settling failed 5 times"), "{reason}");
     let dead = broker.topology.dead_letter_queue();
-    let both_dead =
-        eventually(Duration::from_secs(20), || async { broker.ready(&dead).await == 2 }).await;
-    assert!(both_dead, "{} messages in the dead-letter queue", broker.ready(&dead).await);
+    let counted = eventually(Duration::from_secs(20), || async {
+        dead_letters_counted(&app, "rejected").await >= 2
+    })
+    .await;
+    assert!(counted, "{} dead letters counted", dead_letters_counted(&app, "rejected").await);
+    assert_eq!(broker.ready(&dead).await, 0, "the dead-letter queue is drained");
     assert_eq!(broker.ready(&broker.topology.queue(0)).await, 0, "no endless requeue");
     let stats = drained(&app, sale, Duration::from_secs(5)).await;
     assert_eq!((stats.placed, stats.rejected), (3, 1), "{stats:?}");
     let audit = app.audit(sale).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (3, 0, 0));
     broker.delete_queues().await;
+}
+
+/// `seckill_queue_dead_lettered_total{reason}` of this test process (no
+/// other test of this binary dead-letters).
+async fn dead_letters_counted(app: &crate::support::TestApp, reason: &str) -> u64 {
+    let page = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let labels = format!("reason=\"{reason}\"");
+    page.lines()
+        .filter(|line| {
+            line.starts_with("seckill_queue_dead_lettered_total") && line.contains(&labels)
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|value| value as u64)
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,11 +9,14 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod acks;
 mod batch;
 mod books;
 mod failover;
 mod faults;
+mod hangups;
 mod purchase;
+mod retention;
 
 use std::time::Duration;
 

@@ -1,12 +1,16 @@
-//! `queue` across a broker restart, on a RabbitMQ node this test owns (its
-//! own name, ports and directories beside the shared broker): no request
-//! that got a `202` is lost, and no order is written twice.
+//! `queue` across failures of its servers: a broker restart, on a RabbitMQ
+//! node this test owns (its own name, ports and directories beside the
+//! shared broker), and repeated SIGKILLs of the instance holding the active
+//! consumer ([`kills`]): no request that got a `202` is lost, and no order
+//! is written twice.
 //!
-//! A binary of its own: it starts and stops a broker, which takes seconds,
-//! and nothing else should share those seconds.
+//! A binary of its own: these tests start and stop brokers and instances,
+//! which takes seconds, and nothing else should share those seconds.
 
 #[path = "../support/mod.rs"]
 mod support;
+
+mod kills;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -158,7 +162,7 @@ impl Buyers {
 }
 
 /// Waits (60 s at most) until the sale has no unresolved request.
-async fn wait_until_resolved(app: &TestApp, sale: i64) {
+pub(crate) async fn wait_until_resolved(app: &TestApp, sale: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let stats: Value = app
@@ -181,7 +185,11 @@ async fn wait_until_resolved(app: &TestApp, sale: i64) {
 
 /// Every 202 has a final result (the first buyer's id was not kept), and no
 /// order is the result of two requests.
-async fn assert_every_request_resolved_once(app: &TestApp, sale: i64, accepted: &[(i64, String)]) {
+pub(crate) async fn assert_every_request_resolved_once(
+    app: &TestApp,
+    sale: i64,
+    accepted: &[(i64, String)],
+) {
     let mut placed = HashSet::new();
     for (user, id) in accepted.iter().filter(|(_, id)| !id.is_empty()) {
         let result: Value = app

@@ -10,10 +10,13 @@
 mod support;
 
 mod compensation;
+mod converge;
 mod crash;
+mod hangups;
 mod purchase;
 mod reconcile;
 mod restart;
+mod retention;
 mod scheduled;
 mod sold_out;
 

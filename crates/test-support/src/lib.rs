@@ -10,6 +10,8 @@
 //! - [`ServiceLauncher`] → [`ChildService`]: any HTTP service binary (the
 //!   caller passes its path) on a free port, ready once its health route
 //!   answers;
+//! - [`Browser`]: headless Chromium driven over the DevTools protocol, for
+//!   tests of pages in a real browser ([`chromium`] finds the binary);
 //! - [`eventually`] and [`signal`]: polling a condition, signalling a process.
 //!
 //! It depends on no crate of the workspace, so every test binary (the
@@ -17,6 +19,7 @@
 //! dev-dependency. Helpers panic on failure: they run inside tests, and a
 //! panic with a message is the clearest report there.
 
+mod browser;
 mod rabbitmq;
 mod redis_server;
 mod service;
@@ -26,6 +29,7 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+pub use browser::{Browser, HEADLESS_FLAGS, chromium};
 pub use rabbitmq::RabbitMqNode;
 pub use redis_server::RedisServer;
 pub use service::{ChildService, ServiceLauncher};

@@ -10,8 +10,9 @@ use std::fmt::Write;
 
 use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells};
 use super::summary::{Summary, VS_SQL};
-use super::svg::{self, IntervalRow, RangeRow, Reference, Row, escape};
+use super::svg::{self, IntervalRow, RangeRow, Reference, Row, SeriesRow, escape};
 use super::{Report, Run, Verdict};
+use crate::series::Sample;
 
 /// One colour per strategy, in order of first appearance (Okabe–Ito
 /// palette, distinguishable with the common colour-vision deficiencies).
@@ -80,7 +81,13 @@ fn distinct<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
 }
 
 fn strategy_colour(report: &Report, strategy: &str) -> &'static str {
-    let strategies = distinct(report.runs.iter().map(|r| r.strategy.as_str()));
+    colour_among(&report.runs, strategy)
+}
+
+/// The colour of `strategy`: the palette's in order of first appearance in
+/// `runs`.
+fn colour_among(runs: &[Run], strategy: &str) -> &'static str {
+    let strategies = distinct(runs.iter().map(|r| r.strategy.as_str()));
     let i = strategies.iter().position(|s| *s == strategy).unwrap_or(0);
     PALETTE[i % PALETTE.len()]
 }
@@ -111,6 +118,11 @@ impl Spec {
 
     fn ranges(self, rows: &[RangeRow]) -> Chart {
         let svg = svg::ranges(self.id, self.title, self.unit, rows);
+        Chart { id: self.id, title: self.title, caption: self.caption, svg }
+    }
+
+    fn series(self, rows: &[SeriesRow]) -> Chart {
+        let svg = svg::series(self.id, self.title, self.unit, rows, true);
         Chart { id: self.id, title: self.title, caption: self.caption, svg }
     }
 
@@ -205,6 +217,26 @@ fn latencies(report: &Report, runs: &[(&Run, String)]) -> Vec<RangeRow> {
         .collect()
 }
 
+/// One row per run of its units sold per second over the sale phase, with
+/// the second in which oversell began marked; colours by strategy among
+/// `all`.
+fn sold_series(all: &[Run], runs: &[(&Run, String)]) -> Vec<SeriesRow> {
+    runs.iter()
+        .map(|(run, label)| {
+            let series = run.sold_per_second.as_deref().unwrap_or_default();
+            SeriesRow {
+                run: run_id(run),
+                label: label.clone(),
+                values: series.iter().map(|&units| units as f64).collect(),
+                colour: colour_among(all, &run.strategy),
+                detail: detail(run),
+                marker: crate::series::oversell_began(series, run.total_stock)
+                    .map(|second| (second, "oversell began".to_owned())),
+            }
+        })
+        .collect()
+}
+
 const OVERSOLD: &str = "Units sold beyond the stock (audit of Postgres). Red: a strategy \
 expected to be correct; orange: a baseline that is expected to break.";
 const UNDERSOLD: &str = "Units wanted and in stock that did not sell.";
@@ -215,11 +247,16 @@ repeats on). An interval clear of the dashed line at 1 is faster or slower than 
 across it is indistinguishable.";
 const VS_HTTP_CAPTION: &str = "Rejection throughput ÷ the http_rps ceiling of the same \
 round: median (dot), range (thin line), 95 % confidence interval (bar).";
+const SOLD_PER_SECOND: &str = "How each sale unfolded: units sold in each second of the \
+sale phase, from the first purchase sent (orders by their commit time in Postgres), on one \
+scale for every run; the drop to 0 is the sell-out, and a red line marks the second in which \
+a run sold past its stock. \"n/a\": a report written before the series was recorded.";
 const LATENCY: &str = "Sale-phase purchase latency p50 (filled), p95, p99, in ms on a \
 logarithmic axis (the maximum is in each mark's tooltip).";
 
 /// The report's charts: oversold, undersold, drift, sell-through against
-/// `sql_tps`, rejections against `http_rps`, latency percentiles.
+/// `sql_tps`, rejections against `http_rps`, latency percentiles, units sold
+/// per second, and the ratios' intervals.
 pub fn charts(report: &Report) -> Vec<Chart> {
     let runs = chart_runs(report);
     let c = &report.ceilings;
@@ -251,11 +288,46 @@ pub fn charts(report: &Report) -> Vec<Chart> {
             .bars(&rates(report, &runs, |r| r.rejection_rps), Some(&http_rps)),
         spec("latency", "Purchase latency", "ms", LATENCY.to_owned())
             .ranges(&latencies(report, &runs)),
+        spec("sold-per-second", "Units sold per second", "units/s", SOLD_PER_SECOND.to_owned())
+            .series(&sold_series(&report.runs, &runs)),
         spec("vs-sql", "Sell-through × sql", "× sql", VS_SQL_CAPTION.to_owned())
             .intervals(&ratio_rows(report, VS_SQL), &one("sql")),
         spec("vs-http-rps", "Rejections × http_rps", "× http_rps", VS_HTTP_CAPTION.to_owned())
             .intervals(&ratio_rows(report, "ratio.rejection_vs_http_rps"), &one("http_rps")),
     ]
+}
+
+/// The live view's chart of the run in progress: units sold and purchases
+/// rejected per sample (about a second each) and the stock left, each row
+/// on its own scale, with the first sample that saw oversell marked.
+pub fn live_chart(samples: &[Sample], total_stock: i64) -> String {
+    let oversold = samples.iter().position(|s| s.oversold > 0);
+    let marker = oversold.map(|i| (i, "the audit saw oversell".to_owned()));
+    let row = |id: &str, label: &str, colour, pick: fn(&Sample) -> f64| SeriesRow {
+        run: id.to_owned(),
+        label: label.to_owned(),
+        values: samples.iter().map(pick).collect(),
+        colour,
+        detail: format!("stock {total_stock}"),
+        marker: marker.clone(),
+    };
+    let rows = [
+        row("sold", "units sold / s", PALETTE[0], |s| s.sold_per_s),
+        row("rejected", "rejected / s", PALETTE[5], |s| s.rejected_per_s),
+        row("stock-left", "stock left", GREY, |s| s.stock_left as f64),
+    ];
+    svg::series("live-current", "The run in progress", "per s", &rows, false)
+}
+
+/// The live view's chart of the finished runs: units sold per second of
+/// each, on one scale (as report.html draws them).
+pub fn finished_chart(runs: &[Run]) -> String {
+    let labelled: Vec<(&Run, String)> = runs
+        .iter()
+        .map(|run| (run, format!("{} · {} #{}", run.strategy, run.profile, run.repeat)))
+        .collect();
+    let rows = sold_series(runs, &labelled);
+    svg::series("live-finished", "Units sold per second", "units/s", &rows, true)
 }
 
 /// The reference line at 1 of a ratio to `what`.

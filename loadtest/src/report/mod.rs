@@ -176,6 +176,11 @@ pub struct Run {
     #[serde(default)]
     pub cpu: Option<Cpu>,
     pub cost: Cost,
+    /// Units sold in each second of the sale phase, from its first send
+    /// (`crate::series::sold_per_second`, from the orders' commit times);
+    /// `null` in reports written before it was added.
+    #[serde(default)]
+    pub sold_per_second: Option<Vec<i64>>,
 }
 
 /// What a lock strategy's lock did during a run.

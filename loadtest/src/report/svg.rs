@@ -1,4 +1,5 @@
-//! Horizontal bar and range charts as standalone SVG text.
+//! Horizontal bar, range and per-second series charts as standalone SVG
+//! text.
 //!
 //! Written by hand rather than with a plotting library because every data
 //! mark must be one element that names its run (`<g class="mark"
@@ -405,6 +406,121 @@ fn range(out: &mut String, row: &RangeRow, y: f64, x: &impl Fn(f64) -> f64, unit
     out.push_str("</g>");
 }
 
+/// Height of a row of a series chart, px.
+const SERIES_ROW: f64 = 34.0;
+
+/// One row of a series chart: a run's values, one per second.
+pub struct SeriesRow {
+    /// Identifies the run (`data-run`).
+    pub run: String,
+    pub label: String,
+    /// One value per second from the start; empty: no series ("n/a").
+    pub values: Vec<f64>,
+    pub colour: &'static str,
+    pub detail: String,
+    /// The second to mark in red, and why (e.g. where oversell began).
+    pub marker: Option<(usize, String)>,
+}
+
+/// A row per run of values over time, as steps one second wide on one time
+/// axis (seconds from the start, along the top). With `shared_scale` every
+/// row has the same vertical scale (the largest value of any row), so that
+/// rows compare; without, each row fills its height (for rows of different
+/// units). Each row is one mark with its peak written at its right end.
+pub fn series(id: &str, title: &str, unit: &str, rows: &[SeriesRow], shared_scale: bool) -> String {
+    let height = TOP + SERIES_ROW * rows.len() as f64 + BOTTOM;
+    let seconds = rows.iter().map(|r| r.values.len()).max().unwrap_or(0).max(1) as f64;
+    let x = linear_x(0.0, seconds);
+    let peak = |values: &[f64]| values.iter().copied().fold(0.0f64, f64::max);
+    let shared = rows.iter().map(|r| peak(&r.values)).fold(0.0f64, f64::max);
+    let mut out = String::new();
+    header(&mut out, id, title, height);
+    axis(&mut out, &ticks(0.0, seconds), &x, "s", height, false);
+    for (i, row) in rows.iter().enumerate() {
+        let top = TOP + SERIES_ROW * i as f64;
+        let scale = if shared_scale { shared } else { peak(&row.values) };
+        series_row(&mut out, row, top, &x, scale, unit);
+    }
+    out.push_str("</svg>");
+    out
+}
+
+/// The mark of one series row whose box starts at `top`: the steps, filled
+/// below, on a baseline; its peak; the marker line.
+fn series_row(
+    out: &mut String,
+    row: &SeriesRow,
+    top: f64,
+    x: &impl Fn(f64) -> f64,
+    scale: f64,
+    unit: &str,
+) {
+    let _ = write!(
+        out,
+        r##"<text x="{lx}" y="{ly:.1}" text-anchor="end" fill="#333">{label}</text>"##,
+        lx = PLOT_LEFT - 8.0,
+        ly = top + SERIES_ROW * 0.6,
+        label = escape(&row.label),
+    );
+    let peak = row.values.iter().copied().fold(0.0f64, f64::max);
+    let shown = if row.values.is_empty() {
+        "n/a".to_owned()
+    } else {
+        format!("{} s, peak {} {unit}", row.values.len(), number(peak))
+    };
+    let marker = row.marker.as_ref().map(|(second, why)| format!("; {why} in second {second}"));
+    let _ = write!(
+        out,
+        r#"<g class="mark" data-run="{run}" data-points="{n}">{tip}"#,
+        run = escape(&row.run),
+        n = row.values.len(),
+        tip = tooltip(&row.label, &format!("{shown}{}", marker.unwrap_or_default()), &row.detail),
+    );
+    let base = top + SERIES_ROW - 4.0;
+    let y = |v: f64| if scale > 0.0 { base - v / scale * (SERIES_ROW - 10.0) } else { base };
+    let _ = write!(
+        out,
+        r##"<line x1="{PLOT_LEFT}" x2="{PLOT_RIGHT}" y1="{base:.1}" y2="{base:.1}" stroke="#bbb"/>"##
+    );
+    if row.values.is_empty() {
+        let _ = write!(
+            out,
+            r##"<text x="{tx}" y="{base:.1}" fill="#999">n/a</text>"##,
+            tx = PLOT_LEFT + 4.0
+        );
+    } else {
+        let mut path = format!("M{:.1},{base:.1}", x(0.0));
+        for (i, v) in row.values.iter().enumerate() {
+            let _ = write!(
+                path,
+                " L{:.1},{:.1} L{:.1},{:.1}",
+                x(i as f64),
+                y(*v),
+                x(i as f64 + 1.0),
+                y(*v)
+            );
+        }
+        let _ = write!(path, " L{:.1},{base:.1} Z", x(row.values.len() as f64));
+        let _ = write!(
+            out,
+            r##"<path d="{path}" fill="{c}" fill-opacity="0.25" stroke="{c}" stroke-width="1.5"/><text x="{tx:.1}" y="{ty:.1}" fill="#333">{peak}</text>"##,
+            c = row.colour,
+            tx = PLOT_RIGHT + 4.0,
+            ty = top + SERIES_ROW * 0.6,
+            peak = escape(&number(peak)),
+        );
+    }
+    if let Some((second, _)) = &row.marker {
+        let mx = x(*second as f64 + 0.5);
+        let _ = write!(
+            out,
+            r##"<line class="marker" x1="{mx:.1}" x2="{mx:.1}" y1="{y0:.1}" y2="{base:.1}" stroke="#C0392B" stroke-width="2"/>"##,
+            y0 = top + 2.0,
+        );
+    }
+    out.push_str("</g>");
+}
+
 /// Grid lines and tick labels along the top of the plot area.
 fn axis(
     out: &mut String,
@@ -494,6 +610,28 @@ mod tests {
         assert_eq!(log_domain([0.3, 0.0, 450.0].into_iter()), (-1.0, 3.0));
         assert_eq!(log_domain([5.0].into_iter()), (0.0, 1.0));
         assert_eq!(decade_ticks(0.0, 1.0), vec![1.0, 2.0, 5.0, 10.0]);
+    }
+
+    #[test]
+    fn a_series_row_is_one_mark_with_its_points_and_marker() {
+        let row = |run: &str, values: Vec<f64>, marker| SeriesRow {
+            run: run.to_owned(),
+            label: run.to_owned(),
+            values,
+            colour: "#333",
+            detail: String::new(),
+            marker,
+        };
+        let rows = [
+            row("a", vec![3.0, 5.0, 0.0], Some((1, "oversold".to_owned()))),
+            row("b", vec![], None),
+        ];
+        let svg = series("x", "X", "units/s", &rows, true);
+        assert_eq!(svg.matches(r#"class="mark""#).count(), 2);
+        assert!(svg.contains(r#"data-run="a" data-points="3""#), "{svg}");
+        assert!(svg.contains(r#"data-run="b" data-points="0""#), "{svg}");
+        assert_eq!(svg.matches(r#"class="marker""#).count(), 1);
+        assert!(svg.contains("oversold in second 1"), "{svg}");
     }
 
     #[test]

@@ -28,6 +28,8 @@ use crate::strategy::StrategyError;
 
 /// How often the background task writes pending intervals.
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// How often the background task deletes intervals past their retention.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// Intervals kept in memory while Postgres is unreachable; older ones are
 /// dropped beyond this (with a warning), so memory stays bounded.
 const MAX_PENDING: usize = 200_000;
@@ -48,12 +50,17 @@ pub struct Intervals {
     pending: Mutex<Vec<Interval>>,
     /// Serialises flushes, so two flushes never reorder or double-write a batch.
     flushing: tokio::sync::Mutex<()>,
+    /// Intervals that ended longer ago than this are deleted (every instance
+    /// prunes every sale's, about once a minute).
+    retention: Duration,
 }
 
 impl Intervals {
-    /// A recorder writing to `db`; starts its flushing task when called inside
-    /// a Tokio runtime (the task ends when the recorder is dropped).
-    pub fn new(db: PgPool) -> Arc<Self> {
+    /// A recorder writing to `db` and deleting what ended more than
+    /// `retention` ago (`SECKILL_LOCK_INTERVALS_RETENTION_S`); starts its
+    /// flushing task when called inside a Tokio runtime (the task ends when
+    /// the recorder is dropped).
+    pub fn new(db: PgPool, retention: Duration) -> Arc<Self> {
         let instance =
             format!("{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let intervals = Arc::new(Self {
@@ -61,6 +68,7 @@ impl Intervals {
             instance,
             pending: Mutex::default(),
             flushing: tokio::sync::Mutex::new(()),
+            retention,
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(flush_periodically(Arc::downgrade(&intervals)));
@@ -122,16 +130,35 @@ impl Intervals {
             }
         }
     }
+
+    /// Deletes the intervals of every sale that ended more than the
+    /// retention ago; answers how many. Errors are Postgres errors.
+    pub async fn prune(&self) -> Result<u64, StrategyError> {
+        let deleted = sqlx::query(
+            "DELETE FROM lock_intervals WHERE ended_at < now() - make_interval(secs => $1)",
+        )
+        .bind(self.retention.as_secs_f64())
+        .execute(&self.db)
+        .await?;
+        Ok(deleted.rows_affected())
+    }
 }
 
 async fn flush_periodically(intervals: Weak<Intervals>) {
     let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pruned_at = tokio::time::Instant::now();
     loop {
         tick.tick().await;
         let Some(intervals) = intervals.upgrade() else { return };
         if let Err(err) = intervals.flush().await {
             tracing::warn!(error = %err, "writing lock intervals failed; will retry");
+        }
+        if pruned_at.elapsed() >= PRUNE_EVERY {
+            pruned_at = tokio::time::Instant::now();
+            if let Err(err) = intervals.prune().await {
+                tracing::warn!(error = %err, "deleting old lock intervals failed; will retry");
+            }
         }
     }
 }

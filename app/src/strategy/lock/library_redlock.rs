@@ -68,7 +68,8 @@ impl RedlockLock {
         let nodes = urls
             .iter()
             .map(|url| {
-                redis::Client::open(url.trim()).with_context(|| format!("REDLOCK_URLS: {url}"))
+                redis::Client::open(url.trim())
+                    .with_context(|| format!("REDLOCK_URLS: {}", crate::config::redacted(url)))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let config = RedlockConfig {

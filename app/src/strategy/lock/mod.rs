@@ -125,13 +125,14 @@ pub struct Shared {
 
 impl Shared {
     /// `wait`: how long a purchase waits for a lock (`SECKILL_LOCK_WAIT_MS`);
-    /// `hold`: how long its critical section may run (`SECKILL_LOCK_HOLD_MS`).
-    pub fn new(db: PgPool, wait: Duration, hold: Duration) -> Arc<Self> {
+    /// `hold`: how long its critical section may run (`SECKILL_LOCK_HOLD_MS`);
+    /// `retention`: how long critical sections stay in `lock_intervals`.
+    pub fn new(db: PgPool, wait: Duration, hold: Duration, retention: Duration) -> Arc<Self> {
         // The strategies register their counters at zero when built, which
         // only sticks once the process's recorder exists.
         crate::telemetry::metrics_handle();
         Arc::new(Self {
-            intervals: Intervals::new(db.clone()),
+            intervals: Intervals::new(db.clone(), retention),
             db,
             wait,
             hold,
@@ -143,7 +144,10 @@ impl Shared {
     /// variant built.
     pub fn of(deps: &Deps) -> Arc<Self> {
         let config = &deps.config;
-        deps.shared(|| Shared::new(deps.db.clone(), config.lock_wait(), config.lock_hold()))
+        deps.shared(|| {
+            let retention = Duration::from_secs(config.lock_intervals_retention_s);
+            Shared::new(deps.db.clone(), config.lock_wait(), config.lock_hold(), retention)
+        })
     }
 
     /// The strategy `name`: the naive steps inside `lock`, unfenced.

@@ -10,17 +10,26 @@
 //! One round: wait for a delivery, take whatever else arrives within
 //! `SECKILL_QUEUE_BATCH_WINDOW_MS` up to `SECKILL_QUEUE_BATCH_SIZE`, settle
 //! them in one transaction ([`settle`]), then acknowledge them with one
-//! `basic.ack(multiple)`. Failures:
+//! `basic.ack(multiple)` sent through the last delivery's own acker
+//! ([`acknowledge`]): an acknowledgement goes to the channel the deliveries
+//! came from or nowhere, never by delivery tag to whatever channel the
+//! consumer holds by then (tags restart at 1 on every channel, so a tag of a
+//! lost channel names other messages on a new one). Failures:
 //! - an unreadable message is rejected without requeue: it goes straight to
 //!   the dead-letter queue (it can never be settled);
 //! - Postgres unavailable: the batch is retried until Postgres answers; the
-//!   messages stay unacknowledged, so nothing is lost and no delivery is
+//!   messages stay unacknowledged, so nothing is lost and no failure is
 //!   counted against them;
 //! - any other failure of the batch: each message is settled alone; one that
-//!   still fails is returned to the queue (`nack`, requeue), and on its
-//!   `SECKILL_QUEUE_DELIVERY_LIMIT`-th delivery it is recorded `rejected` and
-//!   rejected without requeue, into the dead-letter queue (the queue's
-//!   `x-delivery-limit` is the broker-side backstop). No endless requeue.
+//!   still fails has failed once more. The consumer counts a message's
+//!   failures itself, in the [`FAILURES_HEADER`] of a copy it publishes to
+//!   the same queue before acknowledging the failed delivery; on the
+//!   `SECKILL_QUEUE_DELIVERY_LIMIT`-th failure the request is recorded
+//!   `rejected` (with the error) and the message rejected without requeue,
+//!   into the dead-letter queue. The broker's `x-delivery-count` is not
+//!   used: before RabbitMQ 4.3 it also counts the returns of a channel that
+//!   closed at a fail-over, which are not failures of the message
+//!   (docs/queue.md).
 //!
 //! The channel is opened on the consumers' connection. When the connection
 //! or the channel is lost, the round's deliveries are left unacknowledged
@@ -30,15 +39,17 @@
 //! without telling its consumer cannot stall the partition.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
+    ConfirmSelectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, Consumer};
+use lapin::{BasicProperties, Channel, Consumer};
 use sqlx::PgPool;
 
 use super::settle::{self, Resolution, Settled};
@@ -55,8 +66,11 @@ pub struct ConsumerSettings {
     pub batch_size: u16,
     /// How long to wait for more after a batch's first message.
     pub window: Duration,
-    /// Deliveries of one message before it is dead-lettered.
+    /// Failed settlements of one message before its request is rejected
+    /// (`SECKILL_QUEUE_DELIVERY_LIMIT`).
     pub delivery_limit: u32,
+    /// [`BEFORE_ACK_FAILPOINT`], when armed (tests only).
+    pub failpoint: Option<&'static AtomicBool>,
 }
 
 impl ConsumerSettings {
@@ -65,6 +79,7 @@ impl ConsumerSettings {
             batch_size: config.queue_batch_size,
             window: config.queue_batch_window(),
             delivery_limit: config.queue_delivery_limit,
+            failpoint: before_ack_failpoint(config.failpoints.as_deref()),
         }
     }
 
@@ -131,6 +146,9 @@ async fn consume(
     let conn = amqp.connection().await?;
     let channel = conn.create_channel().await?;
     topology.declare_queues(&channel).await?;
+    // Confirms for the copies of failed messages (acknowledgements are not
+    // affected).
+    channel.confirm_select(ConfirmSelectOptions::default()).await?;
     channel.basic_qos(settings.prefetch(), BasicQosOptions { global: false }).await?;
     let tag = format!("seckill-{}", uuid::Uuid::new_v4().simple());
     let mut consumer = channel
@@ -146,7 +164,7 @@ async fn consume(
     while let Some(first) = next(&channel, &mut consumer).await? {
         batch.deliveries.push(first);
         collect(&channel, &mut consumer, &mut batch, settings).await?;
-        batch.settle(db, &channel, gate).await;
+        batch.settle(db, amqp, &channel, queue, gate).await;
     }
     Ok(())
 }
@@ -203,8 +221,16 @@ impl Batch {
     }
 
     /// Settles and acknowledges the batch (see the module documentation),
-    /// leaving it empty.
-    async fn settle(&mut self, db: &PgPool, channel: &Channel, gate: &SoldOutGate) {
+    /// leaving it empty. `channel` is the one the deliveries came from, for
+    /// the copies of failed messages (to `queue`).
+    async fn settle(
+        &mut self,
+        db: &PgPool,
+        amqp: &AmqpHandle,
+        channel: &Channel,
+        queue: &str,
+        gate: &SoldOutGate,
+    ) {
         let deliveries = std::mem::take(&mut self.deliveries);
         count_amqp_messages("consumed", deliveries.len() as u64);
         let mut readable = Vec::with_capacity(deliveries.len());
@@ -225,11 +251,9 @@ impl Batch {
             Ok(settled) => {
                 record_batch(&messages, &settled);
                 gate.after_batch(&settled).await;
-                let last = readable.last().expect("not empty").0.delivery_tag;
-                // One frame acknowledges the batch. If it fails (the channel
-                // was recovered meanwhile), the broker redelivers and the
-                // redelivery is settled idempotently.
-                let _ = channel.basic_ack(last, BasicAckOptions { multiple: true }).await;
+                let last = &readable.last().expect("not empty").0;
+                before_ack(self.settings.failpoint, amqp).await;
+                acknowledge(last, true).await;
             }
             Err(err) => {
                 tracing::warn!(
@@ -238,51 +262,169 @@ impl Batch {
                     "batch failed; settling its messages one by one"
                 );
                 for (delivery, message) in readable {
-                    self.settle_alone(db, gate, delivery, message).await;
+                    self.settle_alone(db, channel, queue, gate, delivery, message).await;
                 }
             }
         }
     }
 
-    /// Settles one message in a transaction of its own; on failure, returns
-    /// it to the queue or, on its last allowed delivery, dead-letters it.
+    /// Settles one message in a transaction of its own; on failure, counts
+    /// the failure (a copy with [`FAILURES_HEADER`] raised, then the delivery
+    /// acknowledged) or, on the last allowed failure, rejects the request
+    /// and dead-letters the message.
     async fn settle_alone(
         &self,
         db: &PgPool,
+        channel: &Channel,
+        queue: &str,
         gate: &SoldOutGate,
         delivery: Delivery,
         message: PurchaseMessage,
     ) {
-        match settle_until_postgres_answers(db, std::slice::from_ref(&message)).await {
+        let err = match settle_until_postgres_answers(db, std::slice::from_ref(&message)).await {
             Ok(settled) => {
                 record_batch(std::slice::from_ref(&message), &settled);
                 gate.after_batch(&settled).await;
-                let _ = delivery.ack(BasicAckOptions::default()).await;
+                acknowledge(&delivery, false).await;
+                return;
             }
+            Err(err) => err,
+        };
+        let failures = failures(&delivery).saturating_add(1);
+        if failures >= self.settings.delivery_limit {
+            tracing::warn!(
+                request_id = %message.request_id,
+                failures,
+                error = %err,
+                "message failed for the last allowed time; rejecting its request"
+            );
+            let reason = format!("settling failed {failures} times: {err}");
+            if let Err(err) = settle::mark_rejected(db, &message, &reason).await {
+                tracing::warn!(error = %err, "could not record the rejection");
+            }
+            let _ = delivery.reject(BasicRejectOptions { requeue: false }).await;
+            return;
+        }
+        tracing::debug!(request_id = %message.request_id, failures, error = %err,
+            "message failed; publishing it again with its failure count");
+        match publish_again(channel, queue, &delivery, failures).await {
+            Ok(()) => acknowledge(&delivery, false).await,
             Err(err) => {
-                let deliveries = delivery_count(&delivery) + 1;
-                if deliveries >= self.settings.delivery_limit {
-                    tracing::warn!(
-                        request_id = %message.request_id,
-                        deliveries,
-                        error = %err,
-                        "message failed on its last delivery; dead-lettering it"
-                    );
-                    if let Err(err) = settle::mark_rejected(db, &message).await {
-                        tracing::warn!(error = %err, "could not record the rejection");
-                    }
-                    metrics::counter!(crate::metric_names::QUEUE_DEAD_LETTERED_TOTAL).increment(1);
-                    let _ = delivery.reject(BasicRejectOptions { requeue: false }).await;
-                } else {
-                    tracing::debug!(request_id = %message.request_id, deliveries, error = %err,
-                        "message failed; returning it to the queue");
-                    let _ = delivery
-                        .nack(BasicNackOptions { requeue: true, ..BasicNackOptions::default() })
-                        .await;
-                }
+                // Returned as it is: counted by the broker (a backstop far
+                // above the retry limit), not by the application.
+                tracing::debug!(error = %err, "could not publish a failed message again");
+                let _ = delivery
+                    .nack(BasicNackOptions { requeue: true, ..BasicNackOptions::default() })
+                    .await;
             }
         }
     }
+}
+
+/// Header in which the consumer counts a message's failed settlements
+/// (absent: none). Written only by [`publish_again`].
+pub const FAILURES_HEADER: &str = "x-seckill-failures";
+
+/// The failed settlements of `delivery`'s message so far ([`FAILURES_HEADER`]).
+fn failures(delivery: &Delivery) -> u32 {
+    let Some(headers) = delivery.properties.headers() else { return 0 };
+    match headers.inner().get(FAILURES_HEADER) {
+        Some(AMQPValue::LongLongInt(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
+        Some(AMQPValue::LongInt(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
+        Some(AMQPValue::LongUInt(n)) => *n,
+        _ => 0,
+    }
+}
+
+/// Publishes a copy of `delivery`'s message to `queue` (its own partition
+/// queue) with [`FAILURES_HEADER`] = `failures`, persistent, and waits for
+/// the confirm. A crash between this and the acknowledgement of the original
+/// leaves two messages of one request, which settle it once.
+///
+/// Errors: the publish failed or the broker did not take the copy.
+async fn publish_again(
+    channel: &Channel,
+    queue: &str,
+    delivery: &Delivery,
+    failures: u32,
+) -> anyhow::Result<()> {
+    let mut headers = delivery.properties.headers().clone().unwrap_or_default();
+    headers.insert(FAILURES_HEADER.into(), AMQPValue::LongLongInt(i64::from(failures)));
+    let mut properties = BasicProperties::default().with_delivery_mode(2).with_headers(headers);
+    if let Some(id) = delivery.properties.message_id() {
+        properties = properties.with_message_id(id.clone());
+    }
+    let confirm = channel
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            lapin::options::BasicPublishOptions::default(),
+            &delivery.data,
+            properties,
+        )
+        .await?
+        .await?;
+    anyhow::ensure!(confirm.is_ack(), "the broker refused the copy");
+    Ok(())
+}
+
+/// Acknowledges `last` (and, with `multiple`, every earlier delivery of its
+/// channel) through `last`'s own acker: the ack goes to the channel the
+/// deliveries came from. If that channel is gone (a lost connection),
+/// nothing is acknowledged anywhere: the broker hands the messages out again
+/// and they are settled idempotently.
+pub(super) async fn acknowledge(last: &Delivery, multiple: bool) {
+    match last.acker.ack(BasicAckOptions { multiple }).await {
+        Ok(true) => {}
+        Ok(false) => tracing::debug!("acknowledgement dropped: its channel is gone"),
+        Err(err) => tracing::debug!(error = %err, "acknowledgement failed; the broker redelivers"),
+    }
+}
+
+/// The test-only failpoint between a batch's commit and its acknowledgement
+/// ([`BEFORE_ACK_FAILPOINT`]): the first time it is reached, closes the
+/// consumers' connection and opens a new one, so that the acknowledgement
+/// that follows finds its channel gone and a new channel (whose delivery
+/// tags start again at 1) in its place.
+async fn before_ack(failpoint: Option<&'static AtomicBool>, amqp: &AmqpHandle) {
+    let Some(armed) = failpoint else { return };
+    if !armed.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    tracing::warn!("failpoint {BEFORE_ACK_FAILPOINT}: the consumers' connection is lost now");
+    if let Ok(conn) = amqp.connection().await {
+        let _ = conn.close(320, "failpoint".into()).await;
+    }
+    // The other partitions' consumers and the new subscription of this one
+    // open the next connection; wait until one is there.
+    for _ in 0..100 {
+        if amqp.connection().await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `SECKILL_FAILPOINTS=queue-before-ack=lose-connection`: the consumers'
+/// connection is lost after the first batch's commit, before its
+/// acknowledgement (tests only).
+pub const BEFORE_ACK_FAILPOINT: &str = "queue-before-ack";
+
+/// Reads [`BEFORE_ACK_FAILPOINT`] from a `name=action,…` list: armed once
+/// (per process) when its action is `lose-connection`.
+pub fn before_ack_failpoint(failpoints: Option<&str>) -> Option<&'static AtomicBool> {
+    let action = failpoints?
+        .split(',')
+        .filter_map(|entry| entry.split_once('='))
+        .find(|(name, _)| name.trim() == BEFORE_ACK_FAILPOINT)?
+        .1
+        .trim();
+    if action != "lose-connection" {
+        tracing::error!(action, "unknown action for {BEFORE_ACK_FAILPOINT}");
+        return None;
+    }
+    tracing::warn!("failpoint {BEFORE_ACK_FAILPOINT} is armed");
+    Some(Box::leak(Box::new(AtomicBool::new(true))))
 }
 
 /// [`settle::settle`], retried every 500 ms while Postgres is unreachable.
@@ -323,19 +465,6 @@ fn record_batch(messages: &[PurchaseMessage], settled: &Settled) {
         };
         metrics::counter!(crate::metric_names::QUEUE_RESOLUTIONS_TOTAL, "resolution" => label)
             .increment(1);
-    }
-}
-
-/// Earlier deliveries of this message, from the `x-delivery-count` header
-/// that quorum queues add on redelivery (absent on the first delivery).
-fn delivery_count(delivery: &Delivery) -> u32 {
-    let Some(headers) = delivery.properties.headers() else { return 0 };
-    match headers.inner().get("x-delivery-count") {
-        Some(AMQPValue::LongLongInt(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
-        Some(AMQPValue::LongInt(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
-        Some(AMQPValue::LongUInt(n)) => *n,
-        Some(AMQPValue::ShortInt(n)) => u32::try_from(*n).unwrap_or(0),
-        _ => 0,
     }
 }
 

@@ -4,7 +4,9 @@
 //! One purchase (the request path, [`Queue::purchase`]):
 //! 1. If this instance knows the sale is sold out, publish nothing: answer
 //!    `409 sold-out`, or the buyer's existing request if they have one (one
-//!    indexed read, no broker; [`sold_out_fanout`]).
+//!    indexed read, no broker; [`sold_out_fanout`]). A request handed back
+//!    while it is still `pending` is published again first, so that an id
+//!    handed back can always resolve.
 //! 2. Register the request in `purchase_requests` (one per sale and user: a
 //!    resubmission finds the same request id and, once settled, its result),
 //!    in groups: one statement for the requests that arrive together
@@ -15,6 +17,11 @@
 //!    full), a returned (unroutable) message, a timeout or a broker that is
 //!    down is answered `503 busy` with `Retry-After` ([`publisher`]).
 //!
+//! Steps 2 and 3 run in a task of their own ([`Accept`]), which the request
+//! awaits: a client that hangs up (or a request timeout) drops the request's
+//! future, not the task, so a request never stays `pending` without its
+//! message (or is removed when its publish was refused).
+//!
 //! Settlement ([`consumer`]): every instance consumes every partition queue,
 //! and the queues' single-active-consumer flag lets exactly one of them
 //! receive deliveries; when it dies the broker hands the queue (and its
@@ -23,6 +30,10 @@
 //! transaction ([`settle`]), then acknowledges them. A crash before the
 //! acknowledgement redelivers the batch, and settling is idempotent by request
 //! id, so a redelivered message never writes a second order.
+//!
+//! Dead letters ([`dead_letters`]) are drained and resolved `rejected`;
+//! resolved requests older than `SECKILL_QUEUE_RETENTION_MS` are deleted by
+//! a periodic job ([`retention`]).
 //!
 //! Invariants: the ledger of the `sql` strategy (the consumer takes stock with
 //! a guarded update by the units it grants); one result per request id; a
@@ -50,9 +61,11 @@ use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod ceiling;
 pub mod consumer;
+pub mod dead_letters;
 pub mod publisher;
 mod registrar;
 pub mod results;
+pub mod retention;
 mod routes;
 pub mod settle;
 pub mod sold_out_fanout;
@@ -90,14 +103,16 @@ pub struct Queue {
     /// the consumer recreates a row that a Postgres crash lost.
     requests_db: PgPool,
     /// Registers requests (and looks buyers up) in groups, over `requests_db`.
-    registrar: registrar::Registrar,
+    registrar: Arc<registrar::Registrar>,
     /// The connection of the consumers and the event listener.
     background: AmqpHandle,
     topology: Topology,
-    publisher: publisher::Publisher,
+    publisher: Arc<publisher::Publisher>,
     gate: Arc<sold_out_fanout::SoldOutGate>,
     consumer: consumer::ConsumerSettings,
     consume: bool,
+    /// Resolved requests older than this are deleted; zero: kept forever.
+    retention: Duration,
 }
 
 impl Queue {
@@ -124,12 +139,13 @@ impl Queue {
         ));
         Ok(Self {
             db: deps.db.clone(),
-            registrar: registrar::Registrar::new(requests_db.clone()),
+            registrar: Arc::new(registrar::Registrar::new(requests_db.clone())),
             requests_db,
             background,
-            publisher: publisher::Publisher::new(deps.amqp.clone(), topology.clone()),
+            publisher: Arc::new(publisher::Publisher::new(deps.amqp.clone(), topology.clone())),
             consumer: consumer::ConsumerSettings::from_config(config),
             consume: config.queue_consume,
+            retention: Duration::from_millis(config.queue_retention_ms),
             topology,
             gate,
         })
@@ -165,39 +181,24 @@ impl Strategy for Queue {
         user: UserId,
         quantity: Quantity,
     ) -> Result<Outcome, StrategyError> {
-        if self.gate.is_sold_out(&self.db, sale.id).await? {
-            // No publish for a sold-out sale; a buyer who already has a
-            // request still gets it back (with its result behind it).
-            return Ok(match self.registrar.find(sale.id, user).await? {
-                Some(request_id) => Outcome::Accepted { request_id },
-                None => Outcome::SoldOut,
-            });
-        }
-        let registered = self.registrar.register(sale.id, user, quantity).await?;
-        if !registered.pending {
-            // Settled already: the same request, answered without a message.
-            return Ok(Outcome::Accepted { request_id: registered.id });
-        }
-        let message = PurchaseMessage {
-            request_id: registered.id,
-            sale_id: sale.id.0,
-            user_id: user.get(),
-            quantity: quantity.get(),
+        let accept = Accept {
+            registrar: self.registrar.clone(),
+            publisher: self.publisher.clone(),
+            requests_db: self.requests_db.clone(),
+            sale: sale.id,
+            user,
+            quantity,
         };
-        // A resubmission of a request that is still pending publishes again:
-        // this instance cannot know whether the first publish was confirmed
-        // (its instance may have died in between), and the consumer settles
-        // a request id once, so a second message costs a delivery, never a
-        // second order.
-        match self.publisher.publish(&message).await {
-            Ok(()) => Ok(Outcome::Accepted { request_id: registered.id }),
-            Err(err) => {
-                if registered.fresh {
-                    results::forget(&self.requests_db, registered.id).await;
-                }
-                Err(err)
-            }
+        if self.gate.is_sold_out(&self.db, sale.id).await? {
+            // No new request for a sold-out sale; a buyer who already has
+            // one gets it back (with its result behind it).
+            return match self.registrar.find(sale.id, user).await? {
+                None => Ok(Outcome::SoldOut),
+                Some(found) if !found.pending => Ok(Outcome::Accepted { request_id: found.id }),
+                Some(found) => spawned(accept.publish_pending(found)).await,
+            };
         }
+        spawned(accept.register_and_publish()).await
     }
 
     /// Reopens the sale on this instance at once and tells the others.
@@ -206,9 +207,10 @@ impl Strategy for Queue {
         Ok(())
     }
 
-    /// Spawns one consumer per partition (unless `SECKILL_QUEUE_CONSUME` is
-    /// off) and the sold-out listener. They reconnect on their own and end
-    /// with the runtime.
+    /// Spawns one consumer per partition and the dead-letter consumer (unless
+    /// `SECKILL_QUEUE_CONSUME` is off), the sold-out listener and the
+    /// retention job (unless `SECKILL_QUEUE_RETENTION_MS` is 0). They
+    /// reconnect on their own and end with the runtime.
     ///
     /// The queues are declared once, before any consumer subscribes: RabbitMQ
     /// 3.10 crashes a channel that subscribes to a quorum queue another
@@ -222,6 +224,7 @@ impl Strategy for Queue {
             let (settings, gate) = (self.consumer, self.gate.clone());
             tokio::spawn(async move {
                 consumer::declare_queues(&amqp, &topology).await;
+                tokio::spawn(dead_letters::run(db.clone(), amqp.clone(), topology.clone()));
                 for partition in 0..topology.partitions() {
                     tokio::spawn(consumer::run(
                         db.clone(),
@@ -239,10 +242,78 @@ impl Strategy for Queue {
             self.topology.clone(),
             self.gate.clone(),
         ));
+        if !self.retention.is_zero() {
+            tokio::spawn(retention::run(Arc::downgrade(&self), self.retention));
+        }
     }
 
     /// Request results and queue statistics.
     fn routes(self: Arc<Self>, deps: &Deps) -> Option<StrategyRoutes> {
         Some(routes::routes(self, deps.catalog.clone()))
     }
+}
+
+/// Steps 2 and 3 of a purchase (or the publish of a pending request handed
+/// back by the sold-out gate), owning what they need so that they run in a
+/// task of their own: a request whose client is gone still ends with its
+/// message published, or with its row removed.
+struct Accept {
+    registrar: Arc<registrar::Registrar>,
+    publisher: Arc<publisher::Publisher>,
+    requests_db: PgPool,
+    sale: SaleId,
+    user: UserId,
+    quantity: Quantity,
+}
+
+impl Accept {
+    /// Registers the request and publishes its message.
+    async fn register_and_publish(self) -> Result<Outcome, StrategyError> {
+        let registered = self.registrar.register(self.sale, self.user, self.quantity).await?;
+        if !registered.pending {
+            // Settled already: the same request, answered without a message.
+            return Ok(Outcome::Accepted { request_id: registered.id });
+        }
+        let message = PurchaseMessage {
+            request_id: registered.id,
+            sale_id: self.sale.0,
+            user_id: self.user.get(),
+            quantity: self.quantity.get(),
+        };
+        // A resubmission of a request that is still pending publishes again:
+        // this instance cannot know whether the first publish was confirmed
+        // (its instance may have died in between), and the consumer settles
+        // a request id once, so a second message costs a delivery, never a
+        // second order.
+        match self.publisher.publish(&message).await {
+            Ok(()) => Ok(Outcome::Accepted { request_id: registered.id }),
+            Err(err) => {
+                if registered.fresh {
+                    results::forget(&self.requests_db, registered.id).await;
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Publishes the message of `found`, a pending request of the buyer of a
+    /// sale that is sold out (the consumer answers it at once).
+    async fn publish_pending(self, found: registrar::Found) -> Result<Outcome, StrategyError> {
+        let message = PurchaseMessage {
+            request_id: found.id,
+            sale_id: self.sale.0,
+            user_id: self.user.get(),
+            quantity: found.quantity,
+        };
+        self.publisher.publish(&message).await?;
+        Ok(Outcome::Accepted { request_id: found.id })
+    }
+}
+
+/// Runs `work` in a task of its own and waits for it: dropping the waiting
+/// future leaves the task running to its end.
+async fn spawned(
+    work: impl std::future::Future<Output = Result<Outcome, StrategyError>> + Send + 'static,
+) -> Result<Outcome, StrategyError> {
+    tokio::spawn(work).await.map_err(|err| StrategyError::Internal(err.into()))?
 }

@@ -34,7 +34,17 @@ type Reply<T> = oneshot::Sender<Result<T, StrategyError>>;
 
 enum Job {
     Register { sale: SaleId, user: UserId, quantity: Quantity, reply: Reply<Registered> },
-    Find { sale: SaleId, user: UserId, reply: Reply<Option<Uuid>> },
+    Find { sale: SaleId, user: UserId, reply: Reply<Option<Found>> },
+}
+
+/// A buyer's request, as [`Registrar::find`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    pub id: Uuid,
+    /// Not settled yet.
+    pub pending: bool,
+    /// Units asked for.
+    pub quantity: i32,
 }
 
 /// The group registrar of one process; workers start on first use.
@@ -66,7 +76,7 @@ impl Registrar {
     /// The request of (`sale`, `user`), if any (grouped).
     ///
     /// Errors: Postgres errors.
-    pub async fn find(&self, sale: SaleId, user: UserId) -> Result<Option<Uuid>, StrategyError> {
+    pub async fn find(&self, sale: SaleId, user: UserId) -> Result<Option<Found>, StrategyError> {
         let (reply, answer) = oneshot::channel();
         self.send(user, Job::Find { sale, user, reply });
         answer.await.map_err(|_| worker_gone())?
@@ -218,11 +228,14 @@ fn is_deadlock(err: &sqlx::Error) -> bool {
     err.as_database_error().and_then(|e| e.code()).as_deref() == Some("40P01")
 }
 
-async fn find_group(db: &PgPool, jobs: Vec<(SaleId, UserId, Reply<Option<Uuid>>)>) {
+/// `(id, sale_id, user_id, status, quantity)` of a request found.
+type FoundRow = (Uuid, i64, i64, String, i32);
+
+async fn find_group(db: &PgPool, jobs: Vec<(SaleId, UserId, Reply<Option<Found>>)>) {
     let sales: Vec<i64> = jobs.iter().map(|j| j.0.0).collect();
     let users: Vec<i64> = jobs.iter().map(|j| j.1.get()).collect();
-    let found: Result<Vec<(Uuid, i64, i64)>, sqlx::Error> = sqlx::query_as(
-        "SELECT r.id, r.sale_id, r.user_id
+    let found: Result<Vec<FoundRow>, sqlx::Error> = sqlx::query_as(
+        "SELECT r.id, r.sale_id, r.user_id, r.status, r.quantity
          FROM purchase_requests r
          JOIN unnest($1::bigint[], $2::bigint[]) AS k(s, u)
            ON r.sale_id = k.s AND r.user_id = k.u",
@@ -233,8 +246,12 @@ async fn find_group(db: &PgPool, jobs: Vec<(SaleId, UserId, Reply<Option<Uuid>>)
     .await;
     match found {
         Ok(rows) => {
-            let by_key: HashMap<Key, Uuid> =
-                rows.into_iter().map(|(id, s, u)| ((s, u), id)).collect();
+            let by_key: HashMap<Key, Found> = rows
+                .into_iter()
+                .map(|(id, s, u, status, quantity)| {
+                    ((s, u), Found { id, pending: status == "pending", quantity })
+                })
+                .collect();
             for (i, (_, _, reply)) in jobs.into_iter().enumerate() {
                 let _ = reply.send(Ok(by_key.get(&(sales[i], users[i])).copied()));
             }

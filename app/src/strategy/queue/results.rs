@@ -46,6 +46,10 @@ pub struct RequestResult {
     pub status: String,
     /// The order, when `placed`.
     pub order_id: Option<i64>,
+    /// Why, when `rejected`: the settlement failed `SECKILL_QUEUE_DELIVERY_LIMIT`
+    /// times (with the last error), or the message was dead-lettered (with
+    /// the broker's reason).
+    pub rejection_reason: Option<String>,
     pub accepted_at: DateTime<Utc>,
     pub resolved_at: Option<DateTime<Utc>>,
 }
@@ -65,7 +69,7 @@ pub async fn wait_for(
     loop {
         let result: Option<RequestResult> = sqlx::query_as(
             "SELECT id AS request_id, sale_id, user_id, quantity, status, order_id,
-                    accepted_at, resolved_at
+                    rejection_reason, accepted_at, resolved_at
              FROM purchase_requests WHERE id = $1 AND sale_id = $2",
         )
         .bind(id)
@@ -106,7 +110,8 @@ pub struct QueueStats {
     pub placed: i64,
     pub sold_out: i64,
     pub already_purchased: i64,
-    /// Dead-lettered requests.
+    /// Rejected requests: failed `SECKILL_QUEUE_DELIVERY_LIMIT` times, or
+    /// dead-lettered.
     pub rejected: i64,
     /// `null` until a request is resolved.
     pub e2e_latency_ms: Option<E2eLatency>,

@@ -403,20 +403,31 @@ fn resolution_of(status: &str, order_id: Option<i64>) -> Option<Resolution> {
     }
 }
 
-/// Records `message` as `rejected` (it is being dead-lettered), unless it is
-/// settled already. Best effort: errors are returned for logging only.
-pub async fn mark_rejected(db: &PgPool, message: &PurchaseMessage) -> Result<(), sqlx::Error> {
+/// Records `message` as `rejected` for `reason`, unless it is settled
+/// already (a request keeps its first final result). Nothing is recorded
+/// when the sale does not exist (a request row needs its sale).
+///
+/// Errors: Postgres errors.
+pub async fn mark_rejected(
+    db: &PgPool,
+    message: &PurchaseMessage,
+    reason: &str,
+) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO purchase_requests (id, sale_id, user_id, quantity, status, resolved_at, batch_size)
-         SELECT $1, s.id, $3, greatest($4, 1), 'rejected', clock_timestamp(), 1
+        "INSERT INTO purchase_requests
+             (id, sale_id, user_id, quantity, status, resolved_at, batch_size, rejection_reason)
+         SELECT $1, s.id, $3, greatest($4, 1), 'rejected', clock_timestamp(), 1, $5
          FROM sales s WHERE s.id = $2
-         ON CONFLICT (id) DO UPDATE SET status = 'rejected', resolved_at = excluded.resolved_at
+         ON CONFLICT (id) DO UPDATE
+         SET status = 'rejected', resolved_at = excluded.resolved_at,
+             rejection_reason = excluded.rejection_reason
          WHERE purchase_requests.status = 'pending'",
     )
     .bind(message.request_id)
     .bind(message.sale_id)
     .bind(message.user_id.max(0))
     .bind(message.quantity)
+    .bind(reason)
     .execute(db)
     .await?;
     Ok(())

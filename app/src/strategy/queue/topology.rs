@@ -4,11 +4,19 @@
 //!   queues with `x-single-active-consumer` (one consumer receives, across all
 //!   instances), bounded by `x-max-length` with `x-overflow = reject-publish`
 //!   (a publish beyond the bound is nacked, never silently dropped), and
-//!   `x-delivery-limit` with a dead-letter route to the dead-letter queue.
-//!   Sale `id` always goes to partition `id mod N`, so one consumer serializes
-//!   each sale.
-//! - `PREFIX.orders.dead`: the dead-letter queue (durable quorum queue). What
-//!   lands there failed deterministically; nothing consumes it automatically.
+//!   the broker's `x-delivery-limit` ([`BROKER_DELIVERY_LIMIT`], a backstop
+//!   far above what fail-overs produce) with a dead-letter route to the
+//!   dead-letter queue. Sale `id` always goes to partition `id mod N`, so one
+//!   consumer serializes each sale.
+//! - `PREFIX.orders.dead`: the dead-letter queue (durable quorum queue). Every
+//!   instance that consumes drains it (`super::dead_letters`): each message is
+//!   recorded as a final result (`rejected`, with the reason) and counted.
+//!
+//! The application's retry limit (`SECKILL_QUEUE_DELIVERY_LIMIT`) is not the
+//! broker's: the consumer counts a message's failures itself (a header it
+//! writes when it publishes a failed message again, `super::consumer`), so
+//! that returns of unacknowledged messages at a fail-over — which RabbitMQ
+//! before 4.3 counts as deliveries — never reject a request.
 //! - `PREFIX.events`: a fanout exchange carrying sold-out and reopened events
 //!   to every instance (each binds an exclusive queue of its own); it deletes
 //!   itself with its last binding.
@@ -30,8 +38,18 @@ pub struct Topology {
     prefix: String,
     partitions: u16,
     max_length: u32,
-    delivery_limit: u32,
+    retry_limit: u32,
 }
+
+/// The partition queues' `x-delivery-limit`: a backstop for a message that
+/// makes every consumer crash before it can count a failure, not a retry
+/// limit. RabbitMQ before 4.3 counts every return toward it, the
+/// unacknowledged messages of a channel that closes at a fail-over included
+/// (up to the prefetch, near the head of the queue, so the same ones at each
+/// fail-over); a thousand fail-overs with the same message in flight are far
+/// beyond any deployment's. What it dead-letters is still resolved
+/// (`rejected`, reason `delivery_limit`) by the dead-letter consumer.
+pub const BROKER_DELIVERY_LIMIT: u32 = 1000;
 
 impl Topology {
     pub fn from_config(config: &Config) -> Self {
@@ -43,14 +61,16 @@ impl Topology {
         )
     }
 
-    /// `partitions` ≥ 1 queues of at most `max_length` messages; a message is
-    /// dead-lettered after `delivery_limit` deliveries.
-    pub fn new(prefix: &str, partitions: u16, max_length: u32, delivery_limit: u32) -> Self {
+    /// `partitions` ≥ 1 queues of at most `max_length` messages; a request is
+    /// rejected when its settlement failed `retry_limit` times (the
+    /// application's limit, `SECKILL_QUEUE_DELIVERY_LIMIT`; the broker's is
+    /// [`BROKER_DELIVERY_LIMIT`] whatever it is).
+    pub fn new(prefix: &str, partitions: u16, max_length: u32, retry_limit: u32) -> Self {
         Self {
             prefix: prefix.to_owned(),
             partitions: partitions.max(1),
             max_length,
-            delivery_limit: delivery_limit.max(1),
+            retry_limit: retry_limit.max(1),
         }
     }
 
@@ -58,8 +78,10 @@ impl Topology {
         self.partitions
     }
 
-    pub fn delivery_limit(&self) -> u32 {
-        self.delivery_limit
+    /// The application's retry limit: failed settlements of a request before
+    /// it is rejected.
+    pub fn retry_limit(&self) -> u32 {
+        self.retry_limit
     }
 
     /// The partition of `sale`: `id mod partitions` (stable across instances
@@ -182,7 +204,7 @@ impl Topology {
         args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
         args.insert(
             "x-delivery-limit".into(),
-            AMQPValue::LongLongInt(i64::from(self.delivery_limit)),
+            AMQPValue::LongLongInt(i64::from(BROKER_DELIVERY_LIMIT)),
         );
         // Dead-letter through the default exchange, straight to the queue.
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));

@@ -11,6 +11,11 @@
 //! | `PREFIX:{sale:ID}:reservations` | hash | open reservations: id → `user:qty:created_ms` |
 //! | `PREFIX:{sale:ID}:seq` | integer | bumped by every reservation and counter change |
 //! | `PREFIX:{sale:ID}:origin` | integer | the sale's `created_at` (µs), set with the counter |
+//! | `PREFIX:{sale:ID}:gate` | string | present while a reconciler corrects the counter (a token, expiring) |
+//!
+//! Once the reconciler finds a sale ended or sold out with its books settled,
+//! the keys are set to expire (`SECKILL_REDIS_KEY_TTL_MS`) and the sale
+//! leaves the index ([`SaleCounter::retire`]); a restock keeps them again.
 //!
 //! plus two per-prefix names: the set `PREFIX:redis-decr:sales` of warmed
 //! sales (what the background reconciler visits) and the pub/sub channel
@@ -39,6 +44,9 @@ static WARM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("warm.
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("inspect.lua")));
 static CORRECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("correct.lua")));
 static RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("restock.lua")));
+static GATE_CLOSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gate_close.lua")));
+static GATE_OPEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gate_open.lua")));
+static RETIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("retire.lua")));
 
 /// The set of sale ids this prefix holds counters for.
 pub fn sales_index_key(redis: &RedisHandle) -> String {
@@ -88,6 +96,9 @@ pub enum Reserve {
     AlreadyHeld,
     /// No counter in Redis: warm it from Postgres, then try again.
     NotWarmed,
+    /// A reconciler is correcting the counter (its gate is closed): nothing
+    /// was taken; try again shortly.
+    Gated,
 }
 
 /// An open reservation, as stored.
@@ -124,6 +135,7 @@ pub struct SaleCounter {
     pub reservations_key: String,
     pub seq_key: String,
     pub origin_key: String,
+    pub gate_key: String,
     channel: String,
 }
 
@@ -136,6 +148,7 @@ impl SaleCounter {
             reservations_key: redis.sale_key(sale.0, "reservations"),
             seq_key: redis.sale_key(sale.0, "seq"),
             origin_key: redis.sale_key(sale.0, "origin"),
+            gate_key: redis.sale_key(sale.0, "gate"),
             channel: stock_returned_channel(redis),
         }
     }
@@ -177,6 +190,7 @@ impl SaleCounter {
             .key(&self.buyers_key)
             .key(&self.reservations_key)
             .key(&self.seq_key)
+            .key(&self.gate_key)
             .arg(user.get())
             .arg(qty.get())
             .arg(id.as_str())
@@ -186,6 +200,7 @@ impl SaleCounter {
             1 => Reserve::Reserved { id, left: counter },
             0 => Reserve::SoldOut { left: counter },
             -1 => Reserve::AlreadyHeld,
+            -3 => Reserve::Gated,
             _ => Reserve::NotWarmed,
         })
     }
@@ -288,12 +303,66 @@ impl SaleCounter {
         let raised: i64 = RESTOCK
             .key(&self.stock_key)
             .key(&self.seq_key)
+            .key(&self.buyers_key)
+            .key(&self.reservations_key)
+            .key(&self.origin_key)
             .arg(units)
             .arg(&self.channel)
             .arg(self.sale.0)
             .invoke_async(conn)
             .await?;
         Ok(raised == 1)
+    }
+}
+
+impl SaleCounter {
+    /// Closes the correction gate with `token` for at most `hold`
+    /// (`gate_close.lua`): reservations are refused ([`Reserve::Gated`])
+    /// until [`Self::open_gate`] or the expiry. False when another
+    /// reconciler holds it.
+    pub async fn close_gate(
+        &self,
+        conn: &mut ConnectionManager,
+        token: &str,
+        hold: std::time::Duration,
+    ) -> redis::RedisResult<bool> {
+        let hold_ms = u64::try_from(hold.as_millis()).unwrap_or(u64::MAX).max(1);
+        let closed: i64 =
+            GATE_CLOSE.key(&self.gate_key).arg(token).arg(hold_ms).invoke_async(conn).await?;
+        Ok(closed == 1)
+    }
+
+    /// Opens the gate closed with `token` (`gate_open.lua`); a gate closed
+    /// by another token is left alone.
+    pub async fn open_gate(
+        &self,
+        conn: &mut ConnectionManager,
+        token: &str,
+    ) -> redis::RedisResult<()> {
+        GATE_OPEN.key(&self.gate_key).arg(token).invoke_async::<i64>(conn).await.map(drop)
+    }
+
+    /// Sets every key of the sale to expire in `ttl` if the sequence is still
+    /// `seq` and no reservation is open (`retire.lua`). Returns whether it
+    /// did.
+    pub async fn retire(
+        &self,
+        conn: &mut ConnectionManager,
+        seq: i64,
+        ttl: std::time::Duration,
+    ) -> redis::RedisResult<bool> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let retired: i64 = RETIRE
+            .key(&self.stock_key)
+            .key(&self.buyers_key)
+            .key(&self.reservations_key)
+            .key(&self.seq_key)
+            .key(&self.origin_key)
+            .arg(seq)
+            .arg(ttl_ms)
+            .invoke_async(conn)
+            .await?;
+        Ok(retired == 1)
     }
 }
 

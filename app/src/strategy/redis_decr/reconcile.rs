@@ -19,7 +19,15 @@
 //!    committed by the Postgres read. The one thing that would fool it — a
 //!    reservation opened after the snapshot — bumps the sequence number, and
 //!    the correction (`correct.lua`) is applied only if the sequence is
-//!    unchanged. Otherwise it waits for a later pass.
+//!    unchanged. Otherwise — demand kept reservations landing — the pass
+//!    closes the sale's correction gate (`gate_close.lua`: reservations are
+//!    refused for a few milliseconds), measures again and corrects with the
+//!    sequence standing still, then opens the gate: a drift is corrected
+//!    within one pass however busy the sale is;
+//! 4. retires a sale that ended or sold out with its books settled (no
+//!    drift, no reservation left): its keys expire after
+//!    `SECKILL_REDIS_KEY_TTL_MS` (`retire.lua`) and it leaves the index of
+//!    sales the background passes visit.
 //!
 //! Each fix is logged, counted in `seckill_reconcile_fixes_total{kind}` and
 //! added to `sales.reconcile_fixes`. Passes are safe to run concurrently
@@ -64,6 +72,8 @@ pub(super) struct Measurement {
     pub origin: i64,
     /// Buyers of open reservations who have an order.
     ordered: HashSet<i64>,
+    /// The sale's `ends_at` has passed: no purchase reaches it any more.
+    ended: bool,
 }
 
 impl Measurement {
@@ -96,7 +106,8 @@ impl Measurement {
 const POSTGRES_SIDE: &str = "\
 SELECT s.remaining_stock, s.created_at,
        coalesce((SELECT array_agg(o.user_id) FROM orders o
-                 WHERE o.sale_id = s.id AND o.user_id = ANY($2)), '{}') AS ordered
+                 WHERE o.sale_id = s.id AND o.user_id = ANY($2)), '{}') AS ordered,
+       coalesce(s.ends_at <= now(), false) AS ended
 FROM sales s
 WHERE s.id = $1 AND s.strategy = 'redis-decr'";
 
@@ -111,13 +122,14 @@ pub(super) async fn measure(
 ) -> Result<Option<Measurement>, StrategyError> {
     let snapshot = counter.snapshot(conn).await.map_err(redis_error)?;
     let buyers: Vec<i64> = snapshot.reservations.iter().map(|r| r.user).collect();
-    let row: Option<(i64, DateTime<Utc>, Vec<i64>)> =
+    let row: Option<(i64, DateTime<Utc>, Vec<i64>, bool)> =
         sqlx::query_as(POSTGRES_SIDE).bind(sale.0).bind(&buyers).fetch_optional(db).await?;
-    let measurement = row.map(|(remaining, created_at, ordered)| Measurement {
+    let measurement = row.map(|(remaining, created_at, ordered, ended)| Measurement {
         snapshot,
         remaining,
         origin: created_at.timestamp_micros(),
         ordered: ordered.into_iter().collect(),
+        ended,
     });
     match measurement {
         Some(measurement) if !measurement.same_sale() => {
@@ -209,31 +221,98 @@ impl RedisDecr {
             }
         }
 
+        let mut settled_at = Some(snapshot.seq);
         if drift != 0 {
+            settled_at = None;
             match counter.correct(&mut conn, snapshot.seq, -drift).await.map_err(redis_error)? {
-                Some(change) => {
-                    tracing::warn!(
-                        sale_id = sale.0,
-                        drift,
-                        change,
-                        remaining_stock = measurement.remaining,
-                        "reconciliation corrected the Redis counter to Postgres truth"
-                    );
-                    report.corrected_units = change.abs();
-                }
-                None => {
-                    tracing::info!(
-                        sale_id = sale.0,
-                        drift,
-                        "counter correction deferred: reservations landed while measuring"
-                    );
-                    report.correction_deferred = true;
-                }
+                Some(change) => report.corrected_units = change.abs(),
+                None => match self.correct_behind_gate(&mut conn, &counter, sale).await? {
+                    Some(change) => report.corrected_units = change.abs(),
+                    None => report.correction_deferred = true,
+                },
             }
+            if report.corrected_units > 0 {
+                tracing::warn!(
+                    sale_id = sale.0,
+                    drift,
+                    change = report.corrected_units,
+                    remaining_stock = measurement.remaining,
+                    "reconciliation corrected the Redis counter to Postgres truth"
+                );
+            } else if report.correction_deferred {
+                tracing::info!(sale_id = sale.0, drift, "counter correction deferred");
+            }
+        }
+        let finished = measurement.ended || measurement.remaining == 0;
+        let quiet = snapshot.reservations.len() == committed.len();
+        if let (true, true, Some(seq)) = (finished, quiet, settled_at) {
+            self.retire(&mut conn, &counter, sale, seq).await?;
         }
 
         self.record_fixes(&report).await?;
         Ok(report)
+    }
+
+    /// The correction of a sale whose sequence keeps moving: closes its
+    /// gate (at most [`GATE_HOLD`]), measures again, corrects with the
+    /// sequence standing still, opens the gate. Returns the change applied
+    /// (`Some(0)` when the drift was gone by then), or `None` when another
+    /// reconciler holds the gate or the sequence moved anyway (a restock, a
+    /// warm-up).
+    async fn correct_behind_gate(
+        &self,
+        conn: &mut ConnectionManager,
+        counter: &SaleCounter,
+        sale: SaleId,
+    ) -> Result<Option<i64>, StrategyError> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        if !counter.close_gate(conn, &token, GATE_HOLD).await.map_err(redis_error)? {
+            return Ok(None);
+        }
+        let corrected = async {
+            let Some(measurement) = measure(&self.db, conn, counter, sale).await? else {
+                return Ok(None);
+            };
+            match measurement.drift() {
+                None | Some(0) => Ok(Some(0)),
+                Some(drift) => counter
+                    .correct(conn, measurement.snapshot.seq, -drift)
+                    .await
+                    .map_err(redis_error),
+            }
+        }
+        .await;
+        // Opened even when the correction failed; otherwise it opens by
+        // itself after GATE_HOLD.
+        let opened = counter.open_gate(conn, &token).await.map_err(redis_error);
+        let corrected = corrected?;
+        opened?;
+        Ok(corrected)
+    }
+
+    /// Lets the keys of a sale that ended or sold out, books settled at
+    /// sequence `seq`, expire after `SECKILL_REDIS_KEY_TTL_MS`, and takes it
+    /// off the index the background passes visit (unless the sale moved on
+    /// since `seq`).
+    async fn retire(
+        &self,
+        conn: &mut ConnectionManager,
+        counter: &SaleCounter,
+        sale: SaleId,
+        seq: i64,
+    ) -> Result<(), StrategyError> {
+        let ttl = Duration::from_millis(self.key_ttl_ms);
+        if !counter.retire(conn, seq, ttl).await.map_err(redis_error)? {
+            return Ok(());
+        }
+        redis::cmd("SREM")
+            .arg(sales_index_key(&self.redis))
+            .arg(sale.0)
+            .query_async::<i64>(conn)
+            .await
+            .map_err(redis_error)?;
+        tracing::info!(sale_id = sale.0, ttl_ms = self.key_ttl_ms, "sale retired: its keys expire");
+        Ok(())
     }
 
     /// Counts the fixes of a pass in `/metrics` and in `sales.reconcile_fixes`.
@@ -265,7 +344,8 @@ impl RedisDecr {
         Ok(())
     }
 
-    /// One pass over every sale in this prefix's index.
+    /// One pass over every sale in this prefix's index; the number visited
+    /// is `seckill_reconcile_sales_visited{instance}`.
     async fn reconcile_all(&self) -> Result<(), StrategyError> {
         let mut conn = self.redis.conn().await?;
         let sales: Vec<i64> = redis::cmd("SMEMBERS")
@@ -273,6 +353,8 @@ impl RedisDecr {
             .query_async(&mut conn)
             .await
             .map_err(redis_error)?;
+        metrics::gauge!(crate::metric_names::RECONCILE_SALES_VISITED, "instance" => self.instance.clone())
+            .set(sales.len() as f64);
         for sale in sales {
             if let Err(err) = self.reconcile_sale(SaleId(sale)).await {
                 tracing::warn!(sale_id = sale, error = %err, "reconciliation pass failed");
@@ -281,6 +363,11 @@ impl RedisDecr {
         Ok(())
     }
 }
+
+/// Longest a correction keeps a sale's gate closed (reservations refused):
+/// one measurement and one script take a few milliseconds; the expiry only
+/// matters when the reconciler dies with the gate closed.
+const GATE_HOLD: Duration = Duration::from_millis(500);
 
 /// The `job` label of the background reconciler's runs.
 pub const JOB: &str = "redis-decr-reconcile";

@@ -4,6 +4,7 @@
 -- KEYS[2]  buyers               PREFIX:{sale:ID}:buyers        (set of user ids)
 -- KEYS[3]  open reservations    PREFIX:{sale:ID}:reservations  (hash rid -> "user:qty:ms")
 -- KEYS[4]  reservation sequence PREFIX:{sale:ID}:seq           (string, integer)
+-- KEYS[5]  correction gate      PREFIX:{sale:ID}:gate          (string, see gate_close.lua)
 -- ARGV[1]  user id
 -- ARGV[2]  quantity, units (>= 1)
 -- ARGV[3]  reservation id (unique, chosen by the caller)
@@ -14,6 +15,8 @@
 --   {-1, 0}     this user already holds a reservation or an order
 --   {-2, 0}     no counter: the sale is not warmed in this Redis (new, or
 --               lost with a restart); warm it from Postgres and call again
+--   {-3, 0}     the correction gate is closed: a reconciler is correcting
+--               the counter for a few milliseconds; try again shortly
 --
 -- Races closed: the de-duplication check, the decrement and the record of
 -- the reservation are one atomic step, so a fast double click cannot take two
@@ -29,6 +32,9 @@ if not counter then
 end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
   return {-1, 0}
+end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  return {-3, 0}
 end
 local qty = tonumber(ARGV[2])
 local left = redis.call('DECRBY', KEYS[1], qty)

@@ -1,0 +1,462 @@
+// The storefront of one flash sale (docs/storefront.md): plain JavaScript
+// with no build step, talking to the public JSON API like any other client.
+//
+// - The sale (name, stock, status, window) is read from GET /sales/{id}
+//   every few seconds while the tab is visible, less often when nothing can
+//   change soon, never after the sale ended.
+// - The countdown follows the service's clock: each read carries the
+//   service's `now`, and the page keeps the offset between it and the
+//   browser's monotonic clock (performance.now), so the browser's own date
+//   never matters.
+// - A purchase answer becomes words: 201 the order; 202 "queued", then the
+//   result polled with wait_ms; 409 sold out / already bought / not started /
+//   ended; 503 retried after its Retry-After with a visible note; no answer
+//   or 504 retried with exponential backoff. Retrying is safe: a buyer holds
+//   at most one order of a sale (the unique constraint on sale and buyer is
+//   the idempotency key), so a repeat is answered "already purchased" — and
+//   the page then shows the order — or, for a queued sale, with the same
+//   request.
+"use strict";
+
+// ---- The buyer ---------------------------------------------------------
+// Buyers are not authenticated yet: a buyer is a random id kept in this
+// browser. Everything that tells the service who buys goes through `buyer`,
+// so that a bearer token can replace the id here alone: `headers()` would
+// carry `Authorization: Bearer …` and `purchaseBody()` would drop user_id.
+const buyer = (() => {
+  const KEY = "seckill.buyer";
+  const stored = Number(readStorage(KEY));
+  let id = stored;
+  if (!Number.isSafeInteger(id) || id < 1) {
+    const words = new Uint32Array(2);
+    crypto.getRandomValues(words);
+    // 52 random bits, exact in a JavaScript number; never 0.
+    id = (words[0] & 0xfffff) * 2 ** 32 + words[1] + 1;
+    writeStorage(KEY, String(id));
+  }
+  return {
+    id,
+    headers: () => ({}),
+    purchaseBody: () => ({ user_id: id, quantity: 1 }),
+    orderPath: (sale) => `/sales/${sale}/buyers/${id}/order`,
+  };
+})();
+
+function readStorage(key) {
+  try { return localStorage.getItem(key); } catch { return null; }
+}
+function writeStorage(key, value) {
+  try {
+    if (value === null) localStorage.removeItem(key); else localStorage.setItem(key, value);
+  } catch { /* storage refused (private mode): the page still works for this visit */ }
+}
+
+// ---- The service's clock -----------------------------------------------
+const clock = {
+  /** The service's time minus performance.now(), in ms; null before a read. */
+  offset: null,
+  /** A read sent at `sentAt` and answered at `receivedAt` (performance.now)
+   *  carried the service's `now`: it was taken during the round trip, on
+   *  average at its middle. */
+  sync(serverNow, sentAt, receivedAt) {
+    const server = parseTime(serverNow);
+    if (!Number.isNaN(server)) this.offset = server - (sentAt + receivedAt) / 2;
+  },
+  /** The service's time now, ms since the epoch (NaN before a read). */
+  now() { return this.offset === null ? NaN : performance.now() + this.offset; },
+};
+
+/** RFC 3339 → ms since the epoch; fractions beyond milliseconds dropped. */
+function parseTime(text) {
+  return typeof text === "string" ? Date.parse(text.replace(/(\.\d{3})\d+/, "$1")) : NaN;
+}
+
+// ---- Talking to the service ----------------------------------------------
+/** `fetch` of a JSON resource: the answer and its body (null when not JSON).
+ *  Throws only when no answer came (the network failed). */
+async function api(path, init = {}) {
+  const headers = { Accept: "application/json", ...buyer.headers(), ...(init.headers || {}) };
+  const response = await fetch(path, { ...init, headers, cache: "no-store", credentials: "same-origin" });
+  let body = null;
+  try { body = await response.json(); } catch { /* an empty or non-JSON body */ }
+  return { response, body };
+}
+
+/** The last segment of a problem's `type` (`sold-out`, `busy`, …). */
+function problemKind(body) {
+  return body && typeof body.type === "string" ? body.type.split("/").pop() : "";
+}
+
+/** Whole seconds of a Retry-After header; 1 when absent or unreadable. */
+function retryAfterSeconds(response) {
+  const seconds = Number(response.headers.get("Retry-After"));
+  return Number.isFinite(seconds) && seconds >= 0 ? Math.max(1, Math.ceil(seconds)) : 1;
+}
+
+/** Exponential backoff before retry `n` (1-based): 0.5 s · 2^(n−1), at most
+ *  8 s, with up to 50 % jitter so that a crowd does not retry in step. */
+function backoffMs(n) {
+  return Math.min(8000, 500 * 2 ** (n - 1)) * (1 + Math.random() * 0.5);
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// ---- The page ------------------------------------------------------------
+const $ = (id) => document.getElementById(id);
+const el = {
+  form: $("open-sale"), saleNumber: $("sale-number"), sale: $("sale"), name: $("sale-name"),
+  status: $("status"), countdown: $("countdown"), stockBar: $("stock-bar"), stock: $("stock"),
+  buy: $("buy"), note: $("note"), result: $("result"), buyerId: $("buyer-id"), fatal: $("fatal"),
+};
+
+const state = {
+  saleId: null,
+  /** The last GET /sales/{id} body. */
+  sale: null,
+  /** A purchase is in flight (its button stays disabled). */
+  buying: false,
+  /** This buyer holds an order of the sale (or it is settling). */
+  done: false,
+  /** The phase the page showed last, to notice the countdown's end. */
+  shownPhase: null,
+  pollTimer: null,
+  /** Consecutive failed reads of the sale. */
+  readFailures: 0,
+};
+
+const PHASE_WORDS = {
+  loading: "Loading…",
+  not_started: "Not started yet",
+  open: "Open",
+  sold_out: "Sold out",
+  ended: "Ended",
+};
+
+/** The sale's phase now, by the service's clock: its window first, then its
+ *  stock (the service's own rule, GET /sales/{id} `status`). */
+function phaseNow() {
+  const sale = state.sale;
+  if (!sale) return "loading";
+  const now = clock.now();
+  if (Number.isNaN(now)) return sale.status;
+  if (sale.starts_at && now < parseTime(sale.starts_at)) return "not_started";
+  if (sale.ends_at && now >= parseTime(sale.ends_at)) return "ended";
+  return sale.remaining_stock > 0 ? "open" : "sold_out";
+}
+
+/** `ms` as `1 d 02:03:04`, `2:03:04` or `3:04`. */
+function duration(ms) {
+  let s = Math.max(0, Math.ceil(ms / 1000));
+  const days = Math.floor(s / 86400); s %= 86400;
+  const h = Math.floor(s / 3600); s %= 3600;
+  const m = Math.floor(s / 60); s %= 60;
+  const two = (n) => String(n).padStart(2, "0");
+  const clockText = h > 0 || days > 0 ? `${days > 0 ? two(h) : h}:${two(m)}:${two(s)}` : `${m}:${two(s)}`;
+  return days > 0 ? `${days} d ${clockText}` : clockText;
+}
+
+const count = new Intl.NumberFormat();
+
+function render() {
+  const sale = state.sale;
+  const phase = phaseNow();
+  el.status.textContent = PHASE_WORDS[phase] || phase;
+  el.status.dataset.status = phase;
+  if (sale) {
+    el.name.textContent = sale.name;
+    document.title = `${sale.name} — flash sale`;
+    el.stock.textContent = `${count.format(sale.remaining_stock)} of ${count.format(sale.total_stock)} left`;
+    el.stockBar.max = Math.max(1, sale.total_stock);
+    el.stockBar.value = Math.max(0, sale.remaining_stock);
+    el.sale.setAttribute("aria-busy", "false");
+  }
+  const now = clock.now();
+  let countdown = "";
+  if (phase === "not_started") countdown = `Starts in ${duration(parseTime(sale.starts_at) - now)}`;
+  else if (phase === "open" && sale.ends_at) countdown = `Ends in ${duration(parseTime(sale.ends_at) - now)}`;
+  el.countdown.textContent = countdown;
+  el.countdown.hidden = countdown === "";
+  el.buy.disabled = phase !== "open" || state.buying || state.done;
+  el.buy.textContent = state.buying ? "Buying…" : state.done ? "Bought" : phase === "open" ? "Buy now" : PHASE_WORDS[phase];
+  if (state.shownPhase === "not_started" && phase === "open") refreshSoon(0);
+  state.shownPhase = phase;
+}
+
+/** Shows an outcome of the purchase (`data-outcome` names it), or hides it. */
+function showResult(outcome, text) {
+  el.result.dataset.outcome = outcome || "";
+  el.result.textContent = text || "";
+  el.result.hidden = !outcome;
+}
+
+function hideNote() {
+  el.note.hidden = true;
+  el.note.dataset.kind = "";
+  el.note.textContent = "";
+}
+
+/** Waits `ms` while a note of `kind` says why, its seconds counting down. */
+async function waitWithNote(ms, kind, words) {
+  const until = performance.now() + ms;
+  el.note.dataset.kind = kind;
+  el.note.hidden = false;
+  for (;;) {
+    const left = until - performance.now();
+    if (left <= 0) break;
+    el.note.textContent = words(Math.ceil(left / 1000));
+    await sleep(Math.min(left, 250));
+  }
+}
+
+// ---- Reading the sale ----------------------------------------------------
+/** How long until the next read of the sale, by its phase; null: never. */
+function nextReadMs(phase) {
+  const sale = state.sale;
+  if (phase === "ended") return null;
+  if (phase === "sold_out") return 10000;
+  if (phase === "not_started") {
+    const untilStart = parseTime(sale.starts_at) - clock.now();
+    return untilStart > 60000 ? 15000 : 2000;
+  }
+  return 2000;
+}
+
+function refreshSoon(ms) {
+  clearTimeout(state.pollTimer);
+  state.pollTimer = setTimeout(refresh, ms);
+}
+
+async function refresh() {
+  clearTimeout(state.pollTimer);
+  if (document.hidden) return; // read again when the tab is shown
+  const sentAt = performance.now();
+  let answer;
+  try {
+    answer = await api(`/sales/${state.saleId}`);
+  } catch {
+    state.readFailures += 1;
+    refreshSoon(backoffMs(Math.min(state.readFailures, 5)));
+    return;
+  }
+  const { response, body } = answer;
+  if (response.status === 404) return fatal(`There is no sale number ${state.saleId}.`);
+  if (!response.ok || !body) {
+    state.readFailures += 1;
+    refreshSoon(response.status === 503 ? retryAfterSeconds(response) * 1000 : backoffMs(Math.min(state.readFailures, 5)));
+    return;
+  }
+  state.readFailures = 0;
+  clock.sync(body.now, sentAt, performance.now());
+  state.sale = body;
+  render();
+  const next = nextReadMs(phaseNow());
+  if (next !== null) refreshSoon(next);
+}
+
+// ---- Buying ---------------------------------------------------------------
+const MAX_RETRIES = 8;
+
+async function buy() {
+  if (state.buying || state.done) return;
+  state.buying = true;
+  showResult(null);
+  render();
+  try {
+    await purchase();
+  } finally {
+    state.buying = false;
+    hideNote();
+    render();
+  }
+}
+
+/** Sends the purchase until it has an outcome, retrying what may be retried. */
+async function purchase() {
+  let retries = 0;
+  for (;;) {
+    let answer;
+    try {
+      answer = await api(`/sales/${state.saleId}/orders`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(buyer.purchaseBody()),
+      });
+    } catch {
+      // No answer: the purchase may have been placed or not. Sending it again
+      // is safe (see the top of this file).
+      if (++retries > MAX_RETRIES) return failed("The store could not be reached. If your purchase went through, reloading the page shows it.");
+      await waitWithNote(backoffMs(retries), "network", (s) => `Connection problem — trying again in ${s} s.`);
+      continue;
+    }
+    const { response, body } = answer;
+    hideNote();
+    if (response.status === 201) return placed(body, "placed");
+    if (response.status === 202) return queued(body);
+    if (response.status === 409) return refused(problemKind(body), body);
+    if (response.status === 503 || response.status === 504) {
+      if (++retries > MAX_RETRIES) return failed("The store is too busy right now. Please try again in a moment.");
+      const busy = response.status === 503 && problemKind(body) === "busy";
+      const ms = response.status === 503 ? retryAfterSeconds(response) * 1000 * (1 + Math.random() * 0.25) : backoffMs(retries);
+      const kind = busy ? "busy" : response.status === 504 ? "timeout" : "unavailable";
+      const why = busy ? "The sale is busy" : response.status === 504 ? "The store took too long to answer" : "The store is briefly unavailable";
+      await waitWithNote(ms, kind, (s) => `${why} — trying again in ${s} s.`);
+      continue;
+    }
+    return failed((body && (body.detail || body.title)) || `The store answered ${response.status}.`);
+  }
+}
+
+function placed(order, outcome) {
+  state.done = true;
+  writeStorage(pendingKey(), null);
+  const units = order.quantity === 1 ? "1 unit" : `${order.quantity} units`;
+  const text = outcome === "placed"
+    ? `Order #${order.order_id} placed: ${units}. Thank you!`
+    : `You already bought this: order #${order.order_id}, ${units}.`;
+  showResult(outcome, text);
+  refreshSoon(0);
+}
+
+function failed(text) {
+  showResult("failed", text);
+}
+
+/** A 409, or a settled request that was refused, in words. */
+async function refused(kind, body) {
+  writeStorage(pendingKey(), null);
+  switch (kind) {
+    case "sold-out":
+      // The service just said so: show it now, before the next read confirms.
+      if (state.sale) state.sale.remaining_stock = 0;
+      showResult("sold-out", "Sold out — every unit has been sold.");
+      refreshSoon(0);
+      return;
+    case "already-purchased":
+      return alreadyBought();
+    case "not-started":
+      showResult("not-started", "The sale has not started yet.");
+      refreshSoon(0);
+      return;
+    case "ended":
+      showResult("ended", "The sale has ended.");
+      refreshSoon(0);
+      return;
+    default:
+      failed((body && (body.detail || body.title)) || "The purchase was refused.");
+  }
+}
+
+/** The buyer holds an order already (an earlier attempt placed it): show it. */
+async function alreadyBought() {
+  state.done = true;
+  try {
+    const { response, body } = await api(buyer.orderPath(state.saleId));
+    if (response.ok && body) return placed(body, "already-purchased");
+  } catch { /* shown without its number below */ }
+  showResult("already-purchased", "You already bought this.");
+}
+
+/** Where the page remembers a queued request, so that a reload resumes it. */
+function pendingKey() { return `seckill.pending.${state.saleId}.${buyer.id}`; }
+
+/** A 202: the request waits in the queue; poll its result. */
+async function queued(accepted) {
+  const location = accepted && accepted.location;
+  if (typeof location !== "string" || !location.startsWith(`/sales/${state.saleId}/requests/`)) {
+    return failed("The store accepted the purchase but did not say where its result will be.");
+  }
+  state.done = true;
+  writeStorage(pendingKey(), location);
+  return settle(location);
+}
+
+/** Polls a queued request (`wait_ms` holds each poll open up to 5 s) until
+ *  it is settled. */
+async function settle(location) {
+  showResult("queued", "You're in the queue — your purchase is being settled…");
+  let retries = 0;
+  for (;;) {
+    let answer;
+    try {
+      answer = await api(`${location}?wait_ms=5000`);
+    } catch {
+      retries += 1;
+      await waitWithNote(backoffMs(Math.min(retries, 5)), "network", (s) => `Connection problem — asking again in ${s} s.`);
+      continue;
+    }
+    const { response, body } = answer;
+    hideNote();
+    if (response.status === 200 && body) {
+      switch (body.status) {
+        case "pending": continue;
+        case "placed": return placed(body, "placed");
+        case "sold_out": state.done = false; return refused("sold-out", body);
+        case "already_purchased": return refused("already-purchased", body);
+        default:
+          state.done = false;
+          writeStorage(pendingKey(), null);
+          return failed("Your purchase could not be settled. Please try again.");
+      }
+    }
+    if (response.status === 404) {
+      state.done = false;
+      writeStorage(pendingKey(), null);
+      return failed("The store does not know this purchase any more. Please try again.");
+    }
+    retries += 1;
+    const ms = response.status === 503 ? retryAfterSeconds(response) * 1000 : backoffMs(Math.min(retries, 5));
+    await waitWithNote(ms, "busy", (s) => `The store is busy — asking again in ${s} s.`);
+  }
+}
+
+// ---- Start ------------------------------------------------------------------
+function fatal(text) {
+  clearTimeout(state.pollTimer);
+  el.sale.hidden = true;
+  el.fatal.textContent = text;
+  el.fatal.hidden = false;
+  el.form.hidden = false;
+}
+
+/** The sale of this URL: `/sales/{id}`, or `/?sale={id}` (the form's). */
+function saleIdFromUrl() {
+  const path = location.pathname.match(/^\/sales\/(\d{1,19})\/?$/);
+  if (path) return path[1];
+  const query = new URLSearchParams(location.search).get("sale");
+  return query && /^\d{1,19}$/.test(query.trim()) ? query.trim() : null;
+}
+
+async function start() {
+  state.saleId = saleIdFromUrl();
+  if (!state.saleId) {
+    el.form.hidden = false;
+    return;
+  }
+  if (location.pathname !== `/sales/${state.saleId}`) history.replaceState(null, "", `/sales/${state.saleId}`);
+  el.saleNumber.value = state.saleId;
+  el.sale.hidden = false;
+  el.buyerId.textContent = String(buyer.id);
+  el.buy.addEventListener("click", buy);
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshSoon(0); });
+  setInterval(render, 250);
+  await refresh();
+  // An earlier visit may have queued a purchase or bought already.
+  const pending = readStorage(pendingKey());
+  if (pending) {
+    state.done = true;
+    render();
+    await settle(pending);
+    render();
+    return;
+  }
+  try {
+    const { response, body } = await api(buyer.orderPath(state.saleId));
+    if (response.ok && body) {
+      state.done = true;
+      placed(body, "already-purchased");
+      render();
+    }
+  } catch { /* no answer: the buy button still tells the truth */ }
+}
+
+start();

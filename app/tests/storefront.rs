@@ -1,0 +1,357 @@
+//! The storefront page in headless Chromium against a running service (the
+//! browser is driven over the DevTools protocol, `test_support::Browser`):
+//! a buyer buys from a `sql` sale and sees the order; from a `queue` sale
+//! sees "queued", then the order once a consumer settles it; is told "sold
+//! out" when someone else took the last unit; waits out a `503 busy` as its
+//! `Retry-After` asks and then buys; sees a countdown that follows the
+//! service's clock — not the browser's, which is set an hour ahead — and a
+//! button that opens at the start; and an answer lost on the network is
+//! retried without a second order. The page is read by what it shows
+//! (`data-status`, `data-outcome`, `data-kind` and the text), and each step
+//! leaves a screenshot in `target/screenshots/storefront-*.png`.
+//!
+//! Plus, without a browser: the content negotiation of `GET /sales/{id}`
+//! (JSON stays the default), the page's files and their validators, and the
+//! buyer's order route.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use reqwest::StatusCode;
+use seckill::config::Config;
+use seckill::strategy::queue::Topology;
+use serde_json::{Value, json};
+use test_support::Browser;
+
+use crate::support::TestApp;
+
+/// How long a step of the page may take to show (the page reads the sale
+/// every 2 s; a queued purchase is polled with `wait_ms`).
+const STEP: Duration = Duration::from_secs(20);
+
+const STATUS: &str = "document.getElementById('status').dataset.status";
+const OUTCOME: &str = "document.getElementById('result').dataset.outcome";
+const RESULT_TEXT: &str = "document.getElementById('result').textContent";
+const NOTE_KIND: &str = "document.getElementById('note').dataset.kind";
+const BUY_ENABLED: &str = "!document.getElementById('buy').disabled";
+const STOCK_TEXT: &str = "document.getElementById('stock').textContent";
+
+/// `target/screenshots/storefront-{name}.png`.
+fn artifact(name: &str) -> PathBuf {
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent()
+        .expect("target/tmp has a parent")
+        .join("screenshots")
+        .join(format!("storefront-{name}.png"))
+}
+
+/// A screenshot of the page as `name`, which must be a real picture.
+async fn shoot(browser: &Browser, name: &str) {
+    let bytes = browser.screenshot(&artifact(name)).await;
+    assert!(bytes > 10_000, "the screenshot {name} is almost empty ({bytes} bytes)");
+}
+
+/// A browser on the storefront page of `sale`, once it shows the sale.
+async fn open(app: &TestApp, sale: i64) -> Browser {
+    let browser = Browser::start(900, 1000).await;
+    browser.goto(&app.url(&format!("/sales/{sale}"))).await;
+    browser.wait_for(&format!("{STATUS} !== 'loading'"), STEP).await;
+    browser
+}
+
+/// Waits until the page shows `outcome`, and answers the result's text.
+async fn outcome(browser: &Browser, outcome: &str) -> String {
+    browser.wait_for(&format!("{OUTCOME} === '{outcome}'"), STEP).await;
+    browser.eval(RESULT_TEXT).await.as_str().unwrap().to_owned()
+}
+
+/// Clicks the buy button, which must be enabled.
+async fn click_buy(browser: &Browser) {
+    let clicked = browser
+        .eval(
+            "(() => { const b = document.getElementById('buy'); if (b.disabled) return false; \
+               b.click(); return true; })()",
+        )
+        .await;
+    assert_eq!(clicked, true, "the buy button is enabled");
+}
+
+/// The buyer id the page buys as.
+async fn buyer(browser: &Browser) -> i64 {
+    let text = browser.eval("document.getElementById('buyer-id').textContent").await;
+    text.as_str().and_then(|t| t.parse().ok()).expect("a numeric buyer id")
+}
+
+/// The order id `user` holds in `sale`, from Postgres.
+async fn order_id(app: &TestApp, sale: i64, user: i64) -> i64 {
+    sqlx::query_scalar("SELECT id FROM orders WHERE sale_id = $1 AND user_id = $2")
+        .bind(sale)
+        .bind(user)
+        .fetch_one(&app.db)
+        .await
+        .expect("the buyer's order is in Postgres")
+}
+
+async fn sale(app: &TestApp, body: Value) -> i64 {
+    app.create_sale(body).await["id"].as_i64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sql_sale_is_bought_with_the_keyboard_and_its_order_shown() {
+    let app = TestApp::spawn().await;
+    let sale =
+        sale(&app, json!({ "name": "Launch sneakers", "stock": 5, "strategy": "sql" })).await;
+    let browser = open(&app, sale).await;
+    browser.wait_for(BUY_ENABLED, STEP).await;
+    assert_eq!(browser.eval(STATUS).await, "open");
+    assert_eq!(browser.eval(STOCK_TEXT).await, "5 of 5 left");
+    assert_eq!(browser.eval("document.title").await, "Launch sneakers — flash sale");
+    shoot(&browser, "sql-open").await;
+
+    // The button is reached and pressed with the keyboard.
+    browser.eval("document.getElementById('buy').focus()").await;
+    for kind in ["keyDown", "keyUp"] {
+        let key = json!({ "type": kind, "key": "Enter", "code": "Enter",
+                          "windowsVirtualKeyCode": 13, "text": "\r" });
+        browser.call("Input.dispatchKeyEvent", key).await;
+    }
+    let text = outcome(&browser, "placed").await;
+    let user = buyer(&browser).await;
+    let order = order_id(&app, sale, user).await;
+    assert!(text.contains(&format!("Order #{order} placed")), "{text}");
+    browser.wait_for(&format!("{STOCK_TEXT} === '4 of 5 left'"), STEP).await;
+    assert_eq!(browser.eval(BUY_ENABLED).await, false, "one unit per buyer");
+    shoot(&browser, "sql-placed").await;
+
+    // A reload finds the order (the buyer id is kept in the browser).
+    browser.goto(&app.url(&format!("/sales/{sale}"))).await;
+    let text = outcome(&browser, "already-purchased").await;
+    assert!(text.contains(&format!("order #{order}")), "{text}");
+    assert_eq!(buyer(&browser).await, user);
+    assert_eq!(app.audit(sale).await.orders, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_lost_on_the_network_is_retried_without_a_second_order() {
+    let app = TestApp::spawn().await;
+    let sale = sale(&app, json!({ "name": "Retry", "stock": 5, "strategy": "sql" })).await;
+    let browser = open(&app, sale).await;
+    browser.wait_for(BUY_ENABLED, STEP).await;
+    // The service places the order, and its answer never reaches the page.
+    browser.lose_answers(&format!("*/sales/{sale}/orders"), 1).await;
+    click_buy(&browser).await;
+    let text = outcome(&browser, "already-purchased").await;
+    assert_eq!(browser.answers_lost(), 1);
+    let order = order_id(&app, sale, buyer(&browser).await).await;
+    assert!(text.contains(&format!("order #{order}")), "the retry shows the first order: {text}");
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.orders, audit.units_sold), (1, 1), "never a double purchase");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_purchase_shows_queued_then_the_order_once_settled() {
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let queue_config = |consume: bool| {
+        let prefix = prefix.clone();
+        move |config: &mut Config| {
+            config.amqp_prefix = prefix;
+            config.queue_partitions = 1;
+            config.queue_consume = consume;
+        }
+    };
+    // The page's instance runs no consumer: the purchase stays queued.
+    let app = TestApp::spawn_with(queue_config(false)).await;
+    let sale = sale(&app, json!({ "name": "Queued drop", "stock": 3, "strategy": "queue" })).await;
+    let browser = open(&app, sale).await;
+    browser.wait_for(BUY_ENABLED, STEP).await;
+    click_buy(&browser).await;
+    let text = outcome(&browser, "queued").await;
+    assert!(text.contains("in the queue"), "{text}");
+    shoot(&browser, "queue-queued").await;
+
+    // A second instance with the consumer on settles it; the page, polling
+    // the request with wait_ms, shows the order.
+    let _consumer = TestApp::spawn_with(queue_config(true)).await;
+    let text = outcome(&browser, "placed").await;
+    let order = order_id(&app, sale, buyer(&browser).await).await;
+    assert!(text.contains(&format!("Order #{order} placed")), "{text}");
+    browser.wait_for(&format!("{STOCK_TEXT} === '2 of 3 left'"), STEP).await;
+    shoot(&browser, "queue-placed").await;
+
+    let config = Config::from_env();
+    let topology = Topology::new(&prefix, 1, config.queue_max_length, config.queue_delivery_limit);
+    topology.delete_at(&config.amqp_url).await.expect("the test's queues are deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_unit_taken_by_someone_else_is_told_sold_out_on_a_phone() {
+    let app = TestApp::spawn().await;
+    let sale = sale(&app, json!({ "name": "Last pair", "stock": 1, "strategy": "sql" })).await;
+    let browser = Browser::start(900, 1000).await;
+    browser.emulate_phone(360, 740).await;
+    browser.goto(&app.url(&format!("/sales/{sale}"))).await;
+    browser.wait_for(BUY_ENABLED, STEP).await;
+    let wider = "[...document.querySelectorAll('body *')].filter(e => \
+                 e.getBoundingClientRect().right > window.innerWidth + 0.5) \
+                 .map(e => `${e.tagName}#${e.id}.${e.className}`)";
+    assert_eq!(browser.eval(wider).await, json!([]), "nothing wider than a phone");
+    // The page keeps showing the sale open (its reads of the sale are lost
+    // from now on) while another buyer takes the last unit.
+    browser.lose_answers(&format!("*/sales/{sale}"), u32::MAX).await;
+    assert_eq!(app.buy(sale, 1).await.status(), StatusCode::CREATED);
+    click_buy(&browser).await;
+    let text = outcome(&browser, "sold-out").await;
+    assert!(text.starts_with("Sold out"), "{text}");
+    assert_eq!(browser.eval(BUY_ENABLED).await, false);
+
+    // Opened again, the page shows the sale sold out, its button off.
+    let browser = Browser::start(900, 1000).await;
+    browser.emulate_phone(360, 740).await;
+    browser.goto(&app.url(&format!("/sales/{sale}"))).await;
+    browser.wait_for(&format!("{STATUS} === 'sold_out'"), STEP).await;
+    assert_eq!(browser.eval(BUY_ENABLED).await, false);
+    assert_eq!(browser.eval(STOCK_TEXT).await, "0 of 1 left");
+    shoot(&browser, "sold-out-phone").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_answer_is_retried_after_its_retry_after_and_then_placed() {
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let redis_prefix = prefix.clone();
+    let app = TestApp::spawn_with(move |config| {
+        config.redis_key_prefix = redis_prefix;
+        config.lock_wait_ms = 100;
+    })
+    .await;
+    let sale = sale(&app, json!({ "name": "Busy", "stock": 3, "strategy": "lock/setnx" })).await;
+    // Someone holds the sale's lock: a purchase waits 100 ms for it, then is
+    // answered `503 busy` with `Retry-After: 1`.
+    let redis = redis::Client::open(Config::from_env().redis_url).unwrap();
+    let mut redis = redis.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("{prefix}:{{sale:{sale}}}:lock:setnx");
+    let _: () = redis::cmd("SET").arg(&key).arg(1).query_async(&mut redis).await.unwrap();
+
+    let browser = open(&app, sale).await;
+    browser.wait_for(BUY_ENABLED, STEP).await;
+    click_buy(&browser).await;
+    browser.wait_for(&format!("{NOTE_KIND} === 'busy'"), STEP).await;
+    let note = browser.eval("document.getElementById('note').textContent").await;
+    // Retry-After: 1, plus up to 25 % jitter, counted down in whole seconds.
+    let note = note.as_str().unwrap();
+    assert!(
+        ["1", "2"].iter().any(|s| note.contains(&format!("busy — trying again in {s} s"))),
+        "{note}"
+    );
+    shoot(&browser, "busy").await;
+    assert_eq!(app.audit(sale).await.orders, 0, "nothing is bought while the lock is held");
+
+    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut redis).await.unwrap();
+    let text = outcome(&browser, "placed").await;
+    let order = order_id(&app, sale, buyer(&browser).await).await;
+    assert!(text.contains(&format!("Order #{order} placed")), "{text}");
+    assert_eq!(browser.eval(NOTE_KIND).await, "", "the note is gone");
+    shoot(&browser, "busy-placed").await;
+}
+
+/// Sets the page's `Date` an hour ahead of the real time: a countdown that
+/// used the browser's clock would find the sale long started.
+const CLOCK_AN_HOUR_AHEAD: &str = "(() => { const Real = Date; const skew = 3600e3; \
+    class Skewed extends Real { constructor(...a) { super(...(a.length ? a : [Real.now() + skew])); } \
+    static now() { return Real.now() + skew; } } globalThis.Date = Skewed; })();";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_countdown_follows_the_services_clock_and_the_button_opens_at_the_start() {
+    let app = TestApp::spawn().await;
+    // Far enough ahead that a slow browser start still sees the countdown.
+    let starts_at = Utc::now() + chrono::TimeDelta::seconds(8);
+    let sale = sale(
+        &app,
+        json!({ "name": "Midnight drop", "stock": 2, "strategy": "sql",
+                "starts_at": starts_at.to_rfc3339_opts(SecondsFormat::Millis, true) }),
+    )
+    .await;
+    let browser = Browser::start(900, 1000).await;
+    browser.before_every_document(CLOCK_AN_HOUR_AHEAD).await;
+    browser.goto(&app.url(&format!("/sales/{sale}"))).await;
+    let skewed = browser.eval("Date.now() - performance.timeOrigin - performance.now()").await;
+    assert!(skewed.as_f64().unwrap() > 3_000_000.0, "the browser's clock is ahead: {skewed}");
+    browser.wait_for(&format!("{STATUS} === 'not_started'"), STEP).await;
+    let countdown = browser.eval("document.getElementById('countdown').textContent").await;
+    let countdown = countdown.as_str().unwrap().to_owned();
+    assert!((1..=8).any(|s| countdown == format!("Starts in 0:0{s}")), "{countdown}");
+    assert_eq!(browser.eval(BUY_ENABLED).await, false, "closed before the start");
+    shoot(&browser, "countdown").await;
+
+    browser.wait_for(BUY_ENABLED, Duration::from_secs(15)).await;
+    let opened = Utc::now();
+    assert!(
+        opened > starts_at - chrono::TimeDelta::milliseconds(500),
+        "the button opened at {opened}, before the start {starts_at}"
+    );
+    assert_eq!(browser.eval(STATUS).await, "open");
+    click_buy(&browser).await;
+    outcome(&browser, "placed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_gets_the_page_and_every_other_client_the_json() {
+    let app = TestApp::spawn().await;
+    let sale = app.sale("sql", 3).await;
+    let get = |path: String, accept: Option<&'static str>| {
+        let mut request = app.client.get(app.url(&path));
+        if let Some(accept) = accept {
+            request = request.header("Accept", accept);
+        }
+        request.send()
+    };
+    let navigation = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+    let page = get(format!("/sales/{sale}"), Some(navigation)).await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    assert!(page.headers()["content-security-policy"].to_str().unwrap().contains("'self'"));
+    let etag = page.headers()["etag"].clone();
+    assert!(page.text().await.unwrap().contains("/storefront/app.js"));
+    for accept in [None, Some("*/*"), Some("application/json")] {
+        let answer = get(format!("/sales/{sale}"), accept).await.unwrap();
+        assert_eq!(answer.headers()["content-type"], "application/json", "{accept:?}");
+        assert_eq!(answer.headers()["cache-control"], "no-store");
+        let body: Value = answer.json().await.unwrap();
+        assert_eq!(
+            (body["status"].as_str(), body["remaining_stock"].as_i64()),
+            (Some("open"), Some(3))
+        );
+        let now = chrono::DateTime::parse_from_rfc3339(body["now"].as_str().unwrap()).unwrap();
+        assert!((Utc::now() - now.to_utc()).abs() < chrono::TimeDelta::seconds(5), "{body}");
+        assert!(body["starts_at"].is_null() && body["ends_at"].is_null(), "{body}");
+    }
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/storefront/app.js", "text/javascript"),
+        ("/storefront/style.css", "text/css"),
+    ] {
+        let answer = get(path.to_owned(), None).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::OK, "{path}");
+        assert!(answer.headers()["content-type"].to_str().unwrap().starts_with(kind), "{path}");
+    }
+    let again = app.client.get(app.url("/")).header("If-None-Match", etag).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED, "the page is the same file at /");
+
+    // The buyer's order: none, then the one a purchase placed.
+    let order_path = format!("/sales/{sale}/buyers/42/order");
+    assert_eq!(get(order_path.clone(), None).await.unwrap().status(), StatusCode::NOT_FOUND);
+    let placed: Value = app.buy(sale, 42).await.json().await.unwrap();
+    let order: Value = get(order_path, None).await.unwrap().json().await.unwrap();
+    assert_eq!(order["order_id"], placed["order_id"]);
+    assert_eq!((order["user_id"].as_i64(), order["quantity"].as_i64()), (Some(42), Some(1)));
+    for path in [format!("/sales/{sale}/buyers/-1/order"), format!("/sales/{sale}/buyers/x/order")]
+    {
+        assert_eq!(
+            get(path.clone(), None).await.unwrap().status(),
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+    }
+}
