@@ -29,6 +29,9 @@ install() {
     return
   fi
   echo "installing schemathesis $VERSION into $VENV" >&2
+  # A venv holds absolute paths: one moved or copied from elsewhere (a
+  # target/ copied between checkouts) cannot run, so start afresh.
+  rm -rf "$VENV"
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$VERSION"
 }
