@@ -13,6 +13,7 @@ mod batch;
 mod books;
 mod failover;
 mod faults;
+mod overlaps;
 mod purchase;
 
 use std::time::Duration;
@@ -28,7 +29,9 @@ use serde_json::Value;
 use crate::support::TestApp;
 pub use crate::support::eventually;
 
-pub const SHARED_AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// The shared RabbitMQ (`TEST_AMQP_URL`, else the service's default).
+pub static SHARED_AMQP: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(test_support::amqp_url);
 
 /// Queue names no other test (or run) uses.
 pub fn unique_prefix() -> String {
@@ -52,7 +55,7 @@ pub async fn spawn_app(prefix: &str, tweak: impl FnOnce(&mut Config)) -> TestApp
 /// The topology the test services of `prefix` use (defaults of
 /// [`spawn_app`]).
 pub fn topology(prefix: &str) -> Topology {
-    let config = Config::from_env();
+    let config = Config::defaults();
     Topology::new(prefix, 1, config.queue_max_length, config.queue_delivery_limit)
 }
 
@@ -114,7 +117,7 @@ pub struct Broker {
 
 impl Broker {
     pub async fn connect(prefix: &str) -> Broker {
-        Self::connect_to(SHARED_AMQP, topology(prefix)).await
+        Self::connect_to(&SHARED_AMQP, topology(prefix)).await
     }
 
     pub async fn connect_to(url: &str, topology: Topology) -> Broker {
