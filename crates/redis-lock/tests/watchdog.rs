@@ -17,7 +17,7 @@ use crate::harness::{
 async fn watchdog_keeps_ownership_through_work_three_times_the_lease() {
     let name = unique_name("watchdog");
     let client = shared_client();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let lease = Duration::from_millis(300);
     let options = LockOptions::new(Duration::ZERO, lease).with_watchdog();
 
@@ -39,7 +39,7 @@ async fn watchdog_keeps_ownership_through_work_three_times_the_lease() {
 async fn a_holder_whose_lock_was_taken_over_is_told_at_its_next_renewal() {
     let name = unique_name("takeover");
     let (a, b) = (shared_client(), shared_client());
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let lease = Duration::from_millis(300);
 
     let stale = a
@@ -65,7 +65,7 @@ async fn a_holder_whose_lock_was_taken_over_is_told_at_its_next_renewal() {
 async fn a_lease_lock_without_watchdog_tells_its_holder_when_the_lease_ends() {
     let name = unique_name("lease-end");
     let client = shared_client();
-    let lease = Duration::from_millis(150);
+    let lease = Duration::from_millis(400);
     let started = Instant::now();
     let guard = client.try_lock(&name, Duration::ZERO, lease).await.unwrap();
 
@@ -73,11 +73,12 @@ async fn a_lease_lock_without_watchdog_tells_its_holder_when_the_lease_ends() {
     let told = started.elapsed();
     assert_eq!(guard.loss(), Some(LossReason::Expired));
     // The timer fires at the local end of validity (lease − drift − round
-    // trip); allow the test's own scheduling a little slack.
-    assert!(told <= lease + Duration::from_millis(25), "told at {told:?}, after the lease ended");
+    // trip), before the lease ends; the test's own wake-up on a loaded
+    // 2-core host may come up to half a lease later.
+    assert!(told <= lease + lease / 2, "told at {told:?}, long after the lease ended");
     assert!(told >= lease / 2, "told at {told:?}, long before the lease ended");
     assert_eq!(guard.renewals(), 0);
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 /// A Redis of the test's own (killing it cuts the holder off) and a client
@@ -134,9 +135,10 @@ async fn t18_lost_fires_at_the_new_end_after_an_extend_shortens_the_lease() {
         .await
         .expect("told at the end of the new lease, not the old one");
     let told = extended.elapsed();
-    assert!(told <= shorter + Duration::from_millis(25), "told {told:?} after the extend");
+    // The old lease had 5 s left; the test's own wake-up may lag a little.
+    assert!(told <= shorter + Duration::from_millis(500), "told {told:?} after the extend");
     assert_eq!(guard.loss(), Some(LossReason::Expired));
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,7 +171,7 @@ async fn t18_the_watchdog_renews_a_shortened_lease_and_tells_of_a_partition_in_t
 async fn t19_the_watchdog_stops_at_max_hold_and_tells_the_holder() {
     let name = unique_name("t19");
     let client = shared_client();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let (lease, max_hold) = (Duration::from_millis(150), Duration::from_millis(500));
     let options = LockOptions::new(Duration::ZERO, lease).with_watchdog().with_max_hold(max_hold);
     let started = Instant::now();
