@@ -10,7 +10,7 @@ use redis_lock::{ExtendOutcome, LockClient, LockConfig, LockOptions, LossReason,
 use test_support::RedisServer;
 
 use crate::harness::{
-    SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_client, unique_name,
+    DelayProxy, SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_client, unique_name,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,6 +21,7 @@ async fn watchdog_keeps_ownership_through_work_three_times_the_lease() {
     let lease = Duration::from_millis(300);
     let options = LockOptions::new(Duration::ZERO, lease).with_watchdog();
 
+    let taken = Instant::now();
     let guard = client.try_lock_with(&name, options).await.unwrap();
     // The critical section: 3 × the lease, watching for loss.
     tokio::select! {
@@ -28,11 +29,39 @@ async fn watchdog_keeps_ownership_through_work_three_times_the_lease() {
         _ = guard.lost().cancelled() => panic!("lost the lock: {:?}", guard.loss()),
     }
     assert!(guard.renewals() >= 2, "{} renewals", guard.renewals());
+    // Once every third of the lease, not more: a load can only delay them.
+    let periods = (taken.elapsed().as_millis() / (lease / 3).as_millis()) as u64;
+    assert!(guard.renewals() <= periods, "{} renewals in {periods} periods", guard.renewals());
     assert_eq!(holds(&mut conn, &name, guard.owner()).await, Some(1), "still the owner");
     assert!(pttl(&mut conn, &name).await > 0);
     assert!(client.stats().renewals >= 2);
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     cleanup(&mut conn, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_whose_reply_came_too_late_is_retried_and_the_lock_kept() {
+    let name = unique_name("renewal-retried");
+    let proxy = DelayProxy::start(test_support::redis_addr()).await;
+    let client = client_with(&proxy.url(), LockConfig::default());
+    // Renewed every second; an attempt is cut off after half a second.
+    let options = LockOptions::new(Duration::ZERO, Duration::from_secs(3)).with_watchdog();
+    let guard = client.try_lock_with(&name, options).await.unwrap();
+
+    // The first renewal's reply comes after its attempt gave up on it.
+    proxy.delay_next_reply(Duration::from_millis(800));
+    let renewed = async {
+        while guard.renewals() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        () = renewed => {}
+        _ = guard.lost().cancelled() => panic!("one late reply lost the lock: {:?}", guard.loss()),
+    }
+    assert!(!guard.lost().is_cancelled());
+    guard.release().await.unwrap();
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
