@@ -85,7 +85,20 @@ async fn buyers(app: &TestApp, sale: i64) -> Vec<i64> {
         .unwrap()
 }
 
-async fn fence_alone_refuses(strategy: &str) {
+/// A one-unit sale whose first buyer holds the lock, has read the last unit
+/// and is stopped right before its write, its lock taken away.
+struct StalledHolder {
+    app: TestApp,
+    sale: i64,
+    stalled: redis_lock::failpoints::Armed<BeforeWrite>,
+    /// The first buyer's answer, once resumed.
+    answer: tokio::task::JoinHandle<(StatusCode, Option<String>)>,
+    _nodes: Vec<RedisServer>,
+}
+
+/// A [`StalledHolder`] of `strategy` with a lease of `lease_ms`; its lock is
+/// taken away by deleting its keys on every server.
+async fn stalled_holder_without_its_lock(strategy: &str, lease_ms: i32) -> StalledHolder {
     let nodes = if strategy == "lock/redlock" {
         vec![RedisServer::start().await, RedisServer::start().await, RedisServer::start().await]
     } else {
@@ -93,51 +106,43 @@ async fn fence_alone_refuses(strategy: &str) {
     };
     let prefix = unique_prefix();
     let app = service(&prefix, &nodes).await;
-    let sale = sale_with(&app, strategy, 1, json!({ "lock_lease_ms": 10_000 })).await;
+    let sale = sale_with(&app, strategy, 1, json!({ "lock_lease_ms": lease_ms })).await;
     let mut stalled = redis_lock::failpoints::arm::<BeforeWrite>(BEFORE_WRITE, sale);
-
-    let a = buy_in_background(&app, sale, 1);
-    stalled.reached().await; // A read 1 unit left and is about to write
+    let answer = buy_in_background(&app, sale, 1);
+    stalled.reached().await;
     take_the_lock_away(&lock_servers(strategy, &nodes), &prefix, sale).await;
+    StalledHolder { app, sale, stalled, answer, _nodes: nodes }
+}
+
+/// Asserts that the stalled holder was answered `503 busy`.
+async fn refused(answer: tokio::task::JoinHandle<(StatusCode, Option<String>)>, why: &str) {
+    let (status, kind) = answer.await.unwrap();
+    let expected = (StatusCode::SERVICE_UNAVAILABLE, Some("/problems/busy"));
+    assert_eq!((status, kind.as_deref()), expected, "{why}");
+}
+
+async fn fence_alone_refuses(strategy: &str) {
+    let StalledHolder { app, sale, stalled, answer, _nodes } =
+        stalled_holder_without_its_lock(strategy, 10_000).await;
     let b = app.buy(sale, 2).await;
     assert_eq!(b.status(), StatusCode::CREATED, "{strategy}: B takes the free lock and sells");
+    // A has not heard of its loss: only the fence can refuse its write.
     stalled.resume(BeforeWrite::AsIfStillHeld);
 
-    let (status, kind) = a.await.unwrap();
-    assert_eq!(
-        (status, kind.as_deref()),
-        (StatusCode::SERVICE_UNAVAILABLE, Some("/problems/busy")),
-        "{strategy}: the stale holder's write must be refused by the fence"
-    );
+    refused(answer, &format!("{strategy}: the stale holder's write is refused by the fence")).await;
     assert_eq!(buyers(&app, sale).await, [2], "{strategy}");
     let audit = app.audit(sale).await;
     assert_eq!((audit.units_sold, audit.oversold, audit.ledger_drift), (1, 0, 0), "{strategy}");
 }
 
 async fn loss_signal_alone_refuses(strategy: &str) {
-    let nodes = if strategy == "lock/redlock" {
-        vec![RedisServer::start().await, RedisServer::start().await, RedisServer::start().await]
-    } else {
-        Vec::new()
-    };
-    let prefix = unique_prefix();
-    let app = service(&prefix, &nodes).await;
     // A short lease: the watchdog renews every 200 ms and finds the key gone.
-    let sale = sale_with(&app, strategy, 1, json!({ "lock_lease_ms": 600 })).await;
-    let mut stalled = redis_lock::failpoints::arm::<BeforeWrite>(BEFORE_WRITE, sale);
-
-    let a = buy_in_background(&app, sale, 1);
-    stalled.reached().await;
-    take_the_lock_away(&lock_servers(strategy, &nodes), &prefix, sale).await;
+    let StalledHolder { app, sale, stalled, answer, _nodes } =
+        stalled_holder_without_its_lock(strategy, 600).await;
     // Nobody else claims the sale: A's fencing claim (if any) still stands.
     stalled.resume(BeforeWrite::OnceLost);
 
-    let (status, kind) = a.await.unwrap();
-    assert_eq!(
-        (status, kind.as_deref()),
-        (StatusCode::SERVICE_UNAVAILABLE, Some("/problems/busy")),
-        "{strategy}: a holder told of its loss must not write"
-    );
+    refused(answer, &format!("{strategy}: a holder told of its loss must not write")).await;
     assert!(buyers(&app, sale).await.is_empty(), "{strategy}");
     let audit = app.audit(sale).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (0, 1, 0));
