@@ -285,15 +285,17 @@ pub struct Config {
     pub known_buyers: u64,
 }
 
+/// [`Config`] as a whole command line.
+#[derive(clap::Parser)]
+struct Wrapper {
+    #[command(flatten)]
+    config: Config,
+}
+
 impl Config {
     /// The configuration from environment variables and defaults alone, as
     /// `seckill serve` with no flags would read it.
     pub fn from_env() -> Config {
-        #[derive(clap::Parser)]
-        struct Wrapper {
-            #[command(flatten)]
-            config: Config,
-        }
         let mut config = <Wrapper as clap::Parser>::parse_from(["seckill"]).config;
         config.admin_token = admin_token_from_env().ok().flatten();
         config
@@ -330,6 +332,16 @@ impl Config {
             );
         }
         Ok(())
+    }
+
+    /// The configuration from its defaults alone, every environment variable
+    /// ignored: what a test starts from, so that a stray `SECKILL_*` (or
+    /// `REDIS_URL`, …) in its environment changes nothing.
+    pub fn defaults() -> Config {
+        use clap::{CommandFactory, FromArgMatches};
+        let command = Wrapper::command().mut_args(|arg| arg.env(None::<&str>));
+        let matches = command.get_matches_from(["seckill"]);
+        Wrapper::from_arg_matches(&matches).expect("the defaults parse").config
     }
 
     /// The admin token in force, and whether it is the development default.

@@ -70,15 +70,15 @@ async fn the_service_keeps_its_openapi_contract_under_schemathesis() {
 /// Deletes the queues the service declared under `prefix` on the shared
 /// broker (the fuzzer's `queue` purchases declare them).
 async fn delete_queues(prefix: &str) {
-    let config = Config::from_env();
+    let config = Config::defaults();
     let topology = Topology::new(
         prefix,
         config.queue_partitions,
         config.queue_max_length,
         config.queue_delivery_limit,
     );
-    let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
-    let conn = Connection::connect(url, ConnectionProperties::default()).await.unwrap();
+    let url = test_support::amqp_url();
+    let conn = Connection::connect(&url, ConnectionProperties::default()).await.unwrap();
     let channel = conn.create_channel().await.unwrap();
     topology.delete_queues(&channel).await.unwrap();
 }

@@ -81,9 +81,12 @@ fn compare_reports_the_queue_strategy_with_its_ceilings_and_queue_fields() {
     assert!(accepted >= STOCK, "{queue}");
     assert_eq!(queue["outcomes"]["placed"], 0, "queue purchases are answered 202, not 201");
     assert_eq!(queue["outcomes"]["rejected"], 0);
-    for key in ["p50", "p95", "p99", "max"] {
-        assert!(queue["e2e_latency_ms"][key].as_f64().unwrap() >= 0.0, "{queue}");
-    }
+    // Accept → resolved takes time, and the percentiles are ordered.
+    let e2e: Vec<f64> = ["p50", "p95", "p99", "max"]
+        .map(|key| queue["e2e_latency_ms"][key].as_f64().unwrap())
+        .to_vec();
+    assert!(e2e[0] > 0.0, "{queue}");
+    assert!(e2e.windows(2).all(|pair| pair[0] <= pair[1]), "e2e latency {e2e:?}");
     let batches = &queue["batch_sizes"];
     assert!(batches["max"].as_f64().unwrap() >= 1.0 && batches["mean"].as_f64().unwrap() >= 1.0);
     // Every unit sold was published and consumed at least once.

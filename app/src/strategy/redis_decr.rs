@@ -48,6 +48,8 @@ use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod counter;
 mod reconcile;
+#[cfg(feature = "failpoints")]
+pub use reconcile::AFTER_SNAPSHOT;
 mod sold_out_pubsub;
 
 use counter::{Buyer, ReservationId, Reserve, SaleCounter, sales_index_key};

@@ -1,9 +1,9 @@
 //! Liveness, readiness and the Prometheus metrics.
 
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::support::TestApp;
+use crate::support::{ADMIN_TOKEN, TestApp, seckill_child};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_answers_200() {
@@ -23,24 +23,65 @@ async fn readyz_answers_200_while_postgres_is_reachable() {
     assert_eq!((&body["status"], &body["postgres"]), (&Value::from("ready"), &Value::from("ok")));
 }
 
+/// The `/metrics` page of a service process of the test's own: its
+/// recorder has seen this test's requests and no other test's.
+async fn own_metrics_page(drive: impl AsyncFnOnce(&ServiceUnderTest)) -> String {
+    let process = seckill_child(&[]).start().await;
+    let service = ServiceUnderTest { base: process.base.clone(), client: reqwest::Client::new() };
+    drive(&service).await;
+    let response = service.client.get(format!("{}/metrics", service.base)).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.text().await.unwrap()
+}
+
+struct ServiceUnderTest {
+    base: String,
+    client: reqwest::Client,
+}
+
+impl ServiceUnderTest {
+    async fn post(&self, path: &str, body: Value, admin: bool) -> reqwest::Response {
+        let request = self.client.post(format!("{}{path}", self.base)).json(&body);
+        let request = if admin { request.bearer_auth(ADMIN_TOKEN) } else { request };
+        request.send().await.unwrap()
+    }
+}
+
+/// The value of the series of `name` whose labels include every one of
+/// `labels`; panics unless exactly one series matches.
+fn series(page: &str, name: &str, labels: &[&str]) -> f64 {
+    let matching: Vec<&str> = page
+        .lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")))
+        .filter(|line| labels.iter().all(|label| line.contains(label)))
+        .collect();
+    assert_eq!(matching.len(), 1, "{name} {labels:?}:\n{page}");
+    matching[0].rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_by_route_and_purchase_outcomes_by_strategy() {
-    let app = TestApp::spawn().await;
-    let sale = app.sale("sql/for-update", 1).await;
-    assert_eq!(app.buy(sale, 1).await.status(), StatusCode::CREATED);
-    assert_eq!(app.buy(sale, 2).await.status(), StatusCode::CONFLICT);
+    let page = own_metrics_page(async |service| {
+        let sale = service
+            .post(
+                "/admin/sales",
+                json!({ "name": "m", "stock": 1, "strategy": "sql/for-update" }),
+                true,
+            )
+            .await;
+        assert_eq!(sale.status(), StatusCode::CREATED);
+        let sale = sale.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+        let orders = format!("/sales/{sale}/orders");
+        let first = service.post(&orders, json!({ "user_id": 1 }), false).await;
+        assert_eq!(first.status(), StatusCode::CREATED);
+        let second = service.post(&orders, json!({ "user_id": 2 }), false).await;
+        assert_eq!(second.status(), StatusCode::CONFLICT);
+    })
+    .await;
 
-    let response = app.client.get(app.url("/metrics")).send().await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let text = response.text().await.unwrap();
-    let has = |name: &str, labels: &[&str]| {
-        text.lines().any(|line| {
-            line.starts_with(&format!("{name}{{")) && labels.iter().all(|l| line.contains(l))
-        })
-    };
     for outcome in ["placed", "sold_out"] {
         let labels = [r#"strategy="sql/for-update""#, &format!(r#"outcome="{outcome}""#)];
-        assert!(has("seckill_purchase_outcomes_total", &labels), "{outcome} missing:\n{text}");
+        assert_eq!(series(&page, "seckill_purchase_outcomes_total", &labels), 1.0, "{outcome}");
     }
     for status in ["201", "409"] {
         let labels = [
@@ -48,29 +89,27 @@ async fn metrics_count_requests_by_route_and_purchase_outcomes_by_strategy() {
             r#"method="POST""#,
             &format!(r#"status="{status}""#),
         ];
-        assert!(has("axum_http_requests_total", &labels), "{status} missing:\n{text}");
+        assert_eq!(series(&page, "axum_http_requests_total", &labels), 1.0, "{status}");
     }
-    assert!(has("axum_http_requests_duration_seconds_bucket", &[]), "{text}");
+    let buckets = [r#"endpoint="/sales/{id}/orders""#, r#"status="201""#, r#"le="+Inf""#];
+    assert_eq!(series(&page, "axum_http_requests_duration_seconds_bucket", &buckets), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_that_match_no_route_share_one_metrics_label() {
-    let app = TestApp::spawn().await;
     let paths: Vec<String> =
         (0..3).map(|_| format!("/no-such-route-{}", uuid::Uuid::new_v4().simple())).collect();
-    for path in &paths {
-        let response = app.client.get(app.url(path)).send().await.unwrap();
-        assert_eq!(response.status(), StatusCode::NOT_FOUND);
-    }
+    let page = own_metrics_page(async |service| {
+        for path in &paths {
+            let response = service.client.get(format!("{}{path}", service.base)).send().await;
+            assert_eq!(response.unwrap().status(), StatusCode::NOT_FOUND);
+        }
+    })
+    .await;
 
-    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for path in &paths {
-        assert!(!text.contains(path.as_str()), "{path} became a label:\n{text}");
+        assert!(!page.contains(path.as_str()), "{path} became a label:\n{page}");
     }
-    assert!(
-        text.lines().any(|line| line.starts_with("axum_http_requests_total{")
-            && line.contains(r#"endpoint="unmatched""#)
-            && line.contains(r#"status="404""#)),
-        "no unmatched series:\n{text}"
-    );
+    let unmatched = [r#"endpoint="unmatched""#, r#"method="GET""#, r#"status="404""#];
+    assert_eq!(series(&page, "axum_http_requests_total", &unmatched), 3.0);
 }

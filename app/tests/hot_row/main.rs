@@ -128,8 +128,10 @@ pub struct Direct {
 
 impl Direct {
     pub async fn new() -> Direct {
-        let mut config = Config::from_env();
+        let mut config = Config::defaults();
         config.database_url = test_database_url();
+        config.redis_url = test_support::redis_url();
+        config.amqp_url = test_support::amqp_url();
         let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
         let db = PgPool::connect(&config.database_url).await.unwrap();
         let redis = RedisHandle::new(&config.redis_url, prefix.clone()).unwrap();

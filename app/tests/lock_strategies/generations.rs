@@ -10,6 +10,7 @@ use seckill::strategy::StrategyName;
 use seckill::strategy::lock::setnx::{self, SetnxLock};
 use seckill::strategy::lock::token::{self, TokenLock};
 use seckill::strategy::lock::ttl::{self, TtlLock};
+use seckill::strategy::lock::{BEFORE_WRITE, BeforeWrite};
 use seckill::strategy::lock::{Release, SaleLock};
 use serde_json::json;
 use test_support::{RedisServer, signal};
@@ -38,7 +39,7 @@ async fn ttl_lock_with_a_lease_shorter_than_the_work_oversells_or_drifts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttl_lock_late_release_deletes_the_next_holders_lock() {
-    let redis = RedisHandle::new(REDIS_URL, unique_prefix()).unwrap();
+    let redis = RedisHandle::new(&REDIS_URL, unique_prefix()).unwrap();
     let lock = TtlLock::new(redis);
     let sale = fake_sale(1, ttl::NAME, lease_ms(50));
     let first = lock.acquire(&sale, NO_WAIT).await.unwrap().expect("a free lock");
@@ -48,7 +49,7 @@ async fn ttl_lock_late_release_deletes_the_next_holders_lock() {
     // The first holder, done late, releases "its" lock: a blind DEL.
     assert_eq!(lock.release(&sale, first).await.unwrap(), Release::Released);
 
-    let exists: bool = redis_conn(REDIS_URL).await.exists(lock.key(&sale)).await.unwrap();
+    let exists: bool = redis_conn(&REDIS_URL).await.exists(lock.key(&sale)).await.unwrap();
     assert!(!exists, "the second holder's key was deleted by the first holder");
     let third = lock.acquire(&sale, NO_WAIT).await.unwrap();
     assert!(third.is_some(), "a third buyer gets in while the second still works");
@@ -57,7 +58,7 @@ async fn ttl_lock_late_release_deletes_the_next_holders_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_lock_never_deletes_another_holders_lock() {
-    let redis = RedisHandle::new(REDIS_URL, unique_prefix()).unwrap();
+    let redis = RedisHandle::new(&REDIS_URL, unique_prefix()).unwrap();
     let lock = TokenLock::new(redis);
     let sale = fake_sale(1, token::NAME, lease_ms(50));
     let first = lock.acquire(&sale, NO_WAIT).await.unwrap().expect("a free lock");
@@ -66,7 +67,7 @@ async fn token_lock_never_deletes_another_holders_lock() {
 
     assert_eq!(lock.release(&sale, first).await.unwrap(), Release::NotHeld);
 
-    let exists: bool = redis_conn(REDIS_URL).await.exists(lock.key(&sale)).await.unwrap();
+    let exists: bool = redis_conn(&REDIS_URL).await.exists(lock.key(&sale)).await.unwrap();
     assert!(exists, "the second holder's key is untouched");
     assert!(lock.acquire(&sale, NO_WAIT).await.unwrap().is_none(), "no third holder");
     assert_eq!(lock.release(&sale, second).await.unwrap(), Release::Released);
@@ -86,13 +87,23 @@ async fn token_lock_still_runs_two_holders_once_a_lease_runs_out() {
 async fn local_lock_oversells_on_two_instances() {
     let prefix = unique_prefix();
     let (one, two) = (spawn(&prefix, 2000).await, spawn(&prefix, 2000).await);
-    let sale = sale_with(&one, "lock/local", 5, json!({ "work_ms": 40 })).await;
-    tokio::join!(one.burst(sale, 1, 10), two.burst(sale, 101, 10));
+    let sale = sale_with(&one, "lock/local", 1, json!({})).await;
+    // Buyer 1 holds instance one's mutex, has read the last unit and is
+    // about to write; instance two's mutex is another mutex.
+    let mut stalled = redis_lock::failpoints::arm::<BeforeWrite>(BEFORE_WRITE, sale);
+    let first = {
+        let (client, url) = (one.client.clone(), one.url(&format!("/sales/{sale}/orders")));
+        tokio::spawn(async move {
+            client.post(url).json(&json!({ "user_id": 1 })).send().await.unwrap().status()
+        })
+    };
+    stalled.reached().await;
+    assert_eq!(two.buy(sale, 2).await.status(), StatusCode::CREATED, "buyer 2 takes the unit");
+    stalled.resume(BeforeWrite::Check);
+    assert_eq!(first.await.unwrap(), StatusCode::CREATED, "buyer 1 sells it again");
+
     let audit = one.audit(sale).await;
-    assert!(
-        audit.oversold > 0 || audit.ledger_drift != 0,
-        "two processes, two mutexes: expected lost updates: {audit:?}"
-    );
+    assert_eq!((audit.units_sold, audit.oversold), (2, 1), "two processes, two mutexes: {audit:?}");
     assert!(lock_stats_of_all(&[&one, &two], sale).await.max_concurrency > 1);
 }
 
@@ -103,16 +114,13 @@ async fn setnx_lock_leaves_the_sale_stuck_when_its_holder_is_killed() {
     let sale = sale_with(&app, "lock/setnx", 3, json!({ "work_ms": 10_000 })).await;
     let mut holder = ChildApp::start(&prefix, &[]).await;
 
-    let key = SetnxLock::new(RedisHandle::new(REDIS_URL, prefix.clone()).unwrap()).key(&fake_sale(
-        sale,
-        setnx::NAME,
-        lease_ms(2000),
-    ));
+    let key = SetnxLock::new(RedisHandle::new(&REDIS_URL, prefix.clone()).unwrap())
+        .key(&fake_sale(sale, setnx::NAME, lease_ms(2000)));
     let buying = {
         let (client, url) = (holder.client.clone(), format!("{}/sales/{sale}/orders", holder.base));
         tokio::spawn(async move { client.post(url).json(&json!({ "user_id": 1 })).send().await })
     };
-    let mut redis = redis_conn(REDIS_URL).await;
+    let mut redis = redis_conn(&REDIS_URL).await;
     wait_until("the child holds the lock", Duration::from_secs(5), || {
         let (mut redis, key) = (redis.clone(), key.clone());
         async move { redis.exists::<_, bool>(&key).await.unwrap() }

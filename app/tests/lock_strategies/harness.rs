@@ -17,7 +17,9 @@ use test_support::{ChildService, RedisServer};
 
 use crate::support::{ADMIN_TOKEN, TestApp, seckill_child};
 
-pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// The shared Redis (`TEST_REDIS_URL`, else the service's default).
+pub static REDIS_URL: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(test_support::redis_url);
 
 /// A Redis key prefix no other test (or run) uses.
 pub fn unique_prefix() -> String {

@@ -14,4 +14,5 @@ mod exclusion;
 mod generations;
 mod harness;
 mod hold;
+mod refusals;
 mod timelines;

@@ -148,7 +148,7 @@ async fn t1(fenced: bool) {
     let app = spawn(&prefix, 1000).await;
     let sale = one_unit_sale(&app, library_lock::FENCED_NAME).await;
     let name = lock_name(&prefix, &sale);
-    let client = || LockClient::new(redis::Client::open(REDIS_URL).unwrap());
+    let client = || LockClient::new(redis::Client::open(REDIS_URL.as_str()).unwrap());
     let (client_a, client_b) = (client(), client());
     let lease = Duration::from_millis(100);
     let guard_a = client_a.try_lock(&name, Duration::ZERO, lease).await.unwrap();
@@ -240,7 +240,7 @@ async fn t2_a_process_stopped_past_its_watchdog_lease_is_fenced_off() {
     signal(holder.pid(), "STOP");
 
     let key = format!("{prefix}:{{sale:{sale}}}:lock");
-    let redis = redis_conn(REDIS_URL).await;
+    let redis = redis_conn(&REDIS_URL).await;
     wait_until("the stopped holder's lease runs out", Duration::from_secs(5), || {
         let (mut redis, key) = (redis.clone(), key.clone());
         async move { !redis.exists::<_, bool>(&key).await.unwrap() }

@@ -34,17 +34,19 @@ async fn a_message_delivered_twice_yields_one_order_and_one_result() {
         eventually(Duration::from_secs(10), || async { broker.ready(&queue).await == 0 }).await
     );
 
-    // A third copy after the result was recorded: settled idempotently.
+    // A third copy after the result was recorded: settled idempotently. A
+    // request of another buyer behind it on the same queue (one consumer,
+    // in order) is resolved only once the copy has been settled.
     broker.publish(&copy).await;
-    assert!(
-        eventually(Duration::from_secs(10), || async { broker.ready(&queue).await == 0 }).await
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, behind) = buy(&front, sale, 2).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{behind}");
+    let behind = resolved(&settler, sale, &request_id(&behind), Duration::from_secs(10)).await;
+    assert_eq!(behind["status"], "placed", "{behind}");
     let (_, again) = crate::request(&settler, sale, &id, 0).await;
     assert_eq!(again, first, "same request, same result");
     let audit = settler.audit(sale).await;
-    assert_eq!((audit.orders, audit.units_sold, audit.ledger_drift), (1, 1, 0));
-    assert_eq!(queue_stats(&settler, sale).await.accepted, 1);
+    assert_eq!((audit.orders, audit.units_sold, audit.ledger_drift), (2, 2, 0));
+    assert_eq!(queue_stats(&settler, sale).await.accepted, 2);
     broker.delete_queues().await;
 }
 
@@ -149,8 +151,8 @@ async fn a_full_queue_answers_503_busy_and_accepts_nothing_it_cannot_keep() {
     assert_eq!(retry_after.as_deref(), Some("1"));
     let stats = queue_stats(&app, sale).await;
     assert_eq!((stats.accepted, stats.accepted_unresolved), (accepted, accepted), "{stats:?}");
-    let limit = seckill::config::Config::from_env().queue_delivery_limit;
-    let broker = Broker::connect_to(SHARED_AMQP, Topology::new(&prefix, 1, 3, limit)).await;
+    let limit = seckill::config::Config::defaults().queue_delivery_limit;
+    let broker = Broker::connect_to(&SHARED_AMQP, Topology::new(&prefix, 1, 3, limit)).await;
     assert_eq!(i64::from(broker.ready(&broker.topology.queue(0)).await), accepted);
     broker.delete_queues().await;
 }

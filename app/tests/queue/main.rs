@@ -15,6 +15,7 @@ mod books;
 mod failover;
 mod faults;
 mod hangups;
+mod overlaps;
 mod purchase;
 mod retention;
 
@@ -31,7 +32,9 @@ use serde_json::Value;
 use crate::support::TestApp;
 pub use crate::support::eventually;
 
-pub const SHARED_AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// The shared RabbitMQ (`TEST_AMQP_URL`, else the service's default).
+pub static SHARED_AMQP: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(test_support::amqp_url);
 
 /// Queue names no other test (or run) uses.
 pub fn unique_prefix() -> String {
@@ -55,7 +58,7 @@ pub async fn spawn_app(prefix: &str, tweak: impl FnOnce(&mut Config)) -> TestApp
 /// The topology the test services of `prefix` use (defaults of
 /// [`spawn_app`]).
 pub fn topology(prefix: &str) -> Topology {
-    let config = Config::from_env();
+    let config = Config::defaults();
     Topology::new(prefix, 1, config.queue_max_length, config.queue_delivery_limit)
 }
 
@@ -117,7 +120,7 @@ pub struct Broker {
 
 impl Broker {
     pub async fn connect(prefix: &str) -> Broker {
-        Self::connect_to(SHARED_AMQP, topology(prefix)).await
+        Self::connect_to(&SHARED_AMQP, topology(prefix)).await
     }
 
     pub async fn connect_to(url: &str, topology: Topology) -> Broker {

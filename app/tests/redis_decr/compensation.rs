@@ -14,7 +14,7 @@ const SALE: i64 = 1;
 const ORIGIN: i64 = 1_700_000_000_000_000;
 
 async fn warmed_counter(prefix: &str, units: i64) -> RedisView {
-    let mut view = RedisView::new(SHARED_REDIS, prefix, SALE).await;
+    let mut view = RedisView::new(&SHARED_REDIS, prefix, SALE).await;
     let (created, counter) = view.counter.warm(&mut view.conn, units, ORIGIN).await.unwrap();
     assert_eq!((created, counter), (true, units));
     view
@@ -73,7 +73,7 @@ async fn warming_never_resets_a_running_counter() {
 
     // A second instance (or a restarted one) warms the same sale from a
     // stale reading of Postgres: the running counter is left alone.
-    let other = RedisHandle::new(SHARED_REDIS, prefix.as_str()).unwrap();
+    let other = RedisHandle::new(&SHARED_REDIS, prefix.as_str()).unwrap();
     let mut conn = other.conn().await.unwrap();
     let counter = SaleCounter::new(&other, SaleId(SALE));
     assert_eq!(counter.warm(&mut conn, 5, ORIGIN).await.unwrap(), (false, 4));

@@ -17,13 +17,13 @@ async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period
     const GRACE_MS: u64 = 3000;
     let prefix = unique_prefix();
     // The survivor runs the background reconciler.
-    let survivor = spawn_app(SHARED_REDIS, &prefix, |config| {
+    let survivor = spawn_app(&SHARED_REDIS, &prefix, |config| {
         config.reconcile_interval_ms = 200;
         config.reconcile_grace_ms = GRACE_MS;
     })
     .await;
     let sale = survivor.sale("redis-decr", 3).await;
-    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
 
     // A second instance that dies right after its first decrement.
     let mut doomed = seckill_child(&[

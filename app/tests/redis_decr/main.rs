@@ -13,6 +13,7 @@ mod compensation;
 mod converge;
 mod crash;
 mod hangups;
+mod interleavings;
 mod purchase;
 mod reconcile;
 mod restart;
@@ -34,7 +35,9 @@ use serde_json::{Value, json};
 pub use crate::support::eventually;
 use crate::support::{ADMIN_TOKEN, TestApp};
 
-pub const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
+/// The shared Redis (`TEST_REDIS_URL`, else the service's default).
+pub static SHARED_REDIS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(test_support::redis_url);
 
 /// A key prefix no other test (or run) uses.
 pub fn unique_prefix() -> String {

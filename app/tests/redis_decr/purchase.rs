@@ -16,7 +16,7 @@ use crate::{
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_decr_never_oversells_under_200_concurrent_buyers_with_resubmissions() {
     let prefix = unique_prefix();
-    let app = spawn_app(SHARED_REDIS, &prefix, |_| {}).await;
+    let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 100).await;
 
     // 200 buyers, each submitting twice at once (a double click).
@@ -57,7 +57,7 @@ async fn redis_decr_never_oversells_under_200_concurrent_buyers_with_resubmissio
     assert_eq!(audit.duplicate_orders, 0);
     assert_eq!(audit.redis_drift, Some(0));
     assert_eq!(audit.reconcile_fixes, Some(0));
-    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     assert_eq!(redis.stock().await, Some(0));
     assert_eq!(redis.open_reservations().await, 0);
 }
@@ -65,9 +65,9 @@ async fn redis_decr_never_oversells_under_200_concurrent_buyers_with_resubmissio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_buyer_does_not_consume_a_unit() {
     let prefix = unique_prefix();
-    let app = spawn_app(SHARED_REDIS, &prefix, |_| {}).await;
+    let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 5).await;
-    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
 
     assert_eq!(buy(&app, sale, 7).await.0, StatusCode::CREATED);
     let mut repeats = tokio::task::JoinSet::new();
@@ -106,12 +106,12 @@ async fn a_repeated_buyer_does_not_consume_a_unit() {
 async fn a_postgres_failure_after_the_decrement_returns_the_unit() {
     provoking("a Postgres failure after the decrement (an armed failpoint, 503)");
     let prefix = unique_prefix();
-    let failing = spawn_app(SHARED_REDIS, &prefix, |config| {
+    let failing = spawn_app(&SHARED_REDIS, &prefix, |config| {
         config.failpoints = Some("redis-decr-after-reserve=error".into());
     })
     .await;
     let sale = failing.sale("redis-decr", 3).await;
-    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
 
     let (status, kind) = buy(&failing, sale, 1).await;
     assert_eq!((status, kind.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some(UNAVAILABLE)));
@@ -122,7 +122,7 @@ async fn a_postgres_failure_after_the_decrement_returns_the_unit() {
     assert_eq!((audit.orders, audit.redis_drift), (0, Some(0)));
 
     // The same buyer, on a healthy instance, gets the unit.
-    let healthy = spawn_app(SHARED_REDIS, &prefix, |_| {}).await;
+    let healthy = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     assert_eq!(buy(&healthy, sale, 1).await.0, StatusCode::CREATED);
     assert_eq!(redis.stock().await, Some(2));
     let audit = healthy.audit(sale).await;

@@ -9,12 +9,12 @@ use crate::{RedisView, SHARED_REDIS, buy, reconcile, spawn_app, unique_prefix};
 async fn reconciliation_corrects_a_counter_that_disagrees_with_postgres() {
     crate::support::provoking("a Redis counter that disagrees with Postgres (corrections)");
     let prefix = unique_prefix();
-    let app = spawn_app(SHARED_REDIS, &prefix, |_| {}).await;
+    let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 10).await;
     for user in 1..=2 {
         assert_eq!(buy(&app, sale, user).await.0, StatusCode::CREATED);
     }
-    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     assert_eq!(redis.stock().await, Some(8));
 
     // Too low: units Redis would never sell (undersell).
@@ -46,9 +46,9 @@ async fn reconciliation_corrects_a_counter_that_disagrees_with_postgres() {
 async fn reconciliation_leaves_alone_keys_warmed_for_another_database() {
     crate::support::provoking("Redis keys warmed for another database's sale");
     let prefix = unique_prefix();
-    let app = spawn_app(SHARED_REDIS, &prefix, |_| {}).await;
+    let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 5).await;
-    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     // Keys written by an instance on another database, for its own sale
     // that happens to have the same id.
     redis::cmd("SET")
@@ -66,7 +66,7 @@ async fn reconciliation_leaves_alone_keys_warmed_for_another_database() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strategies_without_a_counter_report_null_drift_and_nothing_to_reconcile() {
-    let app = spawn_app(SHARED_REDIS, &unique_prefix(), |_| {}).await;
+    let app = spawn_app(&SHARED_REDIS, &unique_prefix(), |_| {}).await;
     let sale = app.sale("sql", 2).await;
     let report = reconcile(&app, sale).await;
     assert_eq!((report.redis_drift, report.fixes()), (None, 0));

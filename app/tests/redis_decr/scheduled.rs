@@ -91,7 +91,7 @@ async fn the_background_reconciler_runs_once_per_period_across_three_instances()
         .unwrap();
     assert_eq!(created.status(), reqwest::StatusCode::CREATED);
     let mut conn =
-        redis::Client::open(SHARED_REDIS).unwrap().get_connection_manager().await.unwrap();
+        redis::Client::open(SHARED_REDIS.as_str()).unwrap().get_connection_manager().await.unwrap();
 
     until_mid_period().await;
     let (done_before, runs_before) = quiet_sample(&mut conn, &prefix, &services).await;

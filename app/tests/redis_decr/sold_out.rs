@@ -14,10 +14,10 @@ async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance() {
     let prefix = unique_prefix();
     // Flags that outlive the test: only the broadcast can clear them.
     let long_flags = |config: &mut seckill::config::Config| config.sold_out_flag_ttl_ms = 60_000;
-    let a = spawn_app(SHARED_REDIS, &prefix, long_flags).await;
-    let b = spawn_app(SHARED_REDIS, &prefix, long_flags).await;
+    let a = spawn_app(&SHARED_REDIS, &prefix, long_flags).await;
+    let b = spawn_app(&SHARED_REDIS, &prefix, long_flags).await;
     let sale = a.sale("redis-decr", 1).await;
-    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
 
     assert_eq!(buy(&a, sale, 1).await.0, StatusCode::CREATED);
     assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
@@ -50,9 +50,9 @@ async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_broadcast_cannot_strand_stock_behind_the_flag() {
     let prefix = unique_prefix();
-    let app = spawn_app(SHARED_REDIS, &prefix, |config| config.sold_out_flag_ttl_ms = 1000).await;
+    let app = spawn_app(&SHARED_REDIS, &prefix, |config| config.sold_out_flag_ttl_ms = 1000).await;
     let sale = app.sale("redis-decr", 1).await;
-    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     assert_eq!(buy(&app, sale, 1).await.0, StatusCode::CREATED);
     assert_eq!(buy(&app, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
 
@@ -85,7 +85,7 @@ async fn a_lost_broadcast_cannot_strand_stock_behind_the_flag() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_order_larger_than_the_stock_left_does_not_close_the_sale() {
     // Flags that would outlive the test: only a wrong flag could refuse buyer 2.
-    let app = spawn_app(SHARED_REDIS, &unique_prefix(), |config| {
+    let app = spawn_app(&SHARED_REDIS, &unique_prefix(), |config| {
         config.sold_out_flag_ttl_ms = 60_000;
     })
     .await;

@@ -37,12 +37,15 @@ impl TestApp {
     }
 
     /// Starts a service after `tweak` has adjusted the test configuration
-    /// (environment and defaults, the test database, port 0, the test token,
-    /// a Redis key prefix of its own).
+    /// (the defaults, the test database, `TEST_REDIS_URL` and `TEST_AMQP_URL`,
+    /// port 0, the test token, a Redis key prefix of its own).
     pub async fn spawn_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
         seckill::telemetry::init_tracing_or("warn");
-        let mut config = Config::from_env();
+        // The defaults, not the environment: no stray SECKILL_* applies.
+        let mut config = Config::defaults();
         config.database_url = test_database_url();
+        config.redis_url = test_support::redis_url();
+        config.amqp_url = test_support::amqp_url();
         config.addr = "127.0.0.1:0".parse().unwrap();
         config.admin_token = Some(ADMIN_TOKEN.to_owned());
         config.db_pool_size = 20;
@@ -218,14 +221,18 @@ pub async fn assert_problem(response: Response, status: StatusCode, kind: &str) 
 pub use test_support::eventually;
 
 /// `seckill serve` as a child process of the test (killed when the returned
-/// service is dropped): on the test database, with the test admin token, no
+/// service is dropped), with no `SECKILL_*` of the test's environment: on the
+/// test database and the test Redis and RabbitMQ, with the test admin token, no
 /// `queue` consumers (their quorum queues would outlive the test) and
 /// error-level logs, plus `env` on top, which may override any of them.
 /// Ready once `/healthz` answers.
 pub fn seckill_child(env: &[(&str, String)]) -> test_support::ServiceLauncher {
     test_support::ServiceLauncher::new(env!("CARGO_BIN_EXE_seckill"), "SECKILL_ADDR", "/healthz")
         .arg("serve")
+        .without_inherited("SECKILL_")
         .env("DATABASE_URL", test_database_url())
+        .env("REDIS_URL", test_support::redis_url())
+        .env("AMQP_URL", test_support::amqp_url())
         .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("RUST_LOG", "error")
         .env("SECKILL_QUEUE_CONSUME", "false")

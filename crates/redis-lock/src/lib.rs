@@ -13,11 +13,14 @@
 //! - `watchdog`: the holder's view of its lease, and the task that renews it;
 //! - `local`: the in-process queue of waiters;
 //! - `wakeups`: the shared pub/sub connection that wakes them;
-//! - `scripts`: the Lua scripts and their typed replies.
+//! - `scripts`: the Lua scripts and their typed replies;
+//! - `failpoints` (feature `failpoints`, tests only): pause points.
 //!
 //! This file holds what they share: names, options, bounds, outcomes, errors,
 //! statistics, and the validity arithmetic.
 
+#[cfg(feature = "failpoints")]
+pub mod failpoints;
 mod fair;
 mod local;
 mod multi;

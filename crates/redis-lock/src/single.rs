@@ -223,6 +223,8 @@ impl LockClient {
                     return Err(err);
                 }
             };
+            #[cfg(feature = "failpoints")]
+            crate::failpoints::reached::<()>(crate::failpoints::CLAIM_REPLIED, name.key()).await;
             let subscribed = waiting.entry.subscribed();
             let now = Instant::now();
             let round = Round { started: round_started, now, deadline, lease, subscribed };

@@ -24,7 +24,7 @@ async fn t20_an_acquisition_dropped_after_its_attempt_ran_leaves_no_hold() {
     let client = client_with(&proxy.url(), LockConfig::default());
     let warm_up = unique_name("t20-warm-up");
     client.try_lock(&warm_up, Duration::ZERO, LONG).await.unwrap().release().await.unwrap();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
 
     // The acquire runs on Redis at once; its reply comes 300 ms later, after
     // the caller has given up on the call and dropped it.
@@ -70,7 +70,7 @@ async fn t20_a_waiter_dropped_while_waiting_does_not_hold_up_the_next_local_wait
     let (guard, acquired) = second.await.unwrap();
     guard.expect("the next waiter took the lock").release().await.unwrap();
     assert!(acquired - released < Duration::from_millis(300), "{:?}", acquired - released);
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,7 +87,7 @@ async fn t20_a_fair_waiter_dropped_while_waiting_leaves_the_line_at_once() {
         move || {
             let line = line.clone();
             async move {
-                let mut conn = raw(SHARED_REDIS).await;
+                let mut conn = raw(&SHARED_REDIS).await;
                 let waiting: usize =
                     redis::cmd("ZCARD").arg(&line).query_async(&mut conn).await.unwrap();
                 waiting == n
@@ -107,7 +107,7 @@ async fn t20_a_fair_waiter_dropped_while_waiting_leaves_the_line_at_once() {
 async fn t21_sibling_guards_dropped_at_once_free_the_lock_every_time() {
     let name = unique_name("t21");
     let client = shared_client();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     for round in 0..50 {
         let first = client.try_lock(&name, Duration::ZERO, LONG).await.unwrap();
         let second = first.reenter().await.unwrap();

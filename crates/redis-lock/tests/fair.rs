@@ -16,7 +16,7 @@ const LONG: Duration = Duration::from_secs(5);
 
 /// Waiters in line (the line's sorted set).
 async fn in_line(name: &LockName) -> usize {
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     redis::cmd("ZCARD").arg(format!("{}:queue", name.key())).query_async(&mut conn).await.unwrap()
 }
 
@@ -72,7 +72,7 @@ async fn waiters_are_served_in_arrival_order_and_a_newcomer_cannot_barge_in() {
     // The lock comes free without a release message (its holder's key is
     // gone), while four wait in line, each asleep until its next heartbeat:
     // a newcomer's single attempt finds it free, and is refused all the same.
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let _: i64 = redis::cmd("DEL").arg(name.key()).query_async(&mut conn).await.unwrap();
     let newcomer = FairLock::new(&shared_client(), name.clone());
     let barged = newcomer.try_lock(LockOptions::new(Duration::ZERO, LONG)).await;
@@ -93,7 +93,7 @@ async fn a_dead_waiter_is_skipped_once_its_waiter_timeout_passed() {
     let guard = holder.try_lock(LockOptions::new(Duration::ZERO, LONG)).await.unwrap();
 
     // The first waiter reaches Redis through a proxy, then loses it for good.
-    let proxy = DelayProxy::start("127.0.0.1:6379".parse().unwrap()).await;
+    let proxy = DelayProxy::start(test_support::redis_addr()).await;
     let config = redis_lock::LockConfig { waiter_timeout, ..Default::default() };
     let doomed = FairLock::new(&client_with(&proxy.url(), config), name.clone());
     let first = tokio::spawn(async move { doomed.try_lock(LockOptions::new(LONG, LONG)).await });
@@ -159,6 +159,6 @@ async fn a_fair_wait_is_bounded_and_the_waiter_leaves_the_line() {
     assert!(renewed.renewals() >= 2, "{} renewals", renewed.renewals());
     assert!(!renewed.lost().is_cancelled(), "lost: {:?}", renewed.loss());
     renewed.release().await.unwrap();
-    assert!(!exists(&mut raw(SHARED_REDIS).await, name.key()).await);
+    assert!(!exists(&mut raw(&SHARED_REDIS).await, name.key()).await);
     cleanup_fair(&name).await;
 }

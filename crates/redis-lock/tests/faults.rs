@@ -18,7 +18,7 @@ async fn t3_a_grant_whose_reply_arrives_after_its_validity_is_released_not_used(
     let config = LockConfig { command_timeout: Duration::from_secs(2), ..LockConfig::default() };
     let a = client_with(&proxy.url(), config);
     let b = shared_client();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let lease = Duration::from_millis(200);
     // Connect and load the scripts through the proxy first.
     a.try_lock(&name, Duration::ZERO, lease).await.unwrap().release().await.unwrap();
@@ -55,7 +55,7 @@ async fn t9_an_acquire_retried_after_a_lost_reply_holds_once_and_one_release_fre
     let config =
         LockConfig { command_timeout: Duration::from_millis(150), ..LockConfig::default() };
     let client = client_with(&proxy.url(), config);
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let warm_up = unique_name("t9-warm-up");
     client
         .try_lock(&warm_up, Duration::ZERO, Duration::from_secs(1))

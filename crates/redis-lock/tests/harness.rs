@@ -13,12 +13,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
-/// The shared Redis of the development machine and CI.
-pub const SHARED_REDIS: &str = "redis://127.0.0.1:6379";
+/// The shared Redis of the development machine and CI (`TEST_REDIS_URL`,
+/// else the service's default).
+pub static SHARED_REDIS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(test_support::redis_url);
 
 /// The address of [`SHARED_REDIS`], for a proxy in front of it.
 pub fn shared_addr() -> SocketAddr {
-    "127.0.0.1:6379".parse().expect("an address")
+    test_support::redis_addr()
 }
 
 /// A lock name no other test or run uses: `locktest:{<test>:<uuid>}:lock`.
@@ -29,7 +31,7 @@ pub fn unique_name(test: &str) -> LockName {
 
 /// A lock client on the shared Redis (each call: a new "process").
 pub fn shared_client() -> LockClient {
-    LockClient::new(redis::Client::open(SHARED_REDIS).expect("a valid URL"))
+    LockClient::new(redis::Client::open(SHARED_REDIS.as_str()).expect("a valid URL"))
 }
 
 /// A lock client on `url` with `config`.
@@ -50,7 +52,7 @@ pub fn unique_names(test: &str, n: usize) -> Vec<LockName> {
 /// A lock client on the shared Redis whose waiters (fair lock, waiting
 /// writer) are dropped `waiter_timeout` after their last attempt.
 pub fn client_with_waiter_timeout(waiter_timeout: Duration) -> LockClient {
-    client_with(SHARED_REDIS, LockConfig { waiter_timeout, ..LockConfig::default() })
+    client_with(&SHARED_REDIS, LockConfig { waiter_timeout, ..LockConfig::default() })
 }
 
 /// Whether `key` exists on the shared Redis.
@@ -61,7 +63,7 @@ pub async fn exists(conn: &mut MultiplexedConnection, key: &str) -> bool {
 /// Deletes, for each of `names`, the key `<name><suffix>` of every suffix
 /// (`""` for the name itself): the keys a primitive derives from its name.
 pub async fn cleanup_keys(names: &[&LockName], suffixes: &[&str]) {
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let keys: Vec<String> = names
         .iter()
         .flat_map(|name| suffixes.iter().map(move |suffix| format!("{}{suffix}", name.key())))

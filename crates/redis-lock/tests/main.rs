@@ -19,6 +19,7 @@ mod costs;
 mod dropped;
 mod fair;
 mod faults;
+mod left_behind;
 mod multi;
 mod ownership;
 mod redlock;

@@ -22,7 +22,7 @@ async fn cleanup_members(names: &[LockName]) {
 async fn a_partial_acquisition_is_rolled_back_within_the_wait() {
     let names = unique_names("multi-rollback", 3);
     let (a, holder) = (shared_client(), shared_client());
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     // The last member in key order is held elsewhere.
     let blocker = holder.try_lock(&names[2], Duration::ZERO, Duration::from_secs(5)).await.unwrap();
 
@@ -94,7 +94,7 @@ async fn overlapping_sets_in_different_orders_never_deadlock_and_never_share_a_m
 async fn a_multi_lock_is_lost_when_any_member_is_lost() {
     let names = unique_names("multi-lost", 3);
     let (a, b) = (shared_client(), shared_client());
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let lease = Duration::from_millis(300);
     let multi = MultiLock::new(&a, names.clone()).unwrap();
     let guard =

@@ -17,7 +17,7 @@ const LONG: Duration = Duration::from_secs(5);
 async fn reentry_through_the_guard_needs_one_release_per_hold() {
     let name = unique_name("reentry");
     let (client, other) = (shared_client(), shared_client());
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
 
     let first = client.try_lock(&name, Duration::ZERO, LONG).await.expect("free lock");
     let second = first.reenter().await.expect("re-entry by the owner");
@@ -43,7 +43,7 @@ async fn reentry_through_the_guard_needs_one_release_per_hold() {
 async fn t7_a_stale_holder_release_is_refused_and_the_next_owner_keeps_the_lock() {
     let name = unique_name("t7");
     let (a, b) = (shared_client(), shared_client());
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
 
     let stale = a.try_lock(&name, Duration::ZERO, Duration::from_millis(50)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(80)).await;
@@ -60,7 +60,7 @@ async fn t7_a_stale_holder_release_is_refused_and_the_next_owner_keeps_the_lock(
 async fn t8a_extend_after_expiry_fails_when_another_owner_holds_the_lock() {
     let name = unique_name("t8a");
     let (a, b) = (shared_client(), shared_client());
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
 
     let stale = a.try_lock(&name, Duration::ZERO, Duration::from_millis(50)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(80)).await;
@@ -78,7 +78,7 @@ async fn t8a_extend_after_expiry_fails_when_another_owner_holds_the_lock() {
 async fn t8b_extend_after_expiry_fails_and_does_not_recreate_the_lock() {
     let name = unique_name("t8b");
     let client = shared_client();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
 
     let stale = client.try_lock(&name, Duration::ZERO, Duration::from_millis(50)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(80)).await;
@@ -92,7 +92,7 @@ async fn t8b_extend_after_expiry_fails_and_does_not_recreate_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t10_after_release_the_key_stays_gone_across_renewal_periods() {
     let client = shared_client();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let lease = Duration::from_millis(60); // renewal period 20 ms
     let options = LockOptions::new(Duration::ZERO, lease).with_watchdog();
 
@@ -161,7 +161,7 @@ async fn two_processes_never_hold_the_lock_together_and_tokens_only_grow() {
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens in holding order: {tokens:?}");
     let stats = [clients[0].stats(), clients[1].stats()];
     assert_eq!(stats[0].acquisitions + stats[1].acquisitions, 96);
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,7 +175,7 @@ async fn an_uncontended_acquire_and_release_cost_two_round_trips() {
         })
     };
     let config = redis_lock::LockConfig { on_round_trip: Some(hook), ..Default::default() };
-    let client = crate::harness::client_with(SHARED_REDIS, config);
+    let client = crate::harness::client_with(&SHARED_REDIS, config);
 
     for _ in 0..10 {
         let guard = client.try_lock(&name, Duration::ZERO, LONG).await.unwrap();
@@ -183,13 +183,13 @@ async fn an_uncontended_acquire_and_release_cost_two_round_trips() {
     }
     assert_eq!(client.stats().round_trips, 20);
     assert_eq!(counted.load(Ordering::Relaxed), 20, "the hook sees every round trip");
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_lock_leaves_its_counter_and_one_without_fencing_leaves_no_key() {
     let client = shared_client();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let fenced = unique_name("fence-kept");
     let guard = client.try_lock(&fenced, Duration::ZERO, LONG).await.unwrap();
     assert_eq!(guard.fencing_token().0, 1);

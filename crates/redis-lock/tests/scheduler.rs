@@ -134,7 +134,7 @@ async fn a_runner_cut_off_from_redis_loses_its_run_and_another_runs_the_period_a
     let name = unique_name("scheduler-cut");
     let lease = Duration::from_millis(300);
     let job = PeriodicJob::new(name.clone(), Duration::from_secs(86_400), lease).unwrap();
-    let proxy = DelayProxy::start("127.0.0.1:6379".parse().unwrap()).await;
+    let proxy = DelayProxy::start(test_support::redis_addr()).await;
     let config = LockConfig { command_timeout: Duration::from_millis(100), ..Default::default() };
     let cut_off: LockClient = client_with(&proxy.url(), config);
     let doomed = Scheduler::new(&cut_off, Arc::new(SystemClock));

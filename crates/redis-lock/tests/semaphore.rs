@@ -38,7 +38,7 @@ async fn never_more_than_n_permits_across_processes() {
         .collect();
     join_processes(tasks).await;
     assert_eq!(most.load(Ordering::SeqCst), 3, "3 permits in use at most, and at some point");
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,7 +46,7 @@ async fn a_dead_holders_permit_comes_back_when_its_lease_ends() {
     let name = unique_name("semaphore-dead");
     // The holder renews its permit through a proxy, which then goes away:
     // its process is cut off for good.
-    let proxy = DelayProxy::start("127.0.0.1:6379".parse().unwrap()).await;
+    let proxy = DelayProxy::start(test_support::redis_addr()).await;
     let config = LockConfig { command_timeout: Duration::from_millis(100), ..Default::default() };
     let doomed = Semaphore::new(&client_with(&proxy.url(), config), name.clone(), 1).unwrap();
     let lease = Duration::from_millis(300);
@@ -64,7 +64,7 @@ async fn a_dead_holders_permit_comes_back_when_its_lease_ends() {
     tokio::time::timeout(lease, held.lost().cancelled()).await.expect("the cut-off holder is told");
     assert_eq!(held.loss(), Some(LossReason::Unreachable));
     permit.release().await.unwrap();
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,7 +83,7 @@ async fn a_wait_for_a_permit_is_bounded_and_a_lost_permit_is_told() {
     assert!(held.renewals() >= 1, "renewed past its lease while the other waited");
 
     // The permits vanish behind the holder's back: its next renewal tells it.
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let _: i64 = redis::cmd("DEL").arg(name.key()).query_async(&mut conn).await.unwrap();
     tokio::time::timeout(Duration::from_millis(300), held.lost().cancelled()).await.expect("told");
     assert_eq!(held.loss(), Some(LossReason::Expired));

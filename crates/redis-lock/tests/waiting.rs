@@ -39,7 +39,7 @@ async fn a_release_wakes_a_waiter_long_before_the_lease_ends() {
         waited < Duration::from_secs(1),
         "woken by the release message, not the lease: {waited:?}"
     );
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,7 +48,7 @@ async fn t11_a_lost_wake_up_delays_a_waiter_only_until_the_lease_ends() {
     let (a, b) = (shared_client(), shared_client());
     let lease = Duration::from_millis(600);
     let holder = a.try_lock(&name, Duration::ZERO, lease).await.unwrap();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
 
     let started = Instant::now();
     let waiter = {
@@ -102,7 +102,7 @@ async fn only_one_task_per_process_competes_for_a_held_lock() {
     }
     assert_eq!(b.stats().acquisitions, 20);
     assert_eq!(b.stats().timeouts, 0);
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,13 +122,18 @@ async fn t14_tiny_leases_zero_waits_and_bad_configuration_give_typed_errors() {
     assert!(matches!(LockName::new("empty-tag:{}:lock"), Err(LockError::InvalidName { .. })));
     let zero = LockConfig { command_timeout: Duration::ZERO, ..LockConfig::default() };
     assert!(invalid(
-        redis_lock::LockClient::with_config(redis::Client::open(SHARED_REDIS).unwrap(), zero)
-            .map(|_| ())
+        redis_lock::LockClient::with_config(
+            redis::Client::open(SHARED_REDIS.as_str()).unwrap(),
+            zero
+        )
+        .map(|_| ())
     ));
     assert!(invalid(Redlock::new(Vec::new(), RedlockConfig::default()).map(|_| ())));
-    let redlock =
-        Redlock::new(vec![redis::Client::open(SHARED_REDIS).unwrap()], RedlockConfig::default())
-            .unwrap();
+    let redlock = Redlock::new(
+        vec![redis::Client::open(SHARED_REDIS.as_str()).unwrap()],
+        RedlockConfig::default(),
+    )
+    .unwrap();
     let shorter_than_node_timeout = LockOptions::new(ms(0), ms(40));
     assert!(invalid(redlock.try_lock(&name, shorter_than_node_timeout).await.map(|_| ())));
 
@@ -160,7 +165,7 @@ async fn t14_tiny_leases_zero_waits_and_bad_configuration_give_typed_errors() {
     let nowhere = client_with("redis://127.0.0.1:1", LockConfig::default());
     let down = nowhere.try_lock(&name, ms(200), ms(1000)).await;
     assert!(down.as_ref().is_err_and(LockError::is_unavailable), "{down:?}");
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 /// A lock named for `test`, held on the shared Redis for longer than any
@@ -195,7 +200,7 @@ async fn t16_a_wait_ends_on_time_when_the_wake_up_connection_hangs() {
     assert!(matches!(refused, Err(LockError::Timeout { .. })), "{refused:?}");
     assert_bounded(waited, wait);
     holder.release().await.unwrap();
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,7 +224,7 @@ async fn t16_a_wait_ends_on_time_when_redis_stops_answering_before_its_last_atte
     assert!(refused.as_ref().is_err_and(LockError::is_unavailable), "{refused:?}");
     assert_bounded(waited, wait);
     holder.release().await.unwrap();
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,17 +10,18 @@ use redis_lock::{ExtendOutcome, LockClient, LockConfig, LockOptions, LossReason,
 use test_support::RedisServer;
 
 use crate::harness::{
-    SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_client, unique_name,
+    DelayProxy, SHARED_REDIS, cleanup, client_with, holds, pttl, raw, shared_client, unique_name,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_keeps_ownership_through_work_three_times_the_lease() {
     let name = unique_name("watchdog");
     let client = shared_client();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let lease = Duration::from_millis(300);
     let options = LockOptions::new(Duration::ZERO, lease).with_watchdog();
 
+    let taken = Instant::now();
     let guard = client.try_lock_with(&name, options).await.unwrap();
     // The critical section: 3 × the lease, watching for loss.
     tokio::select! {
@@ -28,6 +29,9 @@ async fn watchdog_keeps_ownership_through_work_three_times_the_lease() {
         _ = guard.lost().cancelled() => panic!("lost the lock: {:?}", guard.loss()),
     }
     assert!(guard.renewals() >= 2, "{} renewals", guard.renewals());
+    // Once every third of the lease, not more: a load can only delay them.
+    let periods = (taken.elapsed().as_millis() / (lease / 3).as_millis()) as u64;
+    assert!(guard.renewals() <= periods, "{} renewals in {periods} periods", guard.renewals());
     assert_eq!(holds(&mut conn, &name, guard.owner()).await, Some(1), "still the owner");
     assert!(pttl(&mut conn, &name).await > 0);
     assert!(client.stats().renewals >= 2);
@@ -36,10 +40,35 @@ async fn watchdog_keeps_ownership_through_work_three_times_the_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_whose_reply_came_too_late_is_retried_and_the_lock_kept() {
+    let name = unique_name("renewal-retried");
+    let proxy = DelayProxy::start(test_support::redis_addr()).await;
+    let client = client_with(&proxy.url(), LockConfig::default());
+    // Renewed every second; an attempt is cut off after half a second.
+    let options = LockOptions::new(Duration::ZERO, Duration::from_secs(3)).with_watchdog();
+    let guard = client.try_lock_with(&name, options).await.unwrap();
+
+    // The first renewal's reply comes after its attempt gave up on it.
+    proxy.delay_next_reply(Duration::from_millis(800));
+    let renewed = async {
+        while guard.renewals() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::select! {
+        () = renewed => {}
+        _ = guard.lost().cancelled() => panic!("one late reply lost the lock: {:?}", guard.loss()),
+    }
+    assert!(!guard.lost().is_cancelled());
+    guard.release().await.unwrap();
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_whose_lock_was_taken_over_is_told_at_its_next_renewal() {
     let name = unique_name("takeover");
     let (a, b) = (shared_client(), shared_client());
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let lease = Duration::from_millis(300);
 
     let stale = a
@@ -65,7 +94,7 @@ async fn a_holder_whose_lock_was_taken_over_is_told_at_its_next_renewal() {
 async fn a_lease_lock_without_watchdog_tells_its_holder_when_the_lease_ends() {
     let name = unique_name("lease-end");
     let client = shared_client();
-    let lease = Duration::from_millis(150);
+    let lease = Duration::from_millis(400);
     let started = Instant::now();
     let guard = client.try_lock(&name, Duration::ZERO, lease).await.unwrap();
 
@@ -73,11 +102,12 @@ async fn a_lease_lock_without_watchdog_tells_its_holder_when_the_lease_ends() {
     let told = started.elapsed();
     assert_eq!(guard.loss(), Some(LossReason::Expired));
     // The timer fires at the local end of validity (lease − drift − round
-    // trip); allow the test's own scheduling a little slack.
-    assert!(told <= lease + Duration::from_millis(25), "told at {told:?}, after the lease ended");
+    // trip), before the lease ends; the test's own wake-up on a loaded
+    // 2-core host may come up to half a lease later.
+    assert!(told <= lease + lease / 2, "told at {told:?}, long after the lease ended");
     assert!(told >= lease / 2, "told at {told:?}, long before the lease ended");
     assert_eq!(guard.renewals(), 0);
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 /// A Redis of the test's own (killing it cuts the holder off) and a client
@@ -134,9 +164,10 @@ async fn t18_lost_fires_at_the_new_end_after_an_extend_shortens_the_lease() {
         .await
         .expect("told at the end of the new lease, not the old one");
     let told = extended.elapsed();
-    assert!(told <= shorter + Duration::from_millis(25), "told {told:?} after the extend");
+    // The old lease had 5 s left; the test's own wake-up may lag a little.
+    assert!(told <= shorter + Duration::from_millis(500), "told {told:?} after the extend");
     assert_eq!(guard.loss(), Some(LossReason::Expired));
-    cleanup(&mut raw(SHARED_REDIS).await, &name).await;
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,7 +200,7 @@ async fn t18_the_watchdog_renews_a_shortened_lease_and_tells_of_a_partition_in_t
 async fn t19_the_watchdog_stops_at_max_hold_and_tells_the_holder() {
     let name = unique_name("t19");
     let client = shared_client();
-    let mut conn = raw(SHARED_REDIS).await;
+    let mut conn = raw(&SHARED_REDIS).await;
     let (lease, max_hold) = (Duration::from_millis(150), Duration::from_millis(500));
     let options = LockOptions::new(Duration::ZERO, lease).with_watchdog().with_max_hold(max_hold);
     let started = Instant::now();

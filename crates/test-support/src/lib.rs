@@ -12,6 +12,9 @@
 //!   answers;
 //! - [`Browser`]: headless Chromium driven over the DevTools protocol, for
 //!   tests of pages in a real browser ([`chromium`] finds the binary);
+//! - [`CutProxy`]: a TCP proxy that closes a connection right after a
+//!   chosen command ran, its reply unheard;
+//! - [`redis_url`], [`amqp_url`]: the shared servers the tests use;
 //! - [`eventually`] and [`signal`]: polling a condition, signalling a process.
 //!
 //! It depends on no crate of the workspace, so every test binary (the
@@ -20,6 +23,7 @@
 //! panic with a message is the clearest report there.
 
 mod browser;
+mod cut_proxy;
 mod rabbitmq;
 mod redis_server;
 mod service;
@@ -30,6 +34,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub use browser::{Browser, HEADLESS_FLAGS, chromium};
+pub use cut_proxy::CutProxy;
 pub use rabbitmq::RabbitMqNode;
 pub use redis_server::RedisServer;
 pub use service::{ChildService, ServiceLauncher};
@@ -80,4 +85,31 @@ fn resume(pid: u32) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+/// The shared Redis of the tests: `TEST_REDIS_URL`, else the service's
+/// default `REDIS_URL` (`redis://127.0.0.1:6379`).
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// `host:port` of [`redis_url`], for a proxy in front of it.
+pub fn redis_addr() -> std::net::SocketAddr {
+    use std::net::ToSocketAddrs;
+    let url = redis_url();
+    let authority = url.split("://").nth(1).unwrap_or(&url);
+    let host_port = authority.rsplit('@').next().unwrap_or(authority);
+    let host_port = host_port.split('/').next().unwrap_or(host_port);
+    host_port
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .unwrap_or_else(|| panic!("TEST_REDIS_URL {url}: no host:port"))
+}
+
+/// The shared RabbitMQ of the tests: `TEST_AMQP_URL`, else the service's
+/// default `AMQP_URL` (`amqp://guest:guest@127.0.0.1:5672/%2f`).
+pub fn amqp_url() -> String {
+    std::env::var("TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
 }

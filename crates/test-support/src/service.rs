@@ -46,6 +46,18 @@ impl ServiceLauncher {
         self
     }
 
+    /// Removes from the child's environment every variable of the test's
+    /// own whose name starts with `prefix` (a stray `SECKILL_…` set where the
+    /// tests run); variables set on the launcher afterwards still apply.
+    pub fn without_inherited(mut self, prefix: &str) -> Self {
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with(prefix) {
+                self.command.env_remove(&key);
+            }
+        }
+        self
+    }
+
     /// Sets an environment variable (a later call for the same key wins).
     pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
         self.command.env(key, value);

@@ -27,6 +27,8 @@ use redis_lock::{
     ReleaseOutcome,
 };
 
+use tokio_util::sync::CancellationToken;
+
 use super::{Release, SaleLock, Shared, lease};
 use crate::backends::{RedisHandle, count_redis_round_trips};
 use crate::sale::Sale;
@@ -132,8 +134,8 @@ impl SaleLock for WatchdogLock {
         }
     }
 
-    fn still_held(&self, held: &Self::Held) -> bool {
-        !held.lost().is_cancelled()
+    fn lost<'a>(&self, held: &'a Self::Held) -> Option<&'a CancellationToken> {
+        Some(held.lost())
     }
 
     async fn release(&self, _sale: &Sale, held: Self::Held) -> Result<Release, StrategyError> {

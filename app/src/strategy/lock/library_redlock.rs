@@ -21,6 +21,8 @@ use anyhow::Context;
 use async_trait::async_trait;
 use redis_lock::{LockError, LockOptions, Redlock, RedlockConfig, RedlockGuard};
 
+use tokio_util::sync::CancellationToken;
+
 use super::library_lock::{lock_error, sale_lock_name};
 use super::{Release, SaleLock, Shared, lease};
 use crate::backends::count_redis_round_trips;
@@ -105,8 +107,8 @@ impl SaleLock for RedlockLock {
         }
     }
 
-    fn still_held(&self, held: &Self::Held) -> bool {
-        !held.lost().is_cancelled()
+    fn lost<'a>(&self, held: &'a Self::Held) -> Option<&'a CancellationToken> {
+        Some(held.lost())
     }
 
     async fn release(&self, _sale: &Sale, held: Self::Held) -> Result<Release, StrategyError> {

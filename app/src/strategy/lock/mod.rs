@@ -50,10 +50,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::Utc;
 use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 
 use super::naive::{self, Attempt, WriteGuard};
 use super::{Deps, Outcome, Strategy, StrategyError, StrategyName, StrategyRoutes};
-use crate::sale::{Quantity, Sale, UserId};
+use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod fence;
 pub mod intervals;
@@ -88,11 +89,18 @@ pub trait SaleLock: Send + Sync + 'static {
         wait: Duration,
     ) -> Result<Option<Self::Held>, StrategyError>;
 
-    /// Whether the holder still holds the lock as far as it can tell. A
-    /// watchdog that failed to renew, or found another owner, says no; the
-    /// other variants cannot tell and say yes.
-    fn still_held(&self, _held: &Self::Held) -> bool {
-        true
+    /// The holder's loss signal, for the variants that have one: cancelled
+    /// once a watchdog failed to renew, or found another owner. `None`: the
+    /// variant cannot tell.
+    fn lost<'a>(&self, _held: &'a Self::Held) -> Option<&'a CancellationToken> {
+        None
+    }
+
+    /// Whether the holder still holds the lock as far as it can tell
+    /// ([`lost`](Self::lost) has not fired); variants without a loss signal
+    /// say yes.
+    fn still_held(&self, held: &Self::Held) -> bool {
+        self.lost(held).is_none_or(|lost| !lost.is_cancelled())
     }
 
     /// Gives the lock back.
@@ -331,7 +339,8 @@ impl<L: SaleLock> Inner<L> {
         } else {
             None
         };
-        let guard = HolderGuard { lock: &self.lock, held, claim, refusal: OnceLock::new() };
+        let guard =
+            HolderGuard { lock: &self.lock, held, sale: sale.id, claim, refusal: OnceLock::new() };
         match naive::read_check_write(&self.shared.db, sale, user, quantity, &guard).await? {
             Attempt::Done(outcome) => Ok(Ok(outcome)),
             // Not refused by the holder itself: the write statement's fence.
@@ -340,12 +349,33 @@ impl<L: SaleLock> Inner<L> {
     }
 }
 
+/// Failpoint (tests only): a holder of the sale's lock, after its read and
+/// its simulated work, right before it asks whether it still holds the lock;
+/// keyed by sale id, resumed with a [`BeforeWrite`].
+#[cfg(feature = "failpoints")]
+pub const BEFORE_WRITE: &str = "lock/before-write";
+
+/// How a holder stopped at [`BEFORE_WRITE`] goes on.
+#[cfg(feature = "failpoints")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeforeWrite {
+    /// Checks its loss signal as usual.
+    Check,
+    /// Skips that check, as a holder that has not heard of its loss yet:
+    /// only the fence can refuse its write.
+    AsIfStillHeld,
+    /// Waits for its loss signal first (no wait for a variant without one).
+    OnceLost,
+}
+
 /// The last check before the write: the holder still believes it holds the
 /// lock, and (fenced variants) its claim still stands, which the write
 /// statement checks.
 struct HolderGuard<'a, L: SaleLock> {
     lock: &'a L,
     held: &'a L::Held,
+    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+    sale: SaleId,
     claim: Option<fence::FenceToken>,
     refusal: OnceLock<Refusal>,
 }
@@ -353,6 +383,16 @@ struct HolderGuard<'a, L: SaleLock> {
 #[async_trait]
 impl<L: SaleLock> WriteGuard for HolderGuard<'_, L> {
     async fn admits(&self) -> bool {
+        #[cfg(feature = "failpoints")]
+        match redis_lock::failpoints::reached(BEFORE_WRITE, self.sale.0).await {
+            Some(BeforeWrite::AsIfStillHeld) => return true,
+            Some(BeforeWrite::OnceLost) => {
+                if let Some(lost) = self.lock.lost(self.held) {
+                    lost.cancelled().await;
+                }
+            }
+            Some(BeforeWrite::Check) | None => {}
+        }
         let still_held = self.lock.still_held(self.held);
         if !still_held {
             let _ = self.refusal.set(Refusal::Lost);

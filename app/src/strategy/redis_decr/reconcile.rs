@@ -111,6 +111,11 @@ SELECT s.remaining_stock, s.created_at,
 FROM sales s
 WHERE s.id = $1 AND s.strategy = 'redis-decr'";
 
+/// Failpoint (tests only): a measurement between its Redis snapshot and its
+/// Postgres read; keyed by sale id.
+#[cfg(feature = "failpoints")]
+pub const AFTER_SNAPSHOT: &str = "redis-decr/after-snapshot";
+
 /// Measures sale `sale`. `Ok(None)` when Postgres has no `redis-decr` sale
 /// with that id, or when the Redis keys belong to another database's sale
 /// (an index entry or keys written by instances on another database).
@@ -121,6 +126,8 @@ pub(super) async fn measure(
     sale: SaleId,
 ) -> Result<Option<Measurement>, StrategyError> {
     let snapshot = counter.snapshot(conn).await.map_err(redis_error)?;
+    #[cfg(feature = "failpoints")]
+    redis_lock::failpoints::reached::<()>(AFTER_SNAPSHOT, sale.0).await;
     let buyers: Vec<i64> = snapshot.reservations.iter().map(|r| r.user).collect();
     let row: Option<(i64, DateTime<Utc>, Vec<i64>, bool)> =
         sqlx::query_as(POSTGRES_SIDE).bind(sale.0).bind(&buyers).fetch_optional(db).await?;
