@@ -73,7 +73,9 @@ fn instance(
 #[test]
 fn three_instances_run_each_period_exactly_once_with_one_clock_behind_by_more_than_the_margin() {
     let name = unique_name("scheduler-skew");
-    let period = Duration::from_millis(200);
+    // 400 ms: long enough that a loaded 2-core host, which can stall every
+    // instance for 200 ms, does not skip a whole period.
+    let period = Duration::from_millis(400);
     let job = PeriodicJob::new(name.clone(), period, Duration::from_secs(1)).unwrap();
     let log = Arc::new(Mutex::new(Log::default()));
     let stop = CancellationToken::new();
