@@ -18,7 +18,7 @@ const INTERVAL_MS: u64 = 1000;
 async fn a_counter_above_postgres_converges_within_two_intervals_while_demand_goes_on() {
     crate::support::provoking("a Redis counter above Postgres under load (corrections)");
     let prefix = unique_prefix();
-    let app = spawn_app(SHARED_REDIS, &prefix, |config| {
+    let app = spawn_app(&SHARED_REDIS, &prefix, |config| {
         config.reconcile_interval_ms = INTERVAL_MS;
         // No sold-out flag: every buyer reaches Redis, as distinct buyers
         // arriving across many instances would.
@@ -27,7 +27,7 @@ async fn a_counter_above_postgres_converges_within_two_intervals_while_demand_go
     .await;
     let sale = app.sale("redis-decr", 1).await;
     assert_eq!(app.buy(sale, 1).await.status(), StatusCode::CREATED);
-    let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     assert_eq!(redis.stock().await, Some(0));
 
     // Demand: distinct buyers, back to back, from 16 clients.
@@ -52,7 +52,7 @@ async fn a_counter_above_postgres_converges_within_two_intervals_while_demand_go
     // was returned). A pass may have retired the sold-out sale already (its
     // books were settled); what drifts is visited again.
     redis.set_stock(1).await;
-    let handle = seckill::backends::RedisHandle::new(SHARED_REDIS, &prefix).unwrap();
+    let handle = seckill::backends::RedisHandle::new(&SHARED_REDIS, &prefix).unwrap();
     redis::cmd("SADD")
         .arg(seckill::strategy::redis_decr::counter::sales_index_key(&handle))
         .arg(sale)

@@ -84,7 +84,7 @@ async fn keys_of_sales_that_sold_out_or_ended_expire_and_the_reconciler_stops_vi
         eventually(Duration::from_secs(6), || async { visited(&service).await == Some(0) }).await;
     assert!(none_visited, "still visited: {:?}", visited(&service).await);
     for sale in [sold_out, ending] {
-        let mut redis = RedisView::new(SHARED_REDIS, &prefix, sale).await;
+        let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
         let ttl: i64 = redis::cmd("PTTL")
             .arg(&redis.counter.stock_key)
             .query_async(&mut redis.conn)
@@ -92,7 +92,7 @@ async fn keys_of_sales_that_sold_out_or_ended_expire_and_the_reconciler_stops_vi
             .unwrap();
         assert!((1..=2000).contains(&ttl), "sale {sale}: the counter expires ({ttl} ms)");
         let gone = eventually(Duration::from_secs(4), || async {
-            RedisView::new(SHARED_REDIS, &prefix, sale).await.stock().await.is_none()
+            RedisView::new(&SHARED_REDIS, &prefix, sale).await.stock().await.is_none()
         })
         .await;
         assert!(gone, "sale {sale}: its keys expired");
