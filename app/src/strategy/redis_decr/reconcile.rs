@@ -151,6 +151,13 @@ pub(super) async fn measure(
     }
 }
 
+/// Whether a sale's keys may be retired after a pass: it ended or sold out,
+/// every reservation of the snapshot was committed (`quiet`), and the pass
+/// measured no drift (a corrected counter waits for a pass that finds none).
+fn retirable(ended: bool, remaining: i64, quiet: bool, drift: i64) -> bool {
+    (ended || remaining == 0) && quiet && drift == 0
+}
+
 impl RedisDecr {
     /// The audit's `redis_drift`, without changing anything. Measures again
     /// (up to 5 times) while reservations keep landing between the two
@@ -228,36 +235,50 @@ impl RedisDecr {
             }
         }
 
-        let mut settled_at = Some(snapshot.seq);
         if drift != 0 {
-            settled_at = None;
-            match counter.correct(&mut conn, snapshot.seq, -drift).await.map_err(redis_error)? {
-                Some(change) => report.corrected_units = change.abs(),
-                None => match self.correct_behind_gate(&mut conn, &counter, sale).await? {
-                    Some(change) => report.corrected_units = change.abs(),
-                    None => report.correction_deferred = true,
-                },
-            }
-            if report.corrected_units > 0 {
-                tracing::warn!(
-                    sale_id = sale.0,
-                    drift,
-                    change = report.corrected_units,
-                    remaining_stock = measurement.remaining,
-                    "reconciliation corrected the Redis counter to Postgres truth"
-                );
-            } else if report.correction_deferred {
-                tracing::info!(sale_id = sale.0, drift, "counter correction deferred");
-            }
+            self.correct_drift(&mut conn, &counter, &measurement, drift, &mut report).await?;
         }
-        let finished = measurement.ended || measurement.remaining == 0;
         let quiet = snapshot.reservations.len() == committed.len();
-        if let (true, true, Some(seq)) = (finished, quiet, settled_at) {
-            self.retire(&mut conn, &counter, sale, seq).await?;
+        if retirable(measurement.ended, measurement.remaining, quiet, drift) {
+            self.retire(&mut conn, &counter, sale, snapshot.seq).await?;
         }
 
         self.record_fixes(&report).await?;
         Ok(report)
+    }
+
+    /// Moves the counter by `-drift` towards Postgres: at the measured
+    /// sequence, else behind the sale's gate, else deferred to a later pass;
+    /// what happened goes into `report`.
+    async fn correct_drift(
+        &self,
+        conn: &mut ConnectionManager,
+        counter: &SaleCounter,
+        measurement: &Measurement,
+        drift: i64,
+        report: &mut Reconciliation,
+    ) -> Result<(), StrategyError> {
+        let sale = report.sale_id;
+        let seq = measurement.snapshot.seq;
+        match counter.correct(conn, seq, -drift).await.map_err(redis_error)? {
+            Some(change) => report.corrected_units = change.abs(),
+            None => match self.correct_behind_gate(conn, counter, sale).await? {
+                Some(change) => report.corrected_units = change.abs(),
+                None => report.correction_deferred = true,
+            },
+        }
+        if report.corrected_units > 0 {
+            tracing::warn!(
+                sale_id = sale.0,
+                drift,
+                change = report.corrected_units,
+                remaining_stock = measurement.remaining,
+                "reconciliation corrected the Redis counter to Postgres truth"
+            );
+        } else if report.correction_deferred {
+            tracing::info!(sale_id = sale.0, drift, "counter correction deferred");
+        }
+        Ok(())
     }
 
     /// The correction of a sale whose sequence keeps moving: closes its
@@ -439,5 +460,19 @@ impl ScheduledPasses {
             Err(err) => tracing::warn!(error = %err, "background reconciliation not scheduled"),
         };
         self.scheduler.run_every(&self.job, stop.clone(), pass, report).await;
+    }
+}
+
+#[cfg(test)]
+mod retire_tests {
+    use super::retirable;
+
+    #[test]
+    fn only_a_finished_quiet_sale_without_drift_is_retired() {
+        assert!(retirable(true, 3, true, 0), "ended");
+        assert!(retirable(false, 0, true, 0), "sold out");
+        assert!(!retirable(false, 3, true, 0), "still selling");
+        assert!(!retirable(true, 0, false, 0), "a reservation still open");
+        assert!(!retirable(true, 0, true, 1), "drift measured this pass");
     }
 }
