@@ -11,6 +11,12 @@
 //! helpers (`beam.smp`, `erl_child_setup`, `epmd`, `inet_gethost`). A
 //! process that ends during the phase takes its time with it; the servers'
 //! pooled connections live through a run, so little is lost.
+//!
+//! Resolution: the kernel reports a process' time in clock ticks
+//! (`USER_HZ`, 100 per second on Linux), so each process' figure is exact
+//! to 10 ms, and a group that used a few milliseconds in a short phase may
+//! read 0. A group with no process on this machine (a server in a container
+//! or on another host) reads `null`: not measured, never 0.
 
 use std::collections::BTreeMap;
 
@@ -94,11 +100,11 @@ impl CpuMeter {
     /// `wall_s` seconds apart.
     pub fn between(&self, before: &Snapshot, after: &Snapshot, wall_s: f64) -> Cpu {
         let seconds = |group| used_s(before, after, group);
-        let loadgen_s = seconds(Group::Loadgen);
+        let loadgen_s = seconds(Group::Loadgen).unwrap_or(0.0);
         let capacity = wall_s * self.cpus as f64;
         Cpu {
             loadgen_s,
-            instances_s: seconds(Group::Instances),
+            instances_s: seconds(Group::Instances).unwrap_or(0.0),
             postgres_s: seconds(Group::Postgres),
             redis_s: seconds(Group::Redis),
             rabbitmq_s: seconds(Group::Rabbitmq),
@@ -108,15 +114,16 @@ impl CpuMeter {
 }
 
 /// CPU seconds `group` used from `before` to `after`: each process' growth
-/// (a process that started meanwhile counts from 0).
-fn used_s(before: &Snapshot, after: &Snapshot, group: Group) -> f64 {
-    let Some(now) = after.groups.get(&group) else { return 0.0 };
+/// (a process that started meanwhile counts from 0); `None` when no process
+/// of the group was running at the end.
+fn used_s(before: &Snapshot, after: &Snapshot, group: Group) -> Option<f64> {
+    let now = after.groups.get(&group)?;
     let then = before.groups.get(&group);
     let ms: u64 = now
         .iter()
         .map(|(pid, ms)| ms.saturating_sub(then.and_then(|t| t.get(pid)).copied().unwrap_or(0)))
         .sum();
-    round(ms as f64 / 1000.0, 3)
+    Some(round(ms as f64 / 1000.0, 3))
 }
 
 fn round(value: f64, digits: i32) -> f64 {
@@ -131,21 +138,24 @@ pub struct Cpu {
     pub loadgen_s: f64,
     /// The app instances, together.
     pub instances_s: f64,
-    /// Every `postgres` process.
-    pub postgres_s: f64,
-    /// Every `redis-server` process.
-    pub redis_s: f64,
-    /// RabbitMQ's Erlang runtime.
-    pub rabbitmq_s: f64,
+    /// Every `postgres` process; `None` when none runs on this machine.
+    pub postgres_s: Option<f64>,
+    /// Every `redis-server` process; `None` when none runs on this machine.
+    pub redis_s: Option<f64>,
+    /// RabbitMQ's Erlang runtime; `None` when it does not run on this
+    /// machine.
+    pub rabbitmq_s: Option<f64>,
     /// `loadgen_s ÷ (phase seconds × CPUs)`: the share of the whole machine
     /// the load generator took.
     pub machine_share_loadgen: Option<f64>,
 }
 
 impl Cpu {
-    /// CPU seconds of the service side: instances and backing servers.
+    /// CPU seconds of the service side: instances and the backing servers
+    /// measured on this machine (one that was not measured adds nothing).
     pub fn service_s(&self) -> f64 {
-        self.instances_s + self.postgres_s + self.redis_s + self.rabbitmq_s
+        let servers = [self.postgres_s, self.redis_s, self.rabbitmq_s];
+        self.instances_s + servers.iter().flatten().sum::<f64>()
     }
 }
 
@@ -187,8 +197,9 @@ mod tests {
         ]);
         let meter = CpuMeter { system: System::new(), loadgen: 1, instances: vec![], cpus: 2 };
         let cpu = meter.between(&before, &after, 4.0);
-        assert_eq!((cpu.loadgen_s, cpu.postgres_s, cpu.redis_s), (2.0, 0.65, 0.1));
-        assert_eq!((cpu.instances_s, cpu.rabbitmq_s), (0.0, 0.0));
+        assert_eq!((cpu.loadgen_s, cpu.postgres_s, cpu.redis_s), (2.0, Some(0.65), Some(0.1)));
+        assert_eq!(cpu.instances_s, 0.0);
+        assert_eq!(cpu.rabbitmq_s, None, "no RabbitMQ process: not measured, not 0");
         assert_eq!(cpu.machine_share_loadgen, Some(0.25), "2 s of 4 s × 2 CPUs");
         assert!((cpu.service_s() - 0.75).abs() < 1e-9);
     }

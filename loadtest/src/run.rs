@@ -678,9 +678,9 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                 cpu: Some(Cpu {
                     loadgen_s: 1.0,
                     instances_s: 0.5,
-                    postgres_s: 0.4,
-                    redis_s: 0.0,
-                    rabbitmq_s: 0.1,
+                    postgres_s: Some(0.4),
+                    redis_s: Some(0.0),
+                    rabbitmq_s: Some(0.1),
                     machine_share_loadgen: Some(0.2),
                 }),
                 peak_rss_mb: Some(40.0),

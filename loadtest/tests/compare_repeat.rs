@@ -49,9 +49,11 @@ fn check_run(run: &Value, ceilings: &Value) {
     for group in ["loadgen_s", "instances_s", "postgres_s"] {
         assert!(number(&cpu[group], group) > 0.0, "{name}: {group} in {cpu}");
     }
-    let redis = number(&cpu["redis_s"], "redis_s");
-    if run["strategy"] == "redis-decr" {
-        assert!(redis > 0.0, "{name}: redis-decr keeps Redis busy: {cpu}");
+    // Redis and RabbitMQ run on this machine, so they are measured (a
+    // number, not null). Their time in a 200-unit phase may be below the
+    // 10 ms clock-tick resolution, so 0 is a true reading here.
+    for group in ["redis_s", "rabbitmq_s"] {
+        assert!(number(&cpu[group], group) >= 0.0, "{name}: {group} in {cpu}");
     }
     let share = number(&cpu["machine_share_loadgen"], "machine_share_loadgen");
     assert!(share > 0.0 && share <= 1.0, "{name}: {cpu}");
