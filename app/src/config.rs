@@ -53,6 +53,14 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
 
+    /// Address of a listener of its own for `GET /metrics`, served there
+    /// without a token for a scraper on a private network (port 0 picks a
+    /// free port); `/metrics` then leaves the main address. Unset: `/metrics`
+    /// is served on the main address and asks for the admin token, like
+    /// `/admin/*` (docs/security.md).
+    #[arg(long, env = "SECKILL_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+
     /// Open HTTP connections at most; a connection beyond the cap is answered
     /// `503 busy` and closed at once. Keep it under the process's file
     /// descriptor limit (`ulimit -n`), with room for the connection pools.

@@ -62,6 +62,8 @@ pub fn db_pool(config: &Config) -> anyhow::Result<PgPool> {
 /// A bound, not yet running, service.
 pub struct Application {
     listener: TcpListener,
+    /// The metrics listener, when `SECKILL_METRICS_ADDR` asks for one.
+    metrics_listener: Option<TcpListener>,
     state: AppState,
 }
 
@@ -83,6 +85,14 @@ impl Application {
         let listener = TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("binding {}", config.addr))?;
+        let metrics_listener = match config.metrics_addr {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding SECKILL_METRICS_ADDR {addr}"))?,
+            ),
+            None => None,
+        };
         if config.instance.is_none() {
             config.instance = Some(listener.local_addr()?.to_string());
         }
@@ -108,12 +118,18 @@ impl Application {
             admin_failures: Default::default(),
             known_buyers,
         };
-        Ok(Self { listener, state })
+        Ok(Self { listener, metrics_listener, state })
     }
 
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// The metrics listener's address, when `SECKILL_METRICS_ADDR` gave one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        let listener = self.metrics_listener.as_ref()?;
+        Some(listener.local_addr().expect("a bound listener has an address"))
     }
 
     /// Serves until `shutdown` completes, within the configured connection
@@ -131,9 +147,25 @@ impl Application {
             header_timeout: Duration::from_millis(config.header_timeout_ms),
             idle_timeout: Duration::from_millis(config.idle_timeout_ms),
         };
+        let metrics = self.state.metrics.clone();
         let app = http::router(self.state);
         tracing::info!(addr = %self.listener.local_addr()?, ?limits, "listening");
+        // One shutdown for both listeners: the metrics one stops with the
+        // main one, and serves until then with the same limits.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let metrics_server = self.metrics_listener.map(|listener| {
+            let stopped = stop.clone().cancelled_owned();
+            let router = http::metrics_router(metrics);
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(%addr, "serving /metrics");
+            }
+            tokio::spawn(server::serve(listener, router, limits, stopped))
+        });
         server::serve(self.listener, app, limits, shutdown).await;
+        stop.cancel();
+        if let Some(metrics_server) = metrics_server {
+            let _ = metrics_server.await;
+        }
         amqp.close().await;
         db.close().await;
         tracing::info!("stopped");

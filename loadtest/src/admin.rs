@@ -13,10 +13,11 @@ use seckill::strategy::sql_batched::BatchStats;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::scrape::Counters;
+
 /// The admin API of the first instance.
 pub struct Admin {
-    /// Also used to scrape `/metrics`.
-    pub client: reqwest::Client,
+    client: reqwest::Client,
     base: String,
     token: String,
 }
@@ -28,6 +29,12 @@ impl Admin {
             .build()
             .expect("a default client builds");
         Admin { client, base: base.to_owned(), token: token.to_owned() }
+    }
+
+    /// The counters of every instance at `urls` (their `/metrics`, read
+    /// with the admin token), summed.
+    pub async fn counters(&self, urls: &[String]) -> anyhow::Result<Counters> {
+        Counters::scrape(&self.client, urls, &self.token).await
     }
 
     pub async fn create_sale(&self, body: Value) -> anyhow::Result<SaleId> {

@@ -257,7 +257,7 @@ async fn order_times(
 /// Settled Postgres transactions and the instances' counters, now.
 async fn readings(bench: &Bench<'_>) -> anyhow::Result<(Xacts, Counters)> {
     let xacts = bench.xacts.settle().await?;
-    let counters = Counters::scrape(&bench.admin.client, &bench.instances.urls).await?;
+    let counters = bench.admin.counters(&bench.instances.urls).await?;
     Ok((xacts, counters))
 }
 

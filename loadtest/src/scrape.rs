@@ -86,12 +86,17 @@ pub const FENCE_REJECTIONS: Figure = Figure {
 };
 
 impl Counters {
-    /// Scrapes `GET {url}/metrics` of each instance and sums the series.
+    /// Scrapes `GET {url}/metrics` of each instance, with the admin token
+    /// `token` the service asks for there, and sums the series.
     /// Errors: an instance that does not answer 2xx.
-    pub async fn scrape(client: &reqwest::Client, urls: &[String]) -> anyhow::Result<Counters> {
+    pub async fn scrape(
+        client: &reqwest::Client,
+        urls: &[String],
+        token: &str,
+    ) -> anyhow::Result<Counters> {
         let mut sums = Counters::default();
         for url in urls {
-            let response = client.get(format!("{url}/metrics")).send().await?;
+            let response = client.get(format!("{url}/metrics")).bearer_auth(token).send().await?;
             let status = response.status();
             if !status.is_success() {
                 bail!("{url}/metrics answered {status}");

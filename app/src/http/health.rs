@@ -1,12 +1,15 @@
 //! Liveness, readiness and Prometheus metrics.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::auth::Admin;
 use super::{AppState, READY_TIMEOUT};
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::outcome::{Backend, StrategyError};
@@ -109,14 +112,30 @@ async fn amqp_ready(amqp: &AmqpHandle) -> Result<(), AppError> {
     }
 }
 
-/// `GET /metrics`: Prometheus text format.
+/// `GET /metrics`: Prometheus text format, on the main address; asks for the
+/// admin token (as `/admin/*`: `401`, `403`, `429`). Not routed when
+/// `SECKILL_METRICS_ADDR` gives the metrics a listener of their own
+/// ([`metrics_router`]).
 #[utoipa::path(
     get,
     path = "/metrics",
     tag = "operations",
+    security(("bearer" = [])),
     responses((status = 200, description = "Prometheus text format, version 0.0.4 (docs/api.md \
         lists the series)", body = String, content_type = "text/plain")),
 )]
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
+pub async fn metrics(_admin: Admin, State(state): State<AppState>) -> Response {
+    exposition(&state.metrics)
+}
+
+/// The router of the metrics listener (`SECKILL_METRICS_ADDR`): `GET
+/// /metrics` without a token, nothing else (`404`).
+pub fn metrics_router(handle: PrometheusHandle) -> Router {
+    Router::new().route("/metrics", get(move || std::future::ready(exposition(&handle))))
+}
+
+/// The exposition page of `handle`.
+fn exposition(handle: &PrometheusHandle) -> Response {
+    let content_type = [(header::CONTENT_TYPE, "text/plain; version=0.0.4")];
+    (StatusCode::OK, content_type, handle.render()).into_response()
 }

@@ -40,6 +40,8 @@ pub mod openapi;
 mod sales;
 mod storefront;
 
+pub use health::metrics_router;
+
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -119,8 +121,10 @@ fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(storefront::style))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
-        .routes(routes!(health::metrics))
         .routes(routes!(openapi::openapi_json));
+    if state.config.metrics_addr.is_none() {
+        api = api.routes(routes!(health::metrics));
+    }
     for routes in state.strategies.routes() {
         api = api.merge(routes.public.clone().with_state(()));
         if !routes.admin.get_openapi().paths.paths.is_empty() {

@@ -95,7 +95,8 @@ const BEARER: &str = "bearer";
 /// and `504` on every route (a panic, the connection cap or a backing
 /// server, the request timeout); `400`, `413`, `415` and `422` on a route
 /// with a body; `422` on one with query parameters; `404` on one with path
-/// parameters; `401`, `403` and `429`, and the bearer token, under `/admin/`.
+/// parameters; `401`, `403` and `429`, and the bearer token, under `/admin/`
+/// and on every route that declares the token (`/metrics`).
 pub fn finish(mut document: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     let components = document.components.get_or_insert_with(Default::default);
     for &(status, name, description) in PROBLEMS {
@@ -115,7 +116,7 @@ pub fn finish(mut document: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenAp
             if has_parameter(operation, ParameterIn::Path) {
                 shared.push("404");
             }
-            if path.starts_with("/admin/") {
+            if path.starts_with("/admin/") || operation.security.is_some() {
                 shared.extend(["401", "403", "429"]);
                 let token = SecurityRequirement::new(BEARER, Vec::<String>::new());
                 operation.security = Some(vec![token]);

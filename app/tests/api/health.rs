@@ -29,7 +29,8 @@ async fn own_metrics_page(drive: impl AsyncFnOnce(&ServiceUnderTest)) -> String 
     let process = seckill_child(&[]).start().await;
     let service = ServiceUnderTest { base: process.base.clone(), client: reqwest::Client::new() };
     drive(&service).await;
-    let response = service.client.get(format!("{}/metrics", service.base)).send().await.unwrap();
+    let url = format!("{}/metrics", service.base);
+    let response = service.client.get(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     response.text().await.unwrap()
 }
@@ -112,4 +113,40 @@ async fn requests_that_match_no_route_share_one_metrics_label() {
     }
     let unmatched = [r#"endpoint="unmatched""#, r#"method="GET""#, r#"status="404""#];
     assert_eq!(series(&page, "axum_http_requests_total", &unmatched), 3.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_on_the_main_address_ask_for_the_admin_token() {
+    let app = TestApp::spawn().await;
+    let url = app.url("/metrics");
+    let anonymous = app.client.get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(anonymous.headers()["content-type"], "application/problem+json");
+    let wrong = app.client.get(&url).bearer_auth("not-the-token").send().await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::FORBIDDEN);
+    let admin = app.client.get(&url).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(admin.status(), StatusCode::OK);
+    assert!(admin.text().await.unwrap().contains("# TYPE"), "an exposition page");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_address_serves_metrics_there_without_a_token_and_only_there() {
+    let port = test_support::free_port();
+    let env = [("SECKILL_METRICS_ADDR", format!("127.0.0.1:{port}"))];
+    let process = seckill_child(&env).start().await;
+    let client = reqwest::Client::new();
+    // A request the page will count, on the main address.
+    let main = client.get(format!("{}/metrics", process.base));
+    let moved = main.bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(moved.status(), StatusCode::NOT_FOUND, "no /metrics on the main address");
+
+    let private = format!("http://127.0.0.1:{port}");
+    let page = client.get(format!("{private}/metrics")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let page = page.text().await.unwrap();
+    // The refused request to the main address, in the same registry.
+    let unmatched = [r#"endpoint="unmatched""#, r#"method="GET""#, r#"status="404""#];
+    assert_eq!(series(&page, "axum_http_requests_total", &unmatched), 1.0);
+    let other = client.get(format!("{private}/healthz")).send().await.unwrap();
+    assert_eq!(other.status(), StatusCode::NOT_FOUND, "the metrics listener serves nothing else");
 }

@@ -163,6 +163,7 @@ impl ChildApp {
     pub async fn metrics(&self) -> String {
         self.client
             .get(format!("{}/metrics", self.base))
+            .bearer_auth(ADMIN_TOKEN)
             .send()
             .await
             .unwrap()

@@ -17,8 +17,8 @@ const INSTANCE: &str = "retention-test";
 /// The instance's `seckill_reconcile_sales_visited`; `None` before its
 /// first pass.
 async fn visited(service: &ChildService) -> Option<u64> {
-    let page =
-        reqwest::get(format!("{}/metrics", service.base)).await.unwrap().text().await.unwrap();
+    let request = reqwest::Client::new().get(format!("{}/metrics", service.base));
+    let page = request.bearer_auth(ADMIN_TOKEN).send().await.unwrap().text().await.unwrap();
     let line = page.lines().find(|line| {
         line.starts_with("seckill_reconcile_sales_visited{")
             && line.contains(&format!("instance=\"{INSTANCE}\""))

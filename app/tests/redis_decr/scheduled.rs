@@ -15,8 +15,8 @@ const PERIOD_MS: u64 = 300;
 
 /// `instance`'s `seckill_scheduled_job_runs_total` for the reconciler.
 async fn runs(service: &ChildService, instance: &str) -> u64 {
-    let page =
-        reqwest::get(format!("{}/metrics", service.base)).await.unwrap().text().await.unwrap();
+    let request = reqwest::Client::new().get(format!("{}/metrics", service.base));
+    let page = request.bearer_auth(ADMIN_TOKEN).send().await.unwrap().text().await.unwrap();
     let labels = format!("instance=\"{instance}\"");
     let line = page
         .lines()
