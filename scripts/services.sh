@@ -64,10 +64,19 @@ start_rabbitmq() {
   command -v rabbitmq-server >/dev/null || { echo "services: RabbitMQ is not running and not installed (install rabbitmq-server, or set AMQP_URL)" >&2; return 1; }
   mkdir -p "$state/rabbitmq/mnesia" "$state/rabbitmq/log"
   : >"$state/rabbitmq/enabled_plugins"
+  # A configuration of its own: the machine's may pin the listener elsewhere.
+  echo "listeners.tcp.local = 127.0.0.1:$amqp_port" >"$state/rabbitmq/rabbitmq.conf"
+  # Debian's rabbitmq-server runs the node as the rabbitmq user.
+  if [ "$(id -u)" = 0 ] && id rabbitmq >/dev/null 2>&1; then chown -R rabbitmq: "$state/rabbitmq"; fi
+  # Every listener on the loopback interface only: AMQP, the Erlang
+  # distribution port, and epmd when this start launches it.
   RABBITMQ_NODENAME=seckill@localhost RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT=$((amqp_port + 20000)) \
+  RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 ERL_EPMD_ADDRESS=127.0.0.1 \
+  RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
   RABBITMQ_MNESIA_BASE="$state/rabbitmq/mnesia" RABBITMQ_LOG_BASE="$state/rabbitmq/log" \
   RABBITMQ_ENABLED_PLUGINS_FILE="$state/rabbitmq/enabled_plugins" \
   RABBITMQ_FEATURE_FLAGS_FILE="$state/rabbitmq/feature_flags" \
+  RABBITMQ_CONFIG_FILE="$state/rabbitmq/rabbitmq.conf" \
     rabbitmq-server -detached
   touch "$state/rabbitmq/started"
   wait_for RabbitMQ "$amqp_port" 90
