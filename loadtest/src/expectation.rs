@@ -102,7 +102,7 @@ const TABLE: &[Row] = &[
 fn stalls_outlive_the_lease(on: &Conditions) -> Expectation {
     match on.profile {
         Profile::Slow => Breaks,
-        Profile::Burst | Profile::RetryStorm | Profile::MultiSale => Correct,
+        Profile::Burst | Profile::RetryStorm | Profile::MultiSale | Profile::Flood => Correct,
     }
 }
 
@@ -216,7 +216,9 @@ mod tests {
         for strategy in ["lock/ttl", "lock/token"] {
             for instances in [1, 2] {
                 assert_eq!(cell(strategy, on(Profile::Slow, instances)), Breaks);
-                for profile in [Profile::Burst, Profile::RetryStorm, Profile::MultiSale] {
+                for profile in
+                    [Profile::Burst, Profile::RetryStorm, Profile::MultiSale, Profile::Flood]
+                {
                     assert_eq!(cell(strategy, on(profile, instances)), Correct, "{profile}");
                 }
             }

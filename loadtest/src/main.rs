@@ -88,7 +88,8 @@ pub struct CompareArgs {
     pub profile: Vec<Profile>,
 
     /// Units of stock of a run, over all its sales (default: the profile's own
-    /// stock — burst 5000, retry-storm 2000, multi-sale 10000, slow 500).
+    /// stock — burst 5000, retry-storm 2000, multi-sale 10000, slow 500,
+    /// flood 5000).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub stock: Option<u64>,
 
@@ -116,6 +117,11 @@ pub struct CompareArgs {
     /// `retry-storm`: times each buyer sends its purchase, back to back.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=100))]
     pub storm: u32,
+
+    /// `flood`: extra purchases by one buyer (buyer 1), spread among the
+    /// other buyers' sends.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub flood: u64,
 
     /// `multi-sale`: sales at once, each with stock/N units.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=64))]

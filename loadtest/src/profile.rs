@@ -43,6 +43,13 @@ pub enum Profile {
     /// downstream call. Shows which locks survive a holder outliving its
     /// lease. Default stock 500, so a run stays well under a minute.
     Slow,
+    /// `burst`, plus one buyer who floods the sale: `--flood` more
+    /// purchases (default 10000) by buyer 1, spread among the other buyers'
+    /// sends. They are sent under a request name of their own, so
+    /// `latency_ms` stays the other buyers'; compare it with a `burst` run's
+    /// to see what one hammering client costs everyone else. Default stock
+    /// 5000, as `burst`.
+    Flood,
 }
 
 /// The demonstration knobs a profile sets on each of its sales; `None`
@@ -77,13 +84,16 @@ pub struct Plan {
     pub submissions: u32,
     /// Fraction of buyers who send once more, shuffled among the others.
     pub resubmit: f64,
+    /// Extra purchases by buyer 1, shuffled among the others' sends (the
+    /// `flood` profile; 0 for the others).
+    pub flood: u64,
     pub knobs: SaleKnobs,
 }
 
 impl Profile {
     /// Every profile, in the order reports list them.
     pub const ALL: &'static [Profile] =
-        &[Profile::Burst, Profile::RetryStorm, Profile::MultiSale, Profile::Slow];
+        &[Profile::Burst, Profile::RetryStorm, Profile::MultiSale, Profile::Slow, Profile::Flood];
 
     /// The wire name, as in `--profile` and the report's `profile`.
     pub fn name(self) -> &'static str {
@@ -92,13 +102,14 @@ impl Profile {
             Profile::RetryStorm => "retry-storm",
             Profile::MultiSale => "multi-sale",
             Profile::Slow => "slow",
+            Profile::Flood => "flood",
         }
     }
 
     /// Units of stock when `--stock` is not given.
     pub fn default_stock(self) -> u64 {
         match self {
-            Profile::Burst => 5_000,
+            Profile::Burst | Profile::Flood => 5_000,
             Profile::MultiSale => 10_000,
             Profile::RetryStorm => 2_000,
             Profile::Slow => 500,
@@ -108,7 +119,9 @@ impl Profile {
     /// Knobs of the profile's sales.
     pub fn knobs(self) -> SaleKnobs {
         match self {
-            Profile::Burst | Profile::RetryStorm | Profile::MultiSale => SaleKnobs::default(),
+            Profile::Burst | Profile::RetryStorm | Profile::MultiSale | Profile::Flood => {
+                SaleKnobs::default()
+            }
             Profile::Slow => SaleKnobs {
                 lock_lease_ms: Some(200),
                 work_ms: Some(5),
@@ -127,8 +140,9 @@ impl Profile {
             Profile::Burst => (1, 1, args.resubmit),
             Profile::RetryStorm => (1, args.storm, 0.0),
             Profile::MultiSale => (args.sales, 1, args.resubmit),
-            Profile::Slow => (1, 1, args.resubmit),
+            Profile::Slow | Profile::Flood => (1, 1, args.resubmit),
         };
+        let flood = if self == Profile::Flood { args.flood } else { 0 };
         // Never more sales than units: every sale gets at least one.
         let sales = sales.clamp(1, u32::try_from(stock).unwrap_or(u32::MAX).max(1));
         let profile = self.knobs();
@@ -138,7 +152,7 @@ impl Profile {
             pause_ms: args.pause_ms.or(profile.pause_ms),
             pause_ratio: args.pause_ratio.or(profile.pause_ratio),
         };
-        Plan { stock, sales, submissions, resubmit, knobs }
+        Plan { stock, sales, submissions, resubmit, flood, knobs }
     }
 }
 
@@ -215,6 +229,7 @@ mod tests {
             sales: 4,
             submissions: 1,
             resubmit: 0.0,
+            flood: 0,
             knobs: SaleKnobs::default(),
         };
         assert_eq!(plan.stock_per_sale(), vec![3, 3, 2, 2]);

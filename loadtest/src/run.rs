@@ -179,13 +179,21 @@ async fn run_phases(
     let ids: Vec<i64> = prepared.sales.iter().map(|s| s.0).collect();
     let plan = &prepared.plan;
     let buyers = scenario::buyers(prepared.buyers, &ids, plan.submissions, plan.resubmit);
+    let buyers = scenario::with_flood(buyers, plan.flood);
     let rss = RssSampler::start(bench.instances.pids());
     let tally = Arc::new(OutcomeCounters::default());
     progress.phase("settling statistics");
     let (xacts_before, counters_before) = readings(bench).await?;
-    let resubmissions = buyers.len() as u64 - prepared.buyers;
-    progress
-        .phase(&format!("sale phase ({} buyers + {resubmissions} resubmissions)", prepared.buyers));
+    let resubmissions = buyers.len() as u64 - prepared.buyers - plan.flood;
+    let flood = if plan.flood > 0 {
+        format!(" + {} by one flooding buyer", plan.flood)
+    } else {
+        String::new()
+    };
+    progress.phase(&format!(
+        "sale phase ({} buyers + {resubmissions} resubmissions{flood})",
+        prepared.buyers
+    ));
     let goose_report =
         args.out.join(format!("goose-{}-{}-{}.html", key.strategy.slug(), key.profile, key.repeat));
     let mut meter = args.target.is_empty().then(|| CpuMeter::new(bench.instances.pids()));
@@ -470,6 +478,7 @@ fn assemble(m: Measured, round: &Round) -> Run {
         outcomes,
         status_counts: sale.status_counts,
         latency_ms: sale.latency_ms,
+        flood: sale.flood,
         ratio: Ratio {
             sell_through_vs_sql_tps: ratio_to(sell_through_per_s, round.get(Kind::SqlTps)),
             rejection_vs_http_rps: ratio_to(rejection_rps, round.get(Kind::HttpRps)),
@@ -637,6 +646,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             errors_5xx: 0,
             status_counts: Default::default(),
             latency_ms: Latency { p50: 1.0, p95: 2.0, p99: 3.0, max: 4.0 },
+            flood: None,
         }
     }
 
@@ -655,6 +665,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             sales: 1,
             submissions: 1,
             resubmit: 0.0,
+            flood: 0,
             knobs: SaleKnobs::default(),
         };
         let mut total = audit(100, sold);

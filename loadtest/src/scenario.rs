@@ -23,6 +23,10 @@ use serde_json::{Value, json};
 /// Name of the purchase request in goose's metrics (key `POST purchase`).
 const PURCHASE: &str = "purchase";
 
+/// Name of a flooding buyer's purchases (`flood` profile), kept apart from
+/// [`PURCHASE`] so that the phase's latency is the other buyers'.
+const FLOOD: &str = "flood";
+
 /// Answers by kind, as the report's `outcomes`.
 #[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Outcomes {
@@ -168,12 +172,14 @@ fn classify(status: u16, body: &[u8]) -> Kind {
 
 /// One buyer of the sale phase: `user` buys one unit of `sale`, sending the
 /// purchase `sends` times back to back (each send waits for the answer to
-/// the previous one).
+/// the previous one). A `flood` send is one of a flooding buyer's extra
+/// purchases, timed apart from the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Buyer {
     pub sale: i64,
     pub user: i64,
     pub sends: u32,
+    pub flood: bool,
 }
 
 /// Shared state of one goose attack on the sales of one run.
@@ -237,8 +243,15 @@ impl Attack {
     }
 
     /// One buyer's purchase from `sale`, retrying a `busy` answer up to
-    /// `retries` times after [`backoff_s`], ±50 % jitter.
-    async fn purchase(&self, user: &mut GooseUser, sale: i64, buyer: i64) -> TransactionResult {
+    /// `retries` times after [`backoff_s`], ±50 % jitter; `name` is the
+    /// request's name in goose's metrics.
+    async fn purchase(
+        &self,
+        user: &mut GooseUser,
+        sale: i64,
+        buyer: i64,
+        name: &str,
+    ) -> TransactionResult {
         let path = format!("sales/{sale}/orders");
         for attempt in 0..=self.retries {
             let (start, _) = *self.first_send.get_or_init(|| (Instant::now(), Utc::now()));
@@ -248,7 +261,7 @@ impl Attack {
             let request = GooseRequest::builder()
                 .method(GooseMethod::Post)
                 .path(path.as_str())
-                .name(PURCHASE)
+                .name(name)
                 .set_request_builder(builder)
                 .build();
             let mut goose = user.request(request).await?;
@@ -299,6 +312,30 @@ pub struct Latency {
     pub max: f64,
 }
 
+impl Latency {
+    /// The percentiles of goose's timings of one request name.
+    fn of(timings: &goose::metrics::GooseRequestMetricTimingData) -> Latency {
+        let ms = |us: u64| us as f64 / 1000.0;
+        Latency {
+            p50: ms(timings.percentile_us(0.50)),
+            p95: ms(timings.percentile_us(0.95)),
+            p99: ms(timings.percentile_us(0.99)),
+            max: ms(timings.maximum_time_us),
+        }
+    }
+}
+
+/// The flooding buyer's purchases of a `flood` run (`runs[].flood`).
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Flood {
+    /// Purchases the flooding buyer sent (retries of `busy` included).
+    pub requests: u64,
+    /// Their answers by HTTP status.
+    pub status_counts: BTreeMap<String, u64>,
+    /// Their latency; the run's `latency_ms` is the other buyers'.
+    pub latency_ms: Latency,
+}
+
 /// What one phase measured.
 pub struct PhaseResult {
     /// Answers received (every attempt counts).
@@ -313,6 +350,8 @@ pub struct PhaseResult {
     pub errors_5xx: u64,
     pub status_counts: BTreeMap<String, u64>,
     pub latency_ms: Latency,
+    /// The flooding buyer's purchases (`flood` profile), apart.
+    pub flood: Option<Flood>,
 }
 
 fn base_config(urls: &[String], users: u64) -> GooseConfiguration {
@@ -349,15 +388,17 @@ async fn execute(
         for (status, count) in &purchase.status_code_counts {
             status_counts.insert(status.to_string(), *count as u64);
         }
-        let t = &purchase.raw_data;
-        let ms = |us: u64| us as f64 / 1000.0;
-        latency_ms = Latency {
-            p50: ms(t.percentile_us(0.50)),
-            p95: ms(t.percentile_us(0.95)),
-            p99: ms(t.percentile_us(0.99)),
-            max: ms(t.maximum_time_us),
-        };
+        latency_ms = Latency::of(&purchase.raw_data);
     }
+    let flood = metrics.requests.get(&format!("POST {FLOOD}")).map(|flood| Flood {
+        requests: flood.raw_data.counter as u64,
+        status_counts: flood
+            .status_code_counts
+            .iter()
+            .map(|(s, n)| (s.to_string(), *n as u64))
+            .collect(),
+        latency_ms: Latency::of(&flood.raw_data),
+    });
     let duration_s = attack.last_answer_ns.load(Relaxed) as f64 / 1e9;
     let times = attack.answer_times_s.lock().map(|t| t.clone()).unwrap_or_default();
     Ok(PhaseResult {
@@ -369,6 +410,7 @@ async fn execute(
         errors_5xx: attack.counters.errors_5xx.load(Relaxed),
         status_counts,
         latency_ms,
+        flood,
     })
 }
 
@@ -380,13 +422,30 @@ pub fn buyers(distinct: u64, sales: &[i64], sends: u32, resubmit: f64) -> Vec<Bu
     use rand::seq::{IndexedRandom, SliceRandom};
     let mut rng = rand::rng();
     let mut buyers: Vec<Buyer> = (1..=distinct as i64)
-        .map(|user| Buyer { sale: sales[(user as usize - 1) % sales.len()], user, sends })
+        .map(|user| Buyer {
+            sale: sales[(user as usize - 1) % sales.len()],
+            user,
+            sends,
+            flood: false,
+        })
         .collect();
     let again = ((distinct as f64) * resubmit.clamp(0.0, 1.0)).round() as usize;
     let repeats: Vec<Buyer> =
         buyers.choose_multiple(&mut rng, again).map(|buyer| Buyer { sends: 1, ..*buyer }).collect();
     buyers.extend(repeats);
     buyers.shuffle(&mut rng);
+    buyers
+}
+
+/// `buyers` with `extra` more single purchases by buyer 1, shuffled among
+/// the others' sends (`buyers` is in random order already, so shuffling
+/// again only places the flood).
+pub fn with_flood(mut buyers: Vec<Buyer>, extra: u64) -> Vec<Buyer> {
+    use rand::seq::SliceRandom;
+    let Some(first) = buyers.iter().find(|b| b.user == 1).copied() else { return buyers };
+    let flood = Buyer { sends: 1, flood: true, ..first };
+    buyers.extend(std::iter::repeat_n(flood, extra as usize));
+    buyers.shuffle(&mut rand::rng());
     buyers
 }
 
@@ -411,8 +470,9 @@ pub async fn sale_phase(
             loop {
                 let i = attack.next_buyer.fetch_add(1, Relaxed);
                 let Some(&buyer) = attack.buyers.get(i) else { break };
+                let name = if buyer.flood { FLOOD } else { PURCHASE };
                 for _ in 0..buyer.sends.max(1) {
-                    attack.purchase(user, buyer.sale, buyer.user).await?;
+                    attack.purchase(user, buyer.sale, buyer.user, name).await?;
                 }
             }
             Ok(())
@@ -443,7 +503,7 @@ pub async fn rejection_phase(
             attack.assign(user)?;
             let buyer = attack.next_fresh.fetch_add(1, Relaxed);
             let sale = attack.sales[buyer as usize % attack.sales.len()];
-            attack.purchase(user, sale, buyer).await
+            attack.purchase(user, sale, buyer, PURCHASE).await
         })
     }));
     let mut config = base_config(urls, users);
@@ -533,5 +593,18 @@ mod tests {
         let on = |sale| buyers.iter().filter(|b| b.sale == sale && b.sends == 1).count();
         assert!(on(7) >= 50 && on(8) >= 50);
         assert!(buyers.iter().all(|b| b.sale == if b.user % 2 == 1 { 7 } else { 8 }));
+    }
+
+    #[test]
+    fn a_flood_adds_buyer_ones_purchases_spread_among_the_others() {
+        let flooded = with_flood(buyers(1000, &[7, 8], 1, 0.0), 1000);
+        assert_eq!(flooded.len(), 2000);
+        let flood: Vec<usize> = (0..flooded.len()).filter(|&i| flooded[i].flood).collect();
+        assert_eq!(flood.len(), 1000);
+        assert!(flood.iter().all(|&i| flooded[i].user == 1 && flooded[i].sale == 7));
+        assert_eq!(flooded.iter().filter(|b| !b.flood).count(), 1000, "the others unchanged");
+        // Spread, not bunched at one end: some in each half.
+        assert!(flood.iter().any(|&i| i < 1000) && flood.iter().any(|&i| i >= 1000));
+        assert_eq!(with_flood(buyers(10, &[7], 1, 0.0), 0).len(), 10, "no flood");
     }
 }

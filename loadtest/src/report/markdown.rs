@@ -148,6 +148,41 @@ pub fn ceilings_line(report: &Report) -> String {
     line
 }
 
+/// One line per `flood` run: the other buyers' p99 beside the `burst` run's
+/// of the same strategy and round, when there is one, and what the
+/// flooding buyer's own purchases were answered.
+pub fn flood_lines(report: &Report) -> Vec<String> {
+    let runs = &report.runs;
+    runs.iter()
+        .filter_map(|run| Some((run, run.flood.as_ref()?)))
+        .map(|(run, flood)| {
+            let burst = runs.iter().find(|r| {
+                r.profile == "burst" && r.strategy == run.strategy && r.repeat == run.repeat
+            });
+            let against = match burst {
+                Some(burst) if burst.latency_ms.p99 > 0.0 => format!(
+                    "; {:.1} ms without the flood (burst, same round): × {:.2}",
+                    burst.latency_ms.p99,
+                    run.latency_ms.p99 / burst.latency_ms.p99
+                ),
+                _ => String::new(),
+            };
+            let statuses: Vec<String> =
+                flood.status_counts.iter().map(|(status, n)| format!("{n} × {status}")).collect();
+            format!(
+                "{} #{}: the other buyers' p99 {:.1} ms with {} purchases by one buyer{against}; \
+                 the flood was answered {} (p99 {:.1} ms)",
+                run.strategy,
+                run.repeat,
+                run.latency_ms.p99,
+                flood.requests,
+                statuses.join(", "),
+                flood.latency_ms.p99,
+            )
+        })
+        .collect()
+}
+
 /// `- line` per line, or "None." for none.
 fn bullets(lines: &[String]) -> String {
     if lines.is_empty() {
@@ -167,6 +202,12 @@ indistinguishable; a strategy with a run whose steady window was too short is no
 pub fn render(report: &Report) -> String {
     let m = &report.machine;
     let config = serde_json::to_string_pretty(&report.config).unwrap_or_default();
+    let flood = flood_lines(report);
+    let flood = if flood.is_empty() {
+        String::new()
+    } else {
+        format!("## One buyer's flood\n\n{}\n", bullets(&flood))
+    };
     format!(
         "# Flash-sale strategy comparison\n\n\
          Generated {} on {} CPUs, {:.1} GiB, {}. Charts: report.html.\n\n\
@@ -174,6 +215,7 @@ pub fn render(report: &Report) -> String {
          ## Verdicts\n\n{}\n\
          ## Warnings\n\n{}\n\
          ## Summary over repeats\n\n{SUMMARY_NOTE}\n\n{}\n\n\
+         {flood}\
          ## Every run\n\n{}\n\n\
          Verdict `ok`: the run matched its expectation (a `correct` strategy kept exact books, \
          a `breaks` baseline visibly broke them). Oversold, undersold and drift come from an \
@@ -190,4 +232,35 @@ pub fn render(report: &Report) -> String {
         runs_table(report, true),
         config,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::fixture;
+    use crate::scenario::{Flood, Latency};
+
+    #[test]
+    fn a_flood_run_is_set_beside_the_burst_run_of_its_strategy_and_round() {
+        let mut report = fixture::report();
+        assert!(flood_lines(&report).is_empty(), "no flood run, no line");
+        assert!(!render(&report).contains("## One buyer's flood"));
+
+        let mut flooded = report.runs.iter().find(|r| r.strategy == "sql").unwrap().clone();
+        flooded.profile = "flood".to_owned();
+        flooded.latency_ms.p99 = 120.0;
+        flooded.flood = Some(Flood {
+            requests: 10_000,
+            status_counts: [("409".to_owned(), 10_000)].into(),
+            latency_ms: Latency { p50: 0.5, p95: 1.0, p99: 2.0, max: 9.0 },
+        });
+        report.runs.push(flooded);
+        let lines = flood_lines(&report);
+        assert_eq!(lines.len(), 1);
+        // The fixture's burst run of sql in round 1 has a p99 of 80 ms.
+        assert!(lines[0].starts_with("sql #1: the other buyers' p99 120.0 ms"), "{}", lines[0]);
+        assert!(lines[0].contains("80.0 ms without the flood (burst, same round): × 1.50"));
+        assert!(lines[0].contains("answered 10000 × 409 (p99 2.0 ms)"), "{}", lines[0]);
+        assert!(render(&report).contains("## One buyer's flood"));
+    }
 }

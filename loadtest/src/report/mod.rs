@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::ceilings::Ceilings;
 use crate::cpu::Cpu;
 use crate::expectation::Expectation;
-use crate::scenario::{Latency, Outcomes};
+use crate::scenario::{Flood, Latency, Outcomes};
 pub use seckill::strategy::queue::results::BatchSizes;
 
 /// 2: steady-state rates, ceilings per round, intervals, CPU accounting
@@ -147,7 +147,12 @@ pub struct Run {
     pub errors_5xx: u64,
     pub outcomes: Outcomes,
     pub status_counts: BTreeMap<String, u64>,
+    /// Sale-phase purchase latency; in a `flood` run, of every buyer but
+    /// the flooding one.
     pub latency_ms: Latency,
+    /// The flooding buyer's purchases (`flood` profile); `null` otherwise.
+    #[serde(default)]
+    pub flood: Option<Flood>,
     pub ratio: Ratio,
     /// Redis counter + open reservations − Postgres remaining stock, measured
     /// before any reconciliation; `null` for strategies without a counter.
