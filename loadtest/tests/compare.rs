@@ -1,8 +1,9 @@
 //! End to end: `loadtest compare` on small sales, against two real
 //! instances, under every profile, must write a report.json that follows
 //! docs/report-format.md, judge the baselines as the expectation table says,
-//! add up the sales of `multi-sale`, show the resubmissions of `retry-storm`,
-//! and give each run its cost per unit.
+//! add up the sales of `multi-sale`, show the resubmissions of `retry-storm`
+//! and the flooding buyer of `flood` apart, and give each run its cost per
+//! unit.
 
 const STOCK: i64 = 200;
 
@@ -12,7 +13,8 @@ mod support;
 fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
     let out = std::env::temp_dir().join(format!("loadtest-{}", std::process::id()));
     let stock = STOCK.to_string();
-    let profiles = ["--profile", "burst,retry-storm,multi-sale", "--storm", "3", "--sales", "4"];
+    let profiles = ["--profile", "burst,retry-storm,multi-sale,flood", "--storm", "3"];
+    let profiles = [&profiles[..], &["--sales", "4", "--flood", "300"]].concat();
     let mut args = vec!["--strategies", "naive,sql", "--stock", &stock, "--repeat", "1"];
     args.extend(profiles);
     let report = support::compare(&out, &args);
@@ -23,7 +25,7 @@ fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
     assert!(report["ceilings"]["http_rps"]["value"].as_f64().unwrap() > 0.0);
     assert_eq!(report["ceilings"]["sql_tps"]["connections"], 20);
     let runs = report["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 6);
+    assert_eq!(runs.len(), 8);
     for run in runs {
         let name = format!("{} / {}", run["strategy"].as_str().unwrap(), run["profile"]);
         let profile = run["profile"].as_str().unwrap();
@@ -32,6 +34,16 @@ fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
             assert!(run[key].is_object(), "{name}: {key} is missing");
         }
         let sales = if profile == "multi-sale" { 4 } else { 1 };
+        if profile == "flood" {
+            // Buyer 1's 300 extra purchases, apart from the others' timings.
+            let flood = &run["flood"];
+            assert!(flood["requests"].as_u64().unwrap() >= 300, "{name}: {flood}");
+            assert!(flood["latency_ms"]["p99"].as_f64().unwrap() > 0.0, "{name}: {flood}");
+            let refused = flood["status_counts"]["409"].as_u64().unwrap_or(0);
+            assert!(refused >= 299, "{name}: one buyer buys at most once: {flood}");
+        } else {
+            assert!(run["flood"].is_null(), "{name}");
+        }
         assert_eq!(run["sales"], sales, "{name}");
         assert_eq!(run["total_stock"], STOCK, "{name}: the sales add up to the stock");
         let cost = &run["cost"];
@@ -70,13 +82,14 @@ fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
         );
     }
     let summary = report["summary"].as_array().unwrap();
-    assert_eq!(summary.len(), 6, "one summary per (strategy, profile)");
+    assert_eq!(summary.len(), 8, "one summary per (strategy, profile)");
     for s in summary {
         assert_eq!(s["runs"], 1);
         let sold = &s["figures"]["units_sold"];
         assert!(sold["median"].as_f64().unwrap() > 0.0 && sold["n"] == 1, "{s}");
     }
-    assert!(out.join("report.md").exists());
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("## One buyer's flood") && md.contains("without the flood"), "{md}");
     assert!(out.join("report.html").exists());
     assert!(out.join("charts").join("oversold.svg").exists());
     assert!(out.join("goose-naive-retry-storm-1.html").exists());
