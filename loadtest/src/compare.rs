@@ -226,11 +226,16 @@ async fn compare(
         ceilings.sql_batched_units_per_s = Some(batched);
     }
     let summary = summary::summarize(&runs);
+    let balancer = match &instances.balancer {
+        Some(balancer) => Some(balancer.report().await.context("reading HAProxy's statistics")?),
+        None => None,
+    };
     Ok(Report {
         schema_version: SCHEMA_VERSION,
         generated_at: Utc::now(),
         machine: Machine::this(),
         config: serde_json::to_value(args)?,
+        balancer,
         ceilings,
         runs,
         summary,
@@ -320,7 +325,7 @@ async fn measure(
 ) -> anyhow::Result<f64> {
     let seconds = args.ceiling_duration;
     match kind {
-        Kind::HttpRps => scenario::http_ceiling(&instances.urls, args.users, seconds).await,
+        Kind::HttpRps => scenario::http_ceiling(&instances.buyer_urls, args.users, seconds).await,
         Kind::SqlTps => {
             let body =
                 json!({ "name": "sql_tps ceiling", "stock": 1_000_000_000_i64, "strategy": "sql" });

@@ -10,11 +10,17 @@ use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
 use crate::CompareArgs;
+use crate::balancer::Balancer;
 
 /// The instances of one invocation.
 pub struct Instances {
     /// Base URLs, e.g. `http://127.0.0.1:40123`.
     pub urls: Vec<String>,
+    /// Where buyers are sent: `urls`, or the balancer's one URL with
+    /// `--haproxy`.
+    pub buyer_urls: Vec<String>,
+    /// The balancer in front of them (`--haproxy`).
+    pub balancer: Option<Balancer>,
     /// Bearer token for the admin routes.
     pub admin_token: String,
     /// Postgres connections the instances hold together (for `sql_tps`).
@@ -128,7 +134,20 @@ impl Instances {
             })?;
         }
         let pool_connections = args.pool_size * args.instances as u32;
-        Ok(Instances { urls, admin_token, pool_connections, amqp_prefix, children })
+        let balancer = match args.haproxy {
+            true => Some(Balancer::start(&urls, args.users, &args.out).await?),
+            false => None,
+        };
+        let buyer_urls = balancer.as_ref().map_or_else(|| urls.clone(), |b| vec![b.url.clone()]);
+        Ok(Instances {
+            urls,
+            buyer_urls,
+            balancer,
+            admin_token,
+            pool_connections,
+            amqp_prefix,
+            children,
+        })
     }
 
     /// The running services of `--target`, once each answers `/readyz`; the
@@ -145,7 +164,15 @@ impl Instances {
         let pool_connections = args.pool_size * urls.len() as u32;
         let amqp_prefix =
             std::env::var("SECKILL_AMQP_PREFIX").unwrap_or_else(|_| "seckill".to_owned());
-        Ok(Instances { urls, admin_token, pool_connections, amqp_prefix, children: vec![] })
+        Ok(Instances {
+            buyer_urls: urls.clone(),
+            urls,
+            balancer: None,
+            admin_token,
+            pool_connections,
+            amqp_prefix,
+            children: vec![],
+        })
     }
 
     /// Process ids of the started instances (empty with `--target`).
@@ -205,7 +232,7 @@ fn seckill_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 }
 
 /// A port that was free a moment ago (the instance binds it right after).
-fn free_port() -> anyhow::Result<u16> {
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

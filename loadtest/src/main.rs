@@ -4,6 +4,7 @@
 //! ceilings measured in the same invocation.
 
 mod admin;
+mod balancer;
 mod ceilings;
 mod compare;
 mod cost;
@@ -161,6 +162,14 @@ pub struct CompareArgs {
     /// interval.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub repeat: u64,
+
+    /// Send the buyers through an HAProxy this run starts in front of its
+    /// instances (round robin, each checked on `/readyz` every second), as
+    /// replicas behind a load balancer are; the `http_rps` ceiling too.
+    /// Admin reads and `/metrics` still go to each instance. Needs the
+    /// `haproxy` program; not with --target.
+    #[arg(long, conflicts_with = "target")]
+    pub haproxy: bool,
 
     /// Use running services at these base URLs instead of starting instances
     /// (repeatable). Their admin token is read from `SECKILL_ADMIN_TOKEN`

@@ -175,7 +175,7 @@ async fn run_phases(
     prepared: &Prepared,
     progress: &mut Progress,
 ) -> anyhow::Result<Phases> {
-    let (urls, args) = (&bench.instances.urls, bench.args);
+    let (urls, args) = (&bench.instances.buyer_urls, bench.args);
     let ids: Vec<i64> = prepared.sales.iter().map(|s| s.0).collect();
     let plan = &prepared.plan;
     let buyers = scenario::buyers(prepared.buyers, &ids, plan.submissions, plan.resubmit);

@@ -202,6 +202,14 @@ indistinguishable; a strategy with a run whose steady window was too short is no
 pub fn render(report: &Report) -> String {
     let m = &report.machine;
     let config = serde_json::to_string_pretty(&report.config).unwrap_or_default();
+    let balancer = match &report.balancer {
+        Some(b) => format!(
+            "The buyers went through HAProxy ({}), which passed the instances {} requests.\n\n",
+            b.kind.split(" - ").next().unwrap_or(&b.kind),
+            b.requests_per_instance.iter().map(u64::to_string).collect::<Vec<_>>().join(" and ")
+        ),
+        None => String::new(),
+    };
     let flood = flood_lines(report);
     let flood = if flood.is_empty() {
         String::new()
@@ -211,7 +219,7 @@ pub fn render(report: &Report) -> String {
     format!(
         "# Flash-sale strategy comparison\n\n\
          Generated {} on {} CPUs, {:.1} GiB, {}. Charts: report.html.\n\n\
-         {}\n\n\
+         {balancer}{}\n\n\
          ## Verdicts\n\n{}\n\
          ## Warnings\n\n{}\n\
          ## Summary over repeats\n\n{SUMMARY_NOTE}\n\n{}\n\n\

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::balancer::BalancerReport;
 use crate::ceilings::Ceilings;
 use crate::cpu::Cpu;
 use crate::expectation::Expectation;
@@ -32,6 +33,10 @@ pub struct Report {
     pub machine: Machine,
     /// Every flag of the invocation.
     pub config: serde_json::Value,
+    /// The load balancer the buyers went through (`--haproxy`); `null`
+    /// when they were sent to the instances directly.
+    #[serde(default)]
+    pub balancer: Option<BalancerReport>,
     pub ceilings: Ceilings,
     pub runs: Vec<Run>,
     /// One aggregate per (strategy, profile) over its repeats, in the order
