@@ -11,7 +11,13 @@
 # Configuration): by default it listens on 127.0.0.1:8080 (SECKILL_ADDR) and
 # uses the database `seckill` (DATABASE_URL). SECKILL_BIN names a seckill
 # binary to run instead of building target/release/seckill. The log and the
-# process id are target/serve/seckill-PORT.log and .pid.
+# process ids are target/serve/seckill-PORT.log and .pid.
+#
+# SERVE_REPLICAS=N (N > 1) runs the layout of docker-compose.yml without
+# Docker: N replicas on the next N ports (PORT+1 …), behind an HAProxy (the
+# distribution's `haproxy` package) that listens on SECKILL_ADDR, round
+# robin, each replica checked on /readyz every second. Each replica logs to
+# target/serve/seckill-PORT-replica-I.log.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -21,7 +27,28 @@ dir=target/serve
 pidfile="$dir/seckill-$port.pid"
 log="$dir/seckill-$port.log"
 
-running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+replicas="${SERVE_REPLICAS:-1}"
+host="${addr%:*}"
+
+# Whether any process of the pidfile (one pid per line) runs.
+running() {
+  [ -f "$pidfile" ] || return 1
+  local pid
+  while read -r pid; do kill -0 "$pid" 2>/dev/null && return 0; done <"$pidfile"
+  return 1
+}
+
+# HAProxy's configuration for the replicas on ports PORT+1 … PORT+N.
+haproxy_config() {
+  printf 'global\n    maxconn 4000\n\ndefaults\n    mode http\n    timeout connect 2s\n'
+  printf '    timeout client 60s\n    timeout server 60s\n    option http-keep-alive\n\n'
+  printf 'frontend buyers\n    bind %s\n    default_backend replicas\n\n' "$addr"
+  printf 'backend replicas\n    balance roundrobin\n    option httpchk\n'
+  printf '    http-check send meth GET uri /readyz\n'
+  for i in $(seq "$replicas"); do
+    printf '    server replica-%s %s:%s check inter 1s\n' "$i" "$host" $((port + i))
+  done
+}
 
 start() {
   if running; then
@@ -41,12 +68,33 @@ start() {
   if [ -z "${SECKILL_ADMIN_TOKEN:-}" ] && [ -z "${SECKILL_ADMIN_TOKEN_FILE:-}" ]; then
     export SECKILL_DEV=1
   fi
-  # Detached from this shell's terminal and pipes: it outlives the script.
-  nohup "$bin" serve >"$log" 2>&1 </dev/null &
-  echo $! >"$pidfile"
+  # Detached from this shell's terminal and pipes: they outlive the script.
+  if [ "$replicas" -gt 1 ]; then
+    command -v haproxy >/dev/null || { echo "SERVE_REPLICAS needs HAProxy: install the distribution's haproxy package" >&2; return 1; }
+    : >"$pidfile"
+    for i in $(seq "$replicas"); do
+      SECKILL_ADDR="$host:$((port + i))" SECKILL_INSTANCE="replica-$i" \
+        nohup "$bin" serve >"$dir/seckill-$port-replica-$i.log" 2>&1 </dev/null &
+      echo $! >>"$pidfile"
+    done
+    haproxy_config >"$dir/haproxy-$port.cfg"
+    nohup haproxy -db -f "$dir/haproxy-$port.cfg" >"$log" 2>&1 </dev/null &
+    echo $! >>"$pidfile"
+  else
+    nohup "$bin" serve >"$log" 2>&1 </dev/null &
+    echo $! >"$pidfile"
+  fi
   for _ in $(seq 600); do
     if curl -fs -o /dev/null --max-time 2 "http://$addr/readyz"; then
-      echo "seckill serves on http://$addr (pid $(cat "$pidfile"), log $log); stop it with: scripts/serve.sh stop"
+      if [ "$replicas" -gt 1 ]; then
+        # Every replica in rotation before saying so.
+        for i in $(seq "$replicas"); do
+          curl -fs -o /dev/null --max-time 2 "http://$host:$((port + i))/readyz" || continue 2
+        done
+        echo "seckill serves on http://$addr through HAProxy, $replicas replicas on ports $((port + 1))-$((port + replicas)) (logs target/serve/seckill-$port-replica-*.log); stop them with: scripts/serve.sh stop"
+      else
+        echo "seckill serves on http://$addr (pid $(cat "$pidfile"), log $log); stop it with: scripts/serve.sh stop"
+      fi
       return 0
     fi
     if ! running; then
@@ -67,19 +115,20 @@ stop() {
     echo "no seckill started by scripts/serve.sh runs on port $port"
     return 0
   fi
-  local pid
-  pid=$(cat "$pidfile")
-  kill -TERM "$pid"
+  local pids
+  pids=$(tr '\n' ' ' <"$pidfile")
+  # shellcheck disable=SC2086 # one word per pid
+  kill -TERM $pids 2>/dev/null || true
   for _ in $(seq 100); do
-    kill -0 "$pid" 2>/dev/null || break
+    running || break
     sleep 0.1
   done
   rm -f "$pidfile"
-  echo "seckill (pid $pid) stopped"
+  echo "seckill (pid ${pids% }) stopped"
 }
 
 status() {
-  if running; then echo "seckill serves on http://$addr (pid $(cat "$pidfile"))"; else echo "no seckill started by scripts/serve.sh runs on port $port"; fi
+  if running; then echo "seckill serves on http://$addr (pid $(tr '\n' ' ' <"$pidfile" | sed 's/ $//'))"; else echo "no seckill started by scripts/serve.sh runs on port $port"; fi
 }
 
 case "${1:-start}" in

@@ -104,3 +104,81 @@ async fn the_readme_walkthrough_buys_from_the_sale_it_created_on_a_database_with
     earlier.db.close().await;
     Postgres::force_drop_database(&database).await.expect("dropping the scratch database");
 }
+
+/// A port `p` with `p + 1` and `p + 2` free too, a moment ago.
+fn three_free_ports() -> u16 {
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if port < u16::MAX - 2 && free(port + 1) && free(port + 2) {
+            return port;
+        }
+    }
+}
+
+#[tokio::test]
+async fn serve_replicas_runs_two_replicas_behind_haproxy_that_share_the_books() {
+    let database = test_database_url();
+    let port = three_free_ports();
+    let started = run_script("SERVE_REPLICAS=2 scripts/serve.sh", port, &database);
+    let outcome = async move {
+        let out = String::from_utf8_lossy(&started.stdout).into_owned();
+        let err = String::from_utf8_lossy(&started.stderr);
+        assert!(started.status.success(), "{out}\n{err}");
+        assert!(out.contains("through HAProxy, 2 replicas"), "{out}");
+        let client = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        let sale: Value = client
+            .post(format!("{base}/admin/sales"))
+            .bearer_auth("dev-admin-token")
+            .json(&json!({ "name": "replicas", "stock": 3, "strategy": "sql" }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let sale = sale["id"].as_i64().expect("a sale id");
+        let mut statuses = Vec::new();
+        for user in 1..=6 {
+            let url = format!("{base}/sales/{sale}/orders");
+            let answer = client.post(url).json(&json!({ "user_id": user })).send().await.unwrap();
+            statuses.push(answer.status().as_u16());
+        }
+        statuses.sort();
+        assert_eq!(statuses, [201, 201, 201, 409, 409, 409], "3 units, 6 buyers");
+        let audit: Value = client
+            .get(format!("{base}/admin/sales/{sale}/audit"))
+            .bearer_auth("dev-admin-token")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!((audit["orders"].as_i64(), audit["oversold"].as_i64()), (Some(3), Some(0)));
+        // Round robin: each replica answered purchases.
+        for replica in [port + 1, port + 2] {
+            let page = client
+                .get(format!("http://127.0.0.1:{replica}/metrics"))
+                .bearer_auth("dev-admin-token")
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let purchases = page.lines().any(|line| {
+                line.starts_with("axum_http_requests_total{")
+                    && line.contains(r#"endpoint="/sales/{id}/orders""#)
+            });
+            assert!(purchases, "replica on {replica} answered no purchase:\n{page}");
+        }
+    };
+    let result = tokio::spawn(outcome).await;
+    let stopped = run_script("scripts/serve.sh stop", port, &database);
+    assert!(stopped.status.success(), "{}", String::from_utf8_lossy(&stopped.stderr));
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic.into_panic());
+    }
+}
