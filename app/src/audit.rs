@@ -6,6 +6,13 @@
 //! snapshot — of the sale row, its bucket rows (a sale whose stock is split,
 //! `sql/buckets`) and its orders together.
 //!
+//! With a payment window (`crate::lifecycle`) an order may end unpaid and
+//! return its units. The figures count *live* orders (`pending_payment`,
+//! `paid`) as sold, and the ended ones (`cancelled`, `expired`) as returned:
+//! the ledger identity stays `total_stock = remaining_stock + units_sold`,
+//! where `remaining_stock` holds the returned units that have not sold again
+//! (docs/report-format.md states it with them).
+//!
 //! Table names are unqualified on purpose: a test can shadow `orders` with a
 //! temporary table that lacks the unique constraint (temporary tables come
 //! first in `search_path`) and check `duplicate_orders` on real duplicates.
@@ -28,20 +35,31 @@ pub struct Audit {
     /// sale's bucket rows, for a strategy that splits its stock (the view
     /// `sale_stock`).
     pub remaining_stock: i64,
-    /// Number of order rows.
+    /// Number of live order rows (`pending_payment` or `paid`; every order
+    /// of a sale without a payment window).
     pub orders: i64,
-    /// `sum(orders.quantity)`.
+    /// `sum(quantity)` of the live orders: units held by buyers.
     pub units_sold: i64,
+    /// Of `units_sold`, the units of orders still `pending_payment`.
+    pub units_pending: i64,
+    /// `sum(quantity)` of the orders that ended unpaid (`cancelled`,
+    /// `expired`): units returned to the sale, once each.
+    pub units_returned: i64,
+    /// Of `units_returned`, the units sold again ([`resold`]): the units
+    /// ever placed in an order beyond `total_stock`. 0 for a sale that
+    /// never sold out.
+    pub units_resold: i64,
     /// `max(0, units_sold − total_stock)`: units sold that never existed.
     pub oversold: i64,
     /// `total_stock − remaining_stock − units_sold`. 0 for an exact ledger;
     /// negative after lost updates (more sold than the stock column lost),
     /// positive when stock was taken without an order (a leak).
     pub ledger_drift: i64,
-    /// Order rows beyond the first per (sale, user). Always 0 while the unique
-    /// constraint `orders_sale_user_key` exists.
+    /// Live order rows beyond the first per (sale, user). Always 0 while the
+    /// unique index `orders_sale_user_key` exists.
     pub duplicate_orders: i64,
-    /// `created_at` of the first and last order (`clock_timestamp()` at insert).
+    /// `created_at` of the first and last order written, live or ended
+    /// (`clock_timestamp()` at insert).
     pub first_order_at: Option<DateTime<Utc>>,
     pub last_order_at: Option<DateTime<Utc>>,
     /// Redis counter + open reservations without an order − Postgres
@@ -63,6 +81,8 @@ struct Row {
     remaining_stock: i64,
     orders: i64,
     units_sold: i64,
+    units_pending: i64,
+    units_returned: i64,
     duplicate_orders: i64,
     first_order_at: Option<DateTime<Utc>>,
     last_order_at: Option<DateTime<Utc>>,
@@ -71,19 +91,40 @@ struct Row {
 
 const AUDIT: &str = "\
 WITH per_user AS (
-    SELECT count(*) AS n, sum(quantity) AS units,
+    SELECT count(*) FILTER (WHERE live)                     AS n,
+           coalesce(sum(quantity) FILTER (WHERE live), 0)   AS units,
+           coalesce(sum(quantity) FILTER (WHERE status = 'pending_payment'), 0) AS pending,
+           coalesce(sum(quantity) FILTER (WHERE NOT live), 0) AS returned,
            min(created_at) AS first_at, max(created_at) AS last_at
-    FROM orders WHERE sale_id = $1 GROUP BY user_id
+    FROM (SELECT user_id, quantity, status, created_at,
+                 status IN ('pending_payment', 'paid') AS live
+          FROM orders WHERE sale_id = $1) o
+    GROUP BY user_id
 )
 SELECT s.strategy, s.total_stock, st.remaining_stock, s.reconcile_fixes,
-       coalesce(sum(p.n), 0)::bigint         AS orders,
-       coalesce(sum(p.units), 0)::bigint     AS units_sold,
-       coalesce(sum(p.n - 1), 0)::bigint     AS duplicate_orders,
-       min(p.first_at)                       AS first_order_at,
-       max(p.last_at)                        AS last_order_at
+       coalesce(sum(p.n), 0)::bigint                     AS orders,
+       coalesce(sum(p.units), 0)::bigint                 AS units_sold,
+       coalesce(sum(p.pending), 0)::bigint               AS units_pending,
+       coalesce(sum(p.returned), 0)::bigint              AS units_returned,
+       coalesce(sum(greatest(p.n - 1, 0)), 0)::bigint    AS duplicate_orders,
+       min(p.first_at)                                   AS first_order_at,
+       max(p.last_at)                                    AS last_order_at
 FROM sales s JOIN sale_stock st ON st.sale_id = s.id LEFT JOIN per_user p ON true
 WHERE s.id = $1
 GROUP BY s.id, st.remaining_stock";
+
+/// Units of `returned` sold again, given the sale's `total_stock` and the
+/// units it holds in live orders (`sold`). Units are interchangeable, so
+/// which unit a buyer got cannot be told; the figure counts as resold the
+/// units ever placed in an order (`sold + returned`) beyond the stock ever
+/// put on sale — i.e. a purchase takes a never-sold unit while there is one.
+/// Then `remaining = never-sold + (returned − resold)` and
+/// `total_stock = never-sold + units_sold + (returned − resold)` on exact
+/// books. Clamped to `0..=returned`, so broken books (an oversell) do not
+/// make returns out of nothing.
+pub fn resold(total_stock: i64, sold: i64, returned: i64) -> i64 {
+    (sold + returned - total_stock).clamp(0, returned.max(0))
+}
 
 /// Audits sale `id`. `Ok(None)` when the sale does not exist.
 pub async fn audit(conn: &mut PgConnection, id: SaleId) -> Result<Option<Audit>, sqlx::Error> {
@@ -97,6 +138,9 @@ pub async fn audit(conn: &mut PgConnection, id: SaleId) -> Result<Option<Audit>,
         remaining_stock: row.remaining_stock,
         orders: row.orders,
         units_sold: row.units_sold,
+        units_pending: row.units_pending,
+        units_returned: row.units_returned,
+        units_resold: resold(row.total_stock, row.units_sold, row.units_returned),
         oversold: (row.units_sold - row.total_stock).max(0),
         ledger_drift: row.total_stock - row.remaining_stock - row.units_sold,
         duplicate_orders: row.duplicate_orders,
@@ -105,4 +149,24 @@ pub async fn audit(conn: &mut PgConnection, id: SaleId) -> Result<Option<Audit>,
         redis_drift: None,
         reconcile_fixes: row.reconcile_fixes,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resold;
+
+    #[test]
+    fn returned_units_count_as_resold_only_beyond_the_stock_ever_put_on_sale() {
+        // 10 units, 4 sold, 3 of them returned and nothing else sold: nothing
+        // resold (the 3 are among the 9 remaining).
+        assert_eq!(resold(10, 1, 3), 0);
+        // Sold out (10 live), 3 returned and bought again: all 3 resold.
+        assert_eq!(resold(10, 10, 3), 3);
+        // Sold out, 5 returned, 2 of them bought again.
+        assert_eq!(resold(10, 7, 5), 2);
+        // No returns, nothing resold, whatever was sold.
+        assert_eq!(resold(10, 12, 0), 0);
+        // An oversell does not make more resold units than were returned.
+        assert_eq!(resold(10, 14, 2), 2);
+    }
 }

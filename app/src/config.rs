@@ -213,6 +213,15 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     pub reconcile_interval_ms: u64,
 
+    /// The period of the expiry sweep, in milliseconds: every instance looks
+    /// this often for orders still unpaid at the end of their payment window
+    /// and expires them, returning their units (`FOR UPDATE SKIP LOCKED`, so
+    /// instances sweeping at once share the work); 0 turns this instance's
+    /// sweep off.
+    #[arg(long, env = "SECKILL_EXPIRY_SWEEP_INTERVAL_MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
+    pub expiry_sweep_interval_ms: u64,
+
     /// `redis-decr`: milliseconds the Redis keys of a sale are kept once the
     /// reconciler found it ended or sold out with its books settled; it then
     /// stops visiting the sale. A restock or a purchase that warms the
@@ -454,6 +463,7 @@ impl std::fmt::Debug for Config {
             .field("db_pool_size", &self.db_pool_size)
             .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
             .field("reconcile_interval_ms", &self.reconcile_interval_ms)
+            .field("expiry_sweep_interval_ms", &self.expiry_sweep_interval_ms)
             .field("reconcile_grace_ms", &self.reconcile_grace_ms)
             .field("instance", &self.instance)
             .field("sold_out_flag_ttl_ms", &self.sold_out_flag_ttl_ms)

@@ -113,3 +113,8 @@ pub const GROUP_COMMIT_TRANSACTION_DURATION_SECONDS: &str =
 /// Emitted once per purchase.
 pub const GROUP_COMMIT_QUEUE_WAIT_DURATION_SECONDS: &str =
     "seckill_group_commit_queue_wait_duration_seconds";
+
+/// Counter: orders that ended unpaid and returned their units. Labels:
+/// `strategy` (wire name), `ending` (`cancelled` or `expired`). Emitted by
+/// the order lifecycle (`crate::lifecycle`) after each return committed.
+pub const ORDERS_ENDED_TOTAL: &str = "seckill_orders_ended_total";

@@ -58,7 +58,11 @@ pub async fn purchase(
     let result = match sale.phase(Utc::now()) {
         Phase::NotStarted => Ok(Outcome::NotStarted),
         Phase::Ended => Ok(Outcome::Ended),
-        Phase::Open if known_buyers.holds_order(sale.id, user) => {
+        // A buyer of a sale with a payment window may lose their order (a
+        // cancel, an expiry on any instance) and buy again: not cached.
+        Phase::Open
+            if sale.payment_window_ms.is_none() && known_buyers.holds_order(sale.id, user) =>
+        {
             counter!(KNOWN_BUYER_ANSWERS, "strategy" => strategy).increment(1);
             Ok(Outcome::AlreadyPurchased)
         }
@@ -67,7 +71,9 @@ pub async fn purchase(
             answer => answer,
         },
     };
-    if let Ok(Outcome::Placed { .. } | Outcome::AlreadyPurchased) = result {
+    if let Ok(Outcome::Placed { .. } | Outcome::AlreadyPurchased) = result
+        && sale.payment_window_ms.is_none()
+    {
         known_buyers.remember(sale.id, user);
     }
     let label = match &result {

@@ -116,6 +116,11 @@ pub struct Sale {
     /// Rows the stock is split over (`sale_buckets`), for a strategy that
     /// splits it (`sql/buckets`); `None`: the stock is on the sale row.
     pub buckets: Option<i32>,
+    /// How long a buyer has to pay an order, milliseconds: its orders start
+    /// `pending_payment` and expire, their units returned, when unpaid this
+    /// long after they were placed (`crate::lifecycle`). `None`: orders are
+    /// `paid` when placed, final.
+    pub payment_window_ms: Option<i32>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -183,7 +188,7 @@ impl Sale {
 
 /// Columns of `sales` that [`Sale`] reads, in one place for every query.
 pub(crate) const SALE_COLUMNS: &str = "id, name, per_user_limit, strategy, starts_at, ends_at, \
-     lock_lease_ms, work_ms, pause_ms, pause_ratio, buckets, created_at";
+     lock_lease_ms, work_ms, pause_ms, pause_ratio, buckets, payment_window_ms, created_at";
 
 /// Stock figures of a sale, read fresh from Postgres.
 #[derive(Debug, Clone, Copy, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -278,8 +283,67 @@ pub struct Order {
     pub user_id: UserId,
     /// Units of stock the order took.
     pub quantity: i32,
+    /// `pending_payment`, `paid`, `cancelled` or `expired` (orders of a sale
+    /// without a payment window are `paid` when placed).
+    #[sqlx(try_from = "String")]
+    pub status: OrderStatus,
     /// When the order was written (the database's clock).
     pub created_at: DateTime<Utc>,
+    /// When an unpaid order expires; `null` for a sale without a payment
+    /// window.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was paid.
+    pub paid_at: Option<DateTime<Utc>>,
+    /// When it was cancelled or expired: when its units came back.
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// Columns of `orders` that [`Order`] reads, in one place for every query.
+pub(crate) const ORDER_COLUMNS: &str = "id AS order_id, sale_id, user_id, quantity, status, \
+     created_at, expires_at, paid_at, ended_at";
+
+/// Where an order stands. An order is *live* while it holds its units
+/// (`pending_payment`, `paid`); `cancelled` and `expired` orders have
+/// returned them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    PendingPayment,
+    Paid,
+    Cancelled,
+    Expired,
+}
+
+impl OrderStatus {
+    /// `orders.status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderStatus::PendingPayment => "pending_payment",
+            OrderStatus::Paid => "paid",
+            OrderStatus::Cancelled => "cancelled",
+            OrderStatus::Expired => "expired",
+        }
+    }
+
+    /// Whether the order holds its units.
+    pub fn is_live(self) -> bool {
+        matches!(self, OrderStatus::PendingPayment | OrderStatus::Paid)
+    }
+}
+
+impl TryFrom<String> for OrderStatus {
+    type Error = String;
+    fn try_from(raw: String) -> Result<Self, Self::Error> {
+        [
+            OrderStatus::PendingPayment,
+            OrderStatus::Paid,
+            OrderStatus::Cancelled,
+            OrderStatus::Expired,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == raw)
+        .ok_or_else(|| format!("unknown order status {raw:?}"))
+    }
 }
 
 impl TryFrom<i64> for UserId {
@@ -289,17 +353,19 @@ impl TryFrom<i64> for UserId {
     }
 }
 
-/// The order `user` holds in sale `id` — at most one, by the unique
-/// constraint `orders_sale_user_key`. `Ok(None)` when they have none.
+/// The order `user` holds in sale `id`: the live one — at most one, by the
+/// unique index `orders_sale_user_key` — or else their latest (cancelled or
+/// expired). `Ok(None)` when they have none.
 pub async fn order_of(db: &PgPool, id: SaleId, user: UserId) -> Result<Option<Order>, sqlx::Error> {
-    sqlx::query_as::<_, Order>(
-        "SELECT id AS order_id, sale_id, user_id, quantity, created_at FROM orders \
-         WHERE sale_id = $1 AND user_id = $2",
-    )
-    .bind(id.0)
-    .bind(user.get())
-    .fetch_optional(db)
-    .await
+    let sql = format!(
+        "SELECT {ORDER_COLUMNS} FROM orders WHERE sale_id = $1 AND user_id = $2 \
+         ORDER BY status IN ('pending_payment', 'paid') DESC, id DESC LIMIT 1"
+    );
+    sqlx::query_as::<_, Order>(sqlx::AssertSqlSafe(sql))
+        .bind(id.0)
+        .bind(user.get())
+        .fetch_optional(db)
+        .await
 }
 
 #[cfg(test)]
@@ -318,6 +384,7 @@ mod tests {
             ends_at,
             knobs: Knobs::default(),
             buckets: None,
+            payment_window_ms: None,
             created_at: Utc::now(),
         }
     }

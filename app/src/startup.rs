@@ -142,6 +142,18 @@ impl Application {
     ) -> anyhow::Result<()> {
         let (db, amqp) = (self.state.db.clone(), self.state.amqp.clone());
         let config = &self.state.config;
+        // The expiry sweep runs while the service serves, and stops before
+        // the pool closes.
+        let stop_sweep = tokio_util::sync::CancellationToken::new();
+        if config.expiry_sweep_interval_ms > 0 {
+            let sweeper = crate::lifecycle::sweep::Sweeper {
+                db: db.clone(),
+                catalog: self.state.catalog.clone(),
+                strategies: self.state.strategies.clone(),
+                period: Duration::from_millis(config.expiry_sweep_interval_ms),
+            };
+            tokio::spawn(sweeper.run(stop_sweep.clone()));
+        }
         let limits = server::Limits {
             max_connections: usize::try_from(config.max_connections).unwrap_or(usize::MAX),
             header_timeout: Duration::from_millis(config.header_timeout_ms),
@@ -166,6 +178,7 @@ impl Application {
         if let Some(metrics_server) = metrics_server {
             let _ = metrics_server.await;
         }
+        stop_sweep.cancel();
         amqp.close().await;
         db.close().await;
         tracing::info!("stopped");

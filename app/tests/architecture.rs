@@ -28,11 +28,12 @@ const LAYERS: &[(&str, &[&str])] = &[
             "postgres_probe",
             // Metric names, defined once for the service and the load test.
             "metric_names",
+            "unit_return",
         ],
     ),
     ("HTTP vocabulary", &["web"]),
     ("strategies", &["strategy"]),
-    ("purchase path and audit", &["purchase", "known_buyers", "audit"]),
+    ("purchase path and audit", &["purchase", "known_buyers", "audit", "lifecycle"]),
     ("HTTP router", &["http"]),
     ("start-up", &["startup"]),
 ];

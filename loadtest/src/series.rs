@@ -57,7 +57,8 @@ pub struct Books {
 }
 
 impl Books {
-    /// The books of `sales` now: one query over `sale_stock` and `orders`.
+    /// The books of `sales` now: one query over `sale_stock` and the live
+    /// `orders` (those that ended unpaid returned their units).
     pub async fn read(db: &sqlx::PgPool, sales: &[i64]) -> Result<Books, sqlx::Error> {
         sqlx::query_as(
             "SELECT COALESCE(SUM(s.total_stock), 0)::bigint AS total_stock, \
@@ -67,7 +68,8 @@ impl Books {
                       AS oversold \
              FROM sale_stock s \
              LEFT JOIN (SELECT sale_id, SUM(quantity) AS units FROM orders \
-                        WHERE sale_id = ANY($1) GROUP BY sale_id) o USING (sale_id) \
+                        WHERE sale_id = ANY($1) AND status IN ('pending_payment', 'paid') \
+                        GROUP BY sale_id) o USING (sale_id) \
              WHERE s.sale_id = ANY($1)",
         )
         .bind(sales)

@@ -71,7 +71,17 @@ pub struct NewSale {
     #[schema(minimum = 1, maximum = 1024)]
     #[serde(default, deserialize_with = "optional_integer")]
     buckets: Option<i32>,
+    /// How long a buyer has to pay, milliseconds (1 ms to 7 days): orders
+    /// start `pending_payment` and expire, their units returned, unless paid
+    /// within it (`POST /orders/{id}/pay`). Absent: orders are final when
+    /// placed. `422` on a strategy that does not return units.
+    #[schema(minimum = 1, maximum = 604_800_000)]
+    #[serde(default, deserialize_with = "optional_integer")]
+    payment_window_ms: Option<i32>,
 }
+
+/// The longest payment window, milliseconds: 7 days (the column's check).
+pub const MAX_PAYMENT_WINDOW_MS: i32 = 604_800_000;
 
 impl NewSale {
     fn validate(self) -> Result<(String, i64, StrategyName, i32, Knobs, Window), InvalidInput> {
@@ -121,7 +131,15 @@ impl NewSale {
             pause_ms: ms("pause_ms", self.pause_ms, 0, 0)?,
             pause_ratio,
         };
-        let window = Window { starts_at, ends_at };
+        if let Some(ms) = self.payment_window_ms
+            && !(1..=MAX_PAYMENT_WINDOW_MS).contains(&ms)
+        {
+            return Err(InvalidInput::new(
+                "payment_window_ms",
+                format!("must be between 1 and {MAX_PAYMENT_WINDOW_MS} ms"),
+            ));
+        }
+        let window = Window { starts_at, ends_at, payment_window_ms: self.payment_window_ms };
         Ok((name, self.stock, strategy, per_user_limit, knobs, window))
     }
 }
@@ -141,9 +159,11 @@ fn storable(field: &'static str, t: DateTime<Utc>) -> Result<DateTime<Utc>, Inva
         .ok_or_else(|| InvalidInput::new(field, "is not a storable time"))
 }
 
+/// When a sale sells, and how long its buyers have to pay.
 struct Window {
     starts_at: Option<DateTime<Utc>>,
     ends_at: Option<DateTime<Utc>>,
+    payment_window_ms: Option<i32>,
 }
 
 /// A sale with its stock, as answered by the admin routes.
@@ -171,15 +191,22 @@ pub async fn create_sale(
     let requested_buckets = body.buckets;
     let (name, stock, strategy, per_user_limit, knobs, window) = body.validate()?;
     let buckets = state.strategies.get(strategy).buckets(requested_buckets)?;
+    if window.payment_window_ms.is_some() && !state.strategies.get(strategy).returns_units() {
+        return Err(InvalidInput::new(
+            "payment_window_ms",
+            format!("the `{strategy}` strategy does not return units yet: no payment window"),
+        )
+        .into());
+    }
     // A sale with buckets keeps its units in them, spread by `bucket_share`;
     // one statement writes the sale row and its buckets.
     let sql = format!(
         "WITH sale AS (
              INSERT INTO sales (name, total_stock, remaining_stock, per_user_limit, strategy,
                                 starts_at, ends_at, lock_lease_ms, work_ms, pause_ms,
-                                pause_ratio, buckets)
+                                pause_ratio, buckets, payment_window_ms)
              VALUES ($1, $2, CASE WHEN $11::integer IS NULL THEN $2 ELSE 0 END, $3, $4, $5, $6,
-                     $7, $8, $9, $10, $11)
+                     $7, $8, $9, $10, $11, $12)
              RETURNING {SALE_COLUMNS}
          ), spread AS (
              INSERT INTO sale_buckets (sale_id, bucket, remaining_stock)
@@ -200,6 +227,7 @@ pub async fn create_sale(
         .bind(knobs.pause_ms)
         .bind(knobs.pause_ratio)
         .bind(buckets)
+        .bind(window.payment_window_ms)
         .fetch_one(&state.db)
         .await?;
     let sale = state.catalog.insert(sale);
@@ -358,6 +386,7 @@ mod tests {
         assert_eq!((knobs.lock_lease_ms, knobs.work_ms, knobs.pause_ms), (2000, 0, 0));
         assert_eq!(knobs.pause_ratio, 0.0);
         assert!(window.starts_at.is_none() && window.ends_at.is_none());
+        assert_eq!(window.payment_window_ms, None);
     }
 
     #[test]
@@ -387,6 +416,9 @@ mod tests {
             (json!({ "work_ms": -1 }), "work_ms"),
             (json!({ "pause_ms": 600_001 }), "pause_ms"),
             (json!({ "pause_ratio": 1.5 }), "pause_ratio"),
+            (json!({ "payment_window_ms": 0 }), "payment_window_ms"),
+            (json!({ "payment_window_ms": -5 }), "payment_window_ms"),
+            (json!({ "payment_window_ms": MAX_PAYMENT_WINDOW_MS + 1 }), "payment_window_ms"),
             (json!({ "starts_at": "0000-12-31T00:00:00Z" }), "starts_at"),
             (json!({ "ends_at": "+10000-01-01T00:00:00Z" }), "ends_at"),
             (
@@ -404,9 +436,11 @@ mod tests {
         let edges = json!({
             "name": "n".repeat(200), "stock": MAX_UNITS, "per_user_limit": 1_000_000,
             "lock_lease_ms": 600_000, "work_ms": 0, "pause_ms": 600_000, "pause_ratio": 1.0,
+            "payment_window_ms": MAX_PAYMENT_WINDOW_MS,
         });
         assert!(new_sale(edges).validate().is_ok());
         assert!(new_sale(json!({ "stock": 0, "pause_ratio": 0.0 })).validate().is_ok());
+        assert!(new_sale(json!({ "payment_window_ms": 1 })).validate().is_ok());
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod admin;
 mod auth;
 mod health;
 pub mod openapi;
+mod orders;
 mod sales;
 mod storefront;
 
@@ -116,6 +117,9 @@ fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(sales::get_sale))
         .routes(routes!(sales::place_order))
         .routes(routes!(sales::buyer_order))
+        .routes(routes!(orders::get_order))
+        .routes(routes!(orders::pay))
+        .routes(routes!(orders::cancel))
         .routes(routes!(storefront::index))
         .routes(routes!(storefront::script))
         .routes(routes!(storefront::style))

@@ -36,6 +36,7 @@ use crate::web::Problem;
     ),
     tags(
         (name = "sales", description = "Buying: a sale's stock, purchases and their results"),
+        (name = "orders", description = "An order's status, its payment and its cancel"),
         (name = "admin", description = "Creating, restocking and auditing sales (bearer token)"),
         (name = "operations", description = "Liveness, readiness, metrics and this document"),
         (name = "storefront", description = "The storefront page and its files (for browsers)"),

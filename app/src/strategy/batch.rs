@@ -57,10 +57,12 @@ const BUYERS_WITH_AN_ORDER: &str = "\
 SELECT o.user_id
 FROM unnest($2::bigint[]) AS m(user_id)
 CROSS JOIN LATERAL (
-    SELECT user_id FROM orders WHERE sale_id = $1 AND user_id = m.user_id LIMIT 1
+    SELECT user_id FROM orders WHERE sale_id = $1 AND user_id = m.user_id
+        AND status IN ('pending_payment', 'paid') LIMIT 1
 ) o";
 
-/// Those of `users` who have an order for the sale. Read after
+/// Those of `users` who have a live order for the sale (pending payment or
+/// paid; a buyer whose order was cancelled or expired may buy again). Read after
 /// [`lock_sale`], it includes every order an earlier batch committed.
 pub async fn ordered_buyers(
     conn: &mut PgConnection,

@@ -28,6 +28,7 @@ pub(crate) use crate::outcome::already_purchased_or;
 pub use crate::outcome::{Backend, ORDERS_SALE_USER_KEY, Outcome, Reconciliation, StrategyError};
 use crate::sale::{InvalidInput, Quantity, Sale, UserId};
 pub use crate::strategy_name::StrategyName;
+pub use crate::unit_return::{Claim, Returned};
 
 pub mod batch;
 pub mod lock;
@@ -139,6 +140,31 @@ pub trait Strategy: Send + Sync + 'static {
                 "this strategy keeps the stock on the sale row and takes no buckets",
             )),
         }
+    }
+
+    /// Whether this strategy returns the units of orders that end unpaid
+    /// ([`Strategy::return_units`]), i.e. whether its sales may have a
+    /// payment window (`payment_window_ms`; refused with `422` otherwise).
+    fn returns_units(&self) -> bool {
+        false
+    }
+
+    /// Puts the units of a pending order that is being cancelled or has
+    /// expired back on sale, through this strategy's own path, and ends the
+    /// order: the return goes into the claim's transaction (which holds the
+    /// order's row lock), then [`Claim::end`] changes the status and commits
+    /// both (`crate::unit_return`: why this returns a unit at most once).
+    /// What the strategy keeps outside Postgres (a Redis counter, a local
+    /// sold-out flag) follows after the commit.
+    ///
+    /// Only called for sales of a strategy whose [`Strategy::returns_units`]
+    /// is true. Errors: as a purchase's (`busy` when a lock could not be
+    /// taken; the order then stays pending and is claimed again later).
+    async fn return_units(&self, _sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
+        Err(StrategyError::Internal(anyhow::anyhow!(
+            "this strategy returns no units (order {})",
+            claim.order.id
+        )))
     }
 
     /// How far the strategy's own stock counter strays from Postgres, in

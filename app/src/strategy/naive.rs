@@ -22,7 +22,8 @@ use sqlx::PgPool;
 
 use super::lock::fence::FenceToken;
 use super::{
-    Backend, Outcome, Registration, Strategy, StrategyError, StrategyName, already_purchased_or,
+    Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
+    already_purchased_or,
 };
 use crate::sale::{Quantity, Sale, UserId};
 
@@ -59,6 +60,18 @@ impl Strategy for Naive {
             Attempt::Done(outcome) => Ok(outcome),
             Attempt::Refused => unreachable!("`Unguarded` admits every write"),
         }
+    }
+
+    fn returns_units(&self) -> bool {
+        true
+    }
+
+    /// The units go back on the sale row, as for `sql`. A purchase that read
+    /// the stock before the return and writes after it overwrites the return
+    /// (its write is absolute): the lost update this baseline demonstrates,
+    /// seen by the audit as ledger drift.
+    async fn return_units(&self, _sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
+        super::sql::return_to_sale_row(claim).await
     }
 }
 

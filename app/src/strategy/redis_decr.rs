@@ -41,7 +41,8 @@ use sqlx::PgPool;
 
 use super::sql::Sql;
 use super::{
-    Backend, Deps, Outcome, Reconciliation, Registration, Strategy, StrategyError, StrategyName,
+    Backend, Claim, Deps, Outcome, Reconciliation, Registration, Returned, Strategy, StrategyError,
+    StrategyName,
 };
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::sale::{Quantity, Sale, SaleId, UserId};
@@ -302,6 +303,55 @@ impl Core {
     }
 }
 
+impl Core {
+    /// The return of an ended order's units (see [`Strategy::return_units`]
+    /// below): recorded in Redis, committed in Postgres, then completed in
+    /// Redis.
+    async fn return_units(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
+        let order = claim.order;
+        let counter = SaleCounter::new(&self.redis, sale.id);
+        let mut conn = self.redis.conn().await?;
+        counter
+            .begin_return(&mut conn, order.id, order.user, order.quantity)
+            .await
+            .map_err(redis_error)?;
+        let committed = super::sql::return_to_sale_row(claim).await;
+        let mut trips = 2;
+        let returned = match committed {
+            Ok(returned) => returned,
+            Err(err) => {
+                // Not committed (or of unknown outcome, which the reconciler
+                // settles from Postgres after the grace period: an order it
+                // finds ended is completed, a live one dropped).
+                if !matches!(err, StrategyError::Unavailable { .. }) {
+                    let _ = counter.abort_return(&mut conn, order.id).await;
+                }
+                count_redis_round_trips(NAME.as_str(), trips);
+                return Err(err);
+            }
+        };
+        if let Err(err) = counter.complete_return(&mut conn, order.id).await {
+            tracing::warn!(
+                sale_id = sale.id.0,
+                order_id = order.id,
+                error = %err,
+                "could not give returned units to the counter; the reconciler will"
+            );
+        }
+        // The reconciler visits the sale again (it may have left the index
+        // when it sold out).
+        trips += 1;
+        let _ = redis::cmd("SADD")
+            .arg(sales_index_key(&self.redis))
+            .arg(sale.id.0)
+            .query_async::<i64>(&mut conn)
+            .await;
+        count_redis_round_trips(NAME.as_str(), trips);
+        self.flags.clear(sale.id);
+        Ok(returned)
+    }
+}
+
 /// What ties a sale's Redis keys to its Postgres row: `created_at` in
 /// microseconds since the Unix epoch. Stored by the warm-up; the reconciler
 /// leaves alone keys whose origin differs from its own database's sale of the
@@ -428,6 +478,26 @@ impl Strategy for RedisDecr {
         }
         self.flags.clear(sale.id);
         Ok(())
+    }
+
+    fn returns_units(&self) -> bool {
+        true
+    }
+
+    /// Postgres first, Redis after, with the return recorded in Redis
+    /// before Postgres commits so that the reconciler's drift stays 0 in
+    /// between: `return_begin.lua` records the order's units as on their
+    /// way back; the claim's transaction puts them on the sale row and ends
+    /// the order (as `sql` does); `return_complete.lua` raises the counter,
+    /// releases the buyer (who may buy again) and tells every instance to
+    /// drop its sold-out flag. An instance that dies between the commit and
+    /// the completion leaves the record, which the reconciler completes. In
+    /// a task of its own, like a purchase: a caller that goes away cancels
+    /// nothing of it.
+    async fn return_units(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
+        let (core, sale) = (self.core.clone(), sale.clone());
+        let task = tokio::spawn(async move { core.return_units(&sale, claim).await });
+        task.await.map_err(|err| StrategyError::Internal(err.into()))?
     }
 
     async fn redis_drift(&self, sale: &Sale) -> Result<Option<i64>, StrategyError> {

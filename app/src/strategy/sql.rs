@@ -24,7 +24,8 @@ use async_trait::async_trait;
 use sqlx::{PgExecutor, PgPool};
 
 use super::{
-    Backend, Outcome, Registration, Strategy, StrategyError, StrategyName, already_purchased_or,
+    Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
+    already_purchased_or,
 };
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
@@ -50,6 +51,26 @@ WITH taken AS (
 INSERT INTO orders (sale_id, user_id, quantity)
 SELECT id, $2, $3 FROM taken
 RETURNING id";
+
+/// `$1` sale id, `$2` units: units of an order that ended unpaid, back on
+/// the sale row.
+const RETURN_TO_SALE_ROW: &str =
+    "UPDATE sales SET remaining_stock = remaining_stock + $2 WHERE id = $1";
+
+/// Puts the units of `claim`'s order back on its sale row, in the claim's
+/// transaction (the row lock it takes orders it after any purchase holding
+/// the row), and ends the order. The return of every strategy that keeps its
+/// stock on the sale row and changes it relatively or under the row lock:
+/// `sql`, `sql/for-update`, `sql/batched`, `naive`.
+pub async fn return_to_sale_row(claim: Claim) -> Result<Returned, StrategyError> {
+    let mut claim = claim;
+    sqlx::query(RETURN_TO_SALE_ROW)
+        .bind(claim.order.sale.0)
+        .bind(i64::from(claim.order.quantity))
+        .execute(claim.conn())
+        .await?;
+    claim.end().await
+}
 
 pub struct Sql {
     db: PgPool,
@@ -102,5 +123,15 @@ impl Strategy for Sql {
             tx.commit().await?;
         }
         Ok(outcome)
+    }
+
+    fn returns_units(&self) -> bool {
+        true
+    }
+
+    /// The units go back on the sale row (`UPDATE … + qty`), in the claim's
+    /// transaction.
+    async fn return_units(&self, _sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
+        return_to_sale_row(claim).await
     }
 }

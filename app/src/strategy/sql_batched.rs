@@ -46,7 +46,8 @@ use utoipa_axum::routes;
 
 use super::batch::BatchSizes;
 use super::{
-    Backend, Deps, Outcome, Registration, Strategy, StrategyError, StrategyName, StrategyRoutes,
+    Backend, Claim, Deps, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
+    StrategyRoutes,
 };
 use crate::sale::{Quantity, Sale, SaleCatalog, SaleId, UserId};
 use crate::web::{AppError, SalePath};
@@ -127,6 +128,18 @@ impl Strategy for SqlBatched {
                 "the batch of this purchase ended without answering it"
             )))
         })
+    }
+
+    fn returns_units(&self) -> bool {
+        true
+    }
+
+    /// The units go back on the sale row, as for `sql`, outside the batches:
+    /// a batch locks the sale row (`FOR UPDATE`) before it reads the stock
+    /// it decides from, so the return's relative update lands before that
+    /// read or after the batch's write, never between them.
+    async fn return_units(&self, _sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
+        super::sql::return_to_sale_row(claim).await
     }
 
     fn routes(self: Arc<Self>, _deps: &Deps) -> Option<StrategyRoutes> {

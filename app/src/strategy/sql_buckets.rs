@@ -46,7 +46,8 @@ use async_trait::async_trait;
 use sqlx::{PgPool, Row};
 
 use super::{
-    Backend, Outcome, Registration, Strategy, StrategyError, StrategyName, already_purchased_or,
+    Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
+    already_purchased_or,
 };
 use crate::sale::{InvalidInput, Quantity, Sale, UserId};
 
@@ -199,7 +200,40 @@ impl Strategy for SqlBuckets {
     fn buckets(&self, requested: Option<i32>) -> Result<Option<i32>, InvalidInput> {
         bucket_count(requested).map(Some)
     }
+
+    fn returns_units(&self) -> bool {
+        true
+    }
+
+    /// The units go back to the buyer's home bucket (relative update, in the
+    /// claim's transaction), where that buyer's next purchase looks first;
+    /// any buyer whose home is dry finds them through the `ELSEWHERE` step.
+    async fn return_units(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
+        let mut claim = claim;
+        let home = home_bucket(claim.order.user, sale.buckets.unwrap_or(DEFAULT_BUCKETS));
+        let updated = sqlx::query(RETURN_TO_BUCKET)
+            .bind(sale.id.0)
+            .bind(home)
+            .bind(i64::from(claim.order.quantity))
+            .execute(claim.conn())
+            .await?
+            .rows_affected();
+        if updated != 1 {
+            // Dropping the claim rolls back: the order stays pending.
+            return Err(StrategyError::Internal(anyhow::anyhow!(
+                "sale {} has no bucket {home} to return units to",
+                sale.id.0
+            )));
+        }
+        claim.end().await
+    }
 }
+
+/// `$1` sale id, `$2` bucket, `$3` units: an ended order's units back in a
+/// bucket.
+const RETURN_TO_BUCKET: &str = "\
+UPDATE sale_buckets SET remaining_stock = remaining_stock + $3
+WHERE sale_id = $1 AND bucket = $2";
 
 /// The buckets of a new sale: `requested`, or [`DEFAULT_BUCKETS`] when
 /// absent. Errors: outside `1..=MAX_BUCKETS`.

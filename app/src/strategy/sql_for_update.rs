@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use sqlx::PgPool;
 
 use super::{
-    Backend, Outcome, Registration, Strategy, StrategyError, StrategyName, already_purchased_or,
+    Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
+    already_purchased_or,
 };
 use crate::sale::{Quantity, Sale, UserId};
 
@@ -75,5 +76,16 @@ impl Strategy for SqlForUpdate {
         };
         tx.commit().await?;
         Ok(Outcome::Placed { order_id, quantity: quantity.get() })
+    }
+
+    fn returns_units(&self) -> bool {
+        true
+    }
+
+    /// The units go back on the sale row, as for `sql`: the relative update
+    /// waits for the row lock a purchase's `SELECT … FOR UPDATE` holds, so
+    /// the purchase's read-and-write is not overtaken.
+    async fn return_units(&self, _sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
+        super::sql::return_to_sale_row(claim).await
     }
 }

@@ -83,6 +83,11 @@ pub enum AppError {
     /// `409 ended`: at or after the sale's `ends_at`.
     #[error("sale ended")]
     Ended,
+    /// `409` with the order's state as `type` (`order-paid`,
+    /// `order-cancelled`, `order-expired`, `paid-under-another-key`): a
+    /// payment or cancel the order's state refuses; `detail` says why.
+    #[error("{detail}")]
+    OrderConflict { slug: &'static str, title: &'static str, detail: String },
     /// `504 timeout`: the request ran longer than `SECKILL_REQUEST_TIMEOUT_MS`
     /// (the duration); what it set in motion may still complete.
     #[error(
@@ -152,6 +157,7 @@ impl AppError {
             AlreadyPurchased => (StatusCode::CONFLICT, "already-purchased", "Already purchased"),
             NotStarted => (StatusCode::CONFLICT, "not-started", "Sale not started"),
             Ended => (StatusCode::CONFLICT, "ended", "Sale ended"),
+            OrderConflict { slug, title, .. } => (StatusCode::CONFLICT, *slug, *title),
             Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout", "Request timed out"),
             Strategy(StrategyError::Busy { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy, retry later")

@@ -87,6 +87,7 @@ pub fn fake_sale(id: i64, strategy: StrategyName, knobs: Knobs) -> Sale {
         ends_at: None,
         knobs,
         buckets: None,
+        payment_window_ms: None,
         created_at: Utc::now(),
     }
 }

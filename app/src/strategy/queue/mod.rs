@@ -54,7 +54,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
 use super::{
-    Backend, Deps, Outcome, Registration, Strategy, StrategyError, StrategyName, StrategyRoutes,
+    Backend, Claim, Deps, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
+    StrategyRoutes,
 };
 use crate::backends::AmqpHandle;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
@@ -205,6 +206,33 @@ impl Strategy for Queue {
     async fn restocked(&self, sale: &Sale, _units: i64) -> Result<(), StrategyError> {
         self.gate.reopen(sale.id).await;
         Ok(())
+    }
+
+    fn returns_units(&self) -> bool {
+        true
+    }
+
+    /// The units go back on the sale row, in the claim's transaction: the
+    /// consumer's settlement locks that row (`FOR UPDATE`) before it reads
+    /// the stock it allocates from, so the return lands before that read or
+    /// after the batch's write. The buyer's request becomes `returned` in
+    /// the same transaction, which frees their place for a new request.
+    /// Then, as for a restock, the sale's gate reopens on every instance.
+    async fn return_units(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
+        let mut claim = claim;
+        let order = claim.order;
+        sqlx::query(
+            "UPDATE purchase_requests SET status = 'returned' \
+             WHERE sale_id = $1 AND user_id = $2 AND order_id = $3 AND status = 'placed'",
+        )
+        .bind(order.sale.0)
+        .bind(order.user.get())
+        .bind(order.id)
+        .execute(claim.conn())
+        .await?;
+        let returned = super::sql::return_to_sale_row(claim).await?;
+        self.gate.reopen(sale.id).await;
+        Ok(returned)
     }
 
     /// Spawns one consumer per partition and the dead-letter consumer (unless

@@ -192,7 +192,7 @@ async fn register_rows(
     let inserted: Vec<(Uuid, i64, i64)> = sqlx::query_as(
         "INSERT INTO purchase_requests (id, sale_id, user_id, quantity)
          SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::int[])
-         ON CONFLICT (sale_id, user_id) DO NOTHING
+         ON CONFLICT (sale_id, user_id) WHERE status <> 'returned' DO NOTHING
          RETURNING id, sale_id, user_id",
     )
     .bind(&rows.ids)
@@ -238,7 +238,7 @@ async fn find_group(db: &PgPool, jobs: Vec<(SaleId, UserId, Reply<Option<Found>>
         "SELECT r.id, r.sale_id, r.user_id, r.status, r.quantity
          FROM purchase_requests r
          JOIN unnest($1::bigint[], $2::bigint[]) AS k(s, u)
-           ON r.sale_id = k.s AND r.user_id = k.u",
+           ON r.sale_id = k.s AND r.user_id = k.u AND r.status <> 'returned'",
     )
     .bind(&sales)
     .bind(&users)
@@ -271,7 +271,7 @@ async fn lookup(
         "SELECT r.id, r.sale_id, r.user_id, r.status
          FROM purchase_requests r
          JOIN unnest($1::bigint[], $2::bigint[]) AS k(s, u)
-           ON r.sale_id = k.s AND r.user_id = k.u",
+           ON r.sale_id = k.s AND r.user_id = k.u AND r.status <> 'returned'",
     )
     .bind(sales)
     .bind(users)

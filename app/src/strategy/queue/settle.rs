@@ -307,7 +307,7 @@ SELECT r.id, r.sale_id, r.user_id, r.status, r.order_id
 FROM unnest($2::bigint[]) AS m(user_id)
 CROSS JOIN LATERAL (
     SELECT id, sale_id, user_id, status, order_id FROM purchase_requests
-    WHERE sale_id = $1 AND user_id = m.user_id LIMIT 1
+    WHERE sale_id = $1 AND user_id = m.user_id AND status <> 'returned' LIMIT 1
 ) r";
 
 /// What Postgres holds about the requests and buyers of `messages`.
@@ -395,7 +395,8 @@ async fn record_results(
 
 fn resolution_of(status: &str, order_id: Option<i64>) -> Option<Resolution> {
     match (status, order_id) {
-        ("placed", Some(order_id)) => Some(Resolution::Placed { order_id }),
+        // `returned`: placed, and its order has since ended unpaid.
+        ("placed" | "returned", Some(order_id)) => Some(Resolution::Placed { order_id }),
         ("sold_out", _) => Some(Resolution::SoldOut),
         ("already_purchased", _) => Some(Resolution::AlreadyPurchased),
         ("rejected", _) => Some(Resolution::Rejected),

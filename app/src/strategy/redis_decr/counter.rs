@@ -12,6 +12,7 @@
 //! | `PREFIX:{sale:ID}:seq` | integer | bumped by every reservation and counter change |
 //! | `PREFIX:{sale:ID}:origin` | integer | the sale's `created_at` (µs), set with the counter |
 //! | `PREFIX:{sale:ID}:gate` | string | present while a reconciler corrects the counter (a token, expiring) |
+//! | `PREFIX:{sale:ID}:returns` | hash | units of ended orders on their way back: order id → `user:qty:created_ms` |
 //!
 //! Once the reconciler finds a sale ended or sold out with its books settled,
 //! the keys are set to expire (`SECKILL_REDIS_KEY_TTL_MS`) and the sale
@@ -47,6 +48,10 @@ static RESTOCK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("re
 static GATE_CLOSE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gate_close.lua")));
 static GATE_OPEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("gate_open.lua")));
 static RETIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("retire.lua")));
+static RETURN_BEGIN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("return_begin.lua")));
+static RETURN_COMPLETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("return_complete.lua")));
 
 /// The set of sale ids this prefix holds counters for.
 pub fn sales_index_key(redis: &RedisHandle) -> String {
@@ -111,6 +116,18 @@ pub struct Reservation {
     pub created_ms: i64,
 }
 
+/// The units of an ended order on their way back to the counter
+/// (`return_begin.lua` recorded it; `return_complete.lua` finishes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingReturn {
+    /// `orders.id`.
+    pub order: i64,
+    pub user: i64,
+    pub quantity: i64,
+    /// Redis server time of the record, milliseconds since the Unix epoch.
+    pub created_ms: i64,
+}
+
 /// One consistent view of a sale's Redis state ([`SaleCounter::snapshot`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -124,6 +141,8 @@ pub struct Snapshot {
     /// microseconds since the Unix epoch); `None` if none is stored.
     pub origin: Option<i64>,
     pub reservations: Vec<Reservation>,
+    /// Returns begun and not completed.
+    pub returns: Vec<PendingReturn>,
 }
 
 /// The keys of one sale and the operations on them. Cheap to build.
@@ -136,6 +155,7 @@ pub struct SaleCounter {
     pub seq_key: String,
     pub origin_key: String,
     pub gate_key: String,
+    pub returns_key: String,
     channel: String,
 }
 
@@ -149,6 +169,7 @@ impl SaleCounter {
             seq_key: redis.sale_key(sale.0, "seq"),
             origin_key: redis.sale_key(sale.0, "origin"),
             gate_key: redis.sale_key(sale.0, "gate"),
+            returns_key: redis.sale_key(sale.0, "returns"),
             channel: stock_returned_channel(redis),
         }
     }
@@ -249,11 +270,12 @@ impl SaleCounter {
     /// Counter, sequence, server time and open reservations at one instant
     /// (`inspect.lua`).
     pub async fn snapshot(&self, conn: &mut ConnectionManager) -> redis::RedisResult<Snapshot> {
-        let (head, pairs): (Vec<i64>, Vec<String>) = INSPECT
+        let (head, pairs, returning): (Vec<i64>, Vec<String>, Vec<String>) = INSPECT
             .key(&self.stock_key)
             .key(&self.reservations_key)
             .key(&self.seq_key)
             .key(&self.origin_key)
+            .key(&self.returns_key)
             .invoke_async(conn)
             .await?;
         let [has_counter, counter, seq, now_ms, origin] = head[..] else {
@@ -263,12 +285,17 @@ impl SaleCounter {
             .chunks_exact(2)
             .map(|pair| parse_reservation(&pair[0], &pair[1]))
             .collect::<Result<Vec<_>, _>>()?;
+        let returns = returning
+            .chunks_exact(2)
+            .map(|pair| parse_return(&pair[0], &pair[1]))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Snapshot {
             counter: (has_counter == 1).then_some(counter),
             seq,
             now_ms,
             origin: (origin != 0).then_some(origin),
             reservations,
+            returns,
         })
     }
 
@@ -364,6 +391,72 @@ impl SaleCounter {
             .await?;
         Ok(retired == 1)
     }
+}
+
+impl SaleCounter {
+    /// Records that `qty` units of `order` (bought by `user`) are coming
+    /// back, before Postgres commits their return (`return_begin.lua`).
+    pub async fn begin_return(
+        &self,
+        conn: &mut ConnectionManager,
+        order: i64,
+        user: UserId,
+        qty: i32,
+    ) -> redis::RedisResult<()> {
+        RETURN_BEGIN
+            .key(&self.returns_key)
+            .key(&self.seq_key)
+            .arg(order)
+            .arg(user.get())
+            .arg(qty)
+            .invoke_async::<i64>(conn)
+            .await
+            .map(drop)
+    }
+
+    /// Gives the units of `order`'s return back to the counter and its buyer
+    /// back to the sale, at most once (`return_complete.lua`); only once
+    /// Postgres committed the order's end. Returns the units: 0 when there
+    /// was no such return in progress.
+    pub async fn complete_return(
+        &self,
+        conn: &mut ConnectionManager,
+        order: i64,
+    ) -> redis::RedisResult<i64> {
+        RETURN_COMPLETE
+            .key(&self.stock_key)
+            .key(&self.buyers_key)
+            .key(&self.returns_key)
+            .key(&self.seq_key)
+            .key(&self.reservations_key)
+            .key(&self.origin_key)
+            .arg(order)
+            .arg(&self.channel)
+            .arg(self.sale.0)
+            .invoke_async(conn)
+            .await
+    }
+
+    /// Forgets the return of `order` without raising the counter: Postgres
+    /// did not commit it (`HDEL`).
+    pub async fn abort_return(
+        &self,
+        conn: &mut ConnectionManager,
+        order: i64,
+    ) -> redis::RedisResult<()> {
+        redis::cmd("HDEL")
+            .arg(&self.returns_key)
+            .arg(order)
+            .query_async::<i64>(conn)
+            .await
+            .map(drop)
+    }
+}
+
+fn parse_return(order: &str, value: &str) -> redis::RedisResult<PendingReturn> {
+    let order = order.parse::<i64>().map_err(|_| unexpected("malformed return id"))?;
+    let Reservation { user, quantity, created_ms, .. } = parse_reservation("", value)?;
+    Ok(PendingReturn { order, user, quantity, created_ms })
 }
 
 fn parse_reservation(id: &str, value: &str) -> redis::RedisResult<Reservation> {

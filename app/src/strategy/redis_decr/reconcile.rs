@@ -70,8 +70,12 @@ pub(super) struct Measurement {
     pub remaining: i64,
     /// `sales.created_at`, microseconds since the Unix epoch.
     pub origin: i64,
-    /// Buyers of open reservations who have an order.
+    /// Buyers of open reservations who have a live order.
     ordered: HashSet<i64>,
+    /// Orders of the returns in progress that Postgres shows ended
+    /// (`cancelled`, `expired`): their units are in `remaining`, not yet in
+    /// the counter.
+    ended_orders: HashSet<i64>,
     /// The sale's `ends_at` has passed: no purchase reaches it any more.
     ended: bool,
 }
@@ -87,8 +91,14 @@ impl Measurement {
         self.ordered.contains(&user)
     }
 
-    /// `counter + Σ qty(uncommitted reservations) − remaining`; `None`
-    /// without a counter.
+    /// Whether Postgres committed the end of the order of a return in
+    /// progress.
+    fn return_committed(&self, order: i64) -> bool {
+        self.ended_orders.contains(&order)
+    }
+
+    /// `counter + Σ qty(uncommitted reservations) + Σ qty(returns Postgres
+    /// committed and Redis has not) − remaining`; `None` without a counter.
     pub fn drift(&self) -> Option<i64> {
         let uncommitted: i64 = self
             .snapshot
@@ -97,19 +107,35 @@ impl Measurement {
             .filter(|r| !self.committed(r.user))
             .map(|r| r.quantity)
             .sum();
-        Some(self.snapshot.counter? + uncommitted - self.remaining)
+        let returning: i64 = self
+            .snapshot
+            .returns
+            .iter()
+            .filter(|r| self.return_committed(r.order))
+            .map(|r| r.quantity)
+            .sum();
+        Some(self.snapshot.counter? + uncommitted + returning - self.remaining)
     }
 }
 
-/// `$1` sale id, `$2` buyers of open reservations. One statement, so the
-/// stock and the orders come from one snapshot.
+/// `$1` sale id, `$2` buyers of open reservations, `$3` orders of returns
+/// in progress. One statement, so the stock and the orders come from one
+/// snapshot.
 const POSTGRES_SIDE: &str = "\
 SELECT s.remaining_stock, s.created_at,
        coalesce((SELECT array_agg(o.user_id) FROM orders o
-                 WHERE o.sale_id = s.id AND o.user_id = ANY($2)), '{}') AS ordered,
+                 WHERE o.sale_id = s.id AND o.user_id = ANY($2)
+                   AND o.status IN ('pending_payment', 'paid')), '{}') AS ordered,
+       coalesce((SELECT array_agg(o.id) FROM orders o
+                 WHERE o.id = ANY($3) AND o.status IN ('cancelled', 'expired')), '{}')
+         AS ended_orders,
        coalesce(s.ends_at <= now(), false) AS ended
 FROM sales s
 WHERE s.id = $1 AND s.strategy = 'redis-decr'";
+
+/// What [`POSTGRES_SIDE`] reads: `remaining_stock`, `created_at`, the
+/// buyers with a live order, the ended orders, whether the sale ended.
+type PostgresSide = (i64, DateTime<Utc>, Vec<i64>, Vec<i64>, bool);
 
 /// Failpoint (tests only): a measurement between its Redis snapshot and its
 /// Postgres read; keyed by sale id.
@@ -129,15 +155,22 @@ pub(super) async fn measure(
     #[cfg(feature = "failpoints")]
     redis_lock::failpoints::reached::<()>(AFTER_SNAPSHOT, sale.0).await;
     let buyers: Vec<i64> = snapshot.reservations.iter().map(|r| r.user).collect();
-    let row: Option<(i64, DateTime<Utc>, Vec<i64>, bool)> =
-        sqlx::query_as(POSTGRES_SIDE).bind(sale.0).bind(&buyers).fetch_optional(db).await?;
-    let measurement = row.map(|(remaining, created_at, ordered, ended)| Measurement {
-        snapshot,
-        remaining,
-        origin: created_at.timestamp_micros(),
-        ordered: ordered.into_iter().collect(),
-        ended,
-    });
+    let returning: Vec<i64> = snapshot.returns.iter().map(|r| r.order).collect();
+    let row: Option<PostgresSide> = sqlx::query_as(POSTGRES_SIDE)
+        .bind(sale.0)
+        .bind(&buyers)
+        .bind(&returning)
+        .fetch_optional(db)
+        .await?;
+    let measurement =
+        row.map(|(remaining, created_at, ordered, ended_orders, ended)| Measurement {
+            snapshot,
+            remaining,
+            origin: created_at.timestamp_micros(),
+            ordered: ordered.into_iter().collect(),
+            ended_orders: ended_orders.into_iter().collect(),
+            ended,
+        });
     match measurement {
         Some(measurement) if !measurement.same_sale() => {
             tracing::warn!(
@@ -235,16 +268,54 @@ impl RedisDecr {
             }
         }
 
+        self.finish_returns(&mut conn, &counter, &measurement, &mut report).await?;
+
         if drift != 0 {
             self.correct_drift(&mut conn, &counter, &measurement, drift, &mut report).await?;
         }
-        let quiet = snapshot.reservations.len() == committed.len();
+        let quiet = snapshot.reservations.len() == committed.len() && snapshot.returns.is_empty();
         if retirable(measurement.ended, measurement.remaining, quiet, drift) {
             self.retire(&mut conn, &counter, sale, snapshot.seq).await?;
         }
 
         self.record_fixes(&report).await?;
         Ok(report)
+    }
+
+    /// Finishes the returns of ended orders that their instance did not
+    /// (it died, or lost Redis, between the Postgres commit and
+    /// `return_complete.lua`): bookkeeping, not a fix — the measured drift
+    /// already counts their units. Drops a return whose order Postgres still
+    /// shows live after the grace period (its transaction rolled back); if
+    /// that transaction commits after all, the counter stands below the
+    /// truth and a later pass corrects it.
+    async fn finish_returns(
+        &self,
+        conn: &mut ConnectionManager,
+        counter: &SaleCounter,
+        measurement: &Measurement,
+        report: &mut Reconciliation,
+    ) -> Result<(), StrategyError> {
+        let snapshot = &measurement.snapshot;
+        for pending in &snapshot.returns {
+            if measurement.return_committed(pending.order) {
+                let units =
+                    counter.complete_return(conn, pending.order).await.map_err(redis_error)?;
+                if units > 0 {
+                    tracing::info!(
+                        sale_id = report.sale_id.0,
+                        order_id = pending.order,
+                        units,
+                        "reconciliation finished the return of an ended order"
+                    );
+                }
+            } else if snapshot.now_ms - pending.created_ms >= self.grace_ms {
+                counter.abort_return(conn, pending.order).await.map_err(redis_error)?;
+            } else {
+                report.in_flight_reservations += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Moves the counter by `-drift` towards Postgres: at the measured

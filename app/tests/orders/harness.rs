@@ -1,0 +1,141 @@
+//! What the lifecycle tests share: sales with a payment window, purchases
+//! that return their order id, and the order routes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::{Response, StatusCode};
+use seckill::backends::{AmqpHandle, RedisHandle};
+use seckill::config::Config;
+use seckill::lifecycle::Context;
+use seckill::sale::SaleCatalog;
+use seckill::strategy::{Deps, Strategies};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use crate::support::{TestApp, test_database_url};
+
+/// Creates a sale of `stock` units under `strategy` whose orders must be paid
+/// within `window_ms`; returns its id.
+pub async fn window_sale(app: &TestApp, strategy: &str, stock: i64, window_ms: i64) -> i64 {
+    let body = json!({
+        "name": format!("{strategy} payment test"), "stock": stock, "strategy": strategy,
+        "payment_window_ms": window_ms,
+    });
+    app.create_sale(body).await["id"].as_i64().unwrap()
+}
+
+/// Buys one unit of `sale` for `user`; panics unless `201`. Returns the order
+/// id.
+pub async fn bought(app: &TestApp, sale: i64, user: i64) -> i64 {
+    let response = app.buy(sale, user).await;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "user {user} buying: {body}");
+    body["order_id"].as_i64().unwrap()
+}
+
+/// `POST /orders/{id}/{action}` with `body` (none when `Value::Null`) and an
+/// `Idempotency-Key` when given.
+pub async fn order_action(
+    app: &TestApp,
+    order: i64,
+    action: &str,
+    body: Value,
+    key: Option<&str>,
+) -> Response {
+    let mut request = app.client.post(app.url(&format!("/orders/{order}/{action}")));
+    if !body.is_null() {
+        request = request.json(&body);
+    }
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    request.send().await.unwrap()
+}
+
+/// `POST /orders/{id}/pay` with no body.
+pub async fn pay(app: &TestApp, order: i64, key: Option<&str>) -> Response {
+    order_action(app, order, "pay", Value::Null, key).await
+}
+
+/// `POST /orders/{id}/cancel` with no body.
+pub async fn cancel(app: &TestApp, order: i64) -> Response {
+    order_action(app, order, "cancel", Value::Null, None).await
+}
+
+/// `GET /orders/{id}`; panics unless `200`.
+pub async fn order(app: &TestApp, order: i64) -> Value {
+    let response = app.client.get(app.url(&format!("/orders/{order}"))).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "GET /orders/{order}");
+    response.json().await.unwrap()
+}
+
+/// The status of order `id`, read from Postgres.
+pub async fn status_of(db: &PgPool, id: i64) -> String {
+    sqlx::query_scalar("SELECT status FROM orders WHERE id = $1")
+        .bind(id)
+        .fetch_one(db)
+        .await
+        .unwrap()
+}
+
+/// The sale's `remaining_stock` plus its buckets', read from Postgres.
+pub async fn remaining(db: &PgPool, sale: i64) -> i64 {
+    sqlx::query_scalar("SELECT remaining_stock FROM sale_stock WHERE sale_id = $1")
+        .bind(sale)
+        .fetch_one(db)
+        .await
+        .unwrap()
+}
+
+/// Waits up to `within` for order `id` to reach `status`.
+pub async fn reaches(db: &PgPool, id: i64, status: &str, within: Duration) -> bool {
+    crate::support::eventually(within, || async { status_of(db, id).await == status }).await
+}
+
+/// The lifecycle's dependencies, built in the test process (as a service
+/// builds them) over the test database: to run sweeps directly.
+pub struct Sweeps {
+    pub db: PgPool,
+    pub catalog: SaleCatalog,
+    pub strategies: Strategies,
+}
+
+impl Sweeps {
+    pub async fn new() -> Self {
+        let mut config = Config::defaults();
+        config.database_url = test_database_url();
+        config.redis_url = test_support::redis_url();
+        config.amqp_url = test_support::amqp_url();
+        config.redis_key_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        config.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        let db = PgPool::connect(&test_database_url()).await.unwrap();
+        let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone()).unwrap();
+        let amqp = AmqpHandle::new(config.amqp_url.clone(), config.amqp_prefix.clone());
+        let catalog = SaleCatalog::default();
+        let deps = Deps::new(db.clone(), redis, amqp, Arc::new(config), catalog.clone());
+        let strategies = Strategies::new(&deps).unwrap();
+        Self { db, catalog, strategies }
+    }
+
+    pub fn context(&self) -> Context<'_> {
+        Context { db: &self.db, catalog: &self.catalog, strategies: &self.strategies }
+    }
+}
+
+/// Pays every pending order of `sale` (each must be payable): a test leaves
+/// no order behind for the sweeps of later tests' services, which share the
+/// database but not this test's Redis nodes or broker queues.
+pub async fn pay_pending(app: &TestApp, sale: i64) {
+    let pending: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM orders WHERE sale_id = $1 AND status = 'pending_payment'",
+    )
+    .bind(sale)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    for id in pending {
+        assert_eq!(pay(app, id, None).await.status(), StatusCode::OK, "paying order {id}");
+    }
+}

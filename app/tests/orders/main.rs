@@ -1,0 +1,11 @@
+//! The order lifecycle of sales with a payment window: payment, cancel,
+//! expiry, and the units that come back exactly once, against a real service
+//! and a real Postgres.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod harness;
+mod lifecycle;
+mod races;
+mod returns;

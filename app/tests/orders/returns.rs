@@ -1,0 +1,152 @@
+//! Units returned exactly once, per strategy: every strategy that returns
+//! units (its `returns_units`) sells a returned unit again, and its books
+//! stay exact.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use test_support::RedisServer;
+
+use crate::harness::{bought, cancel, pay_pending, remaining, window_sale};
+use crate::support::{TestApp, assert_problem};
+
+/// The strategies whose sales may have a payment window.
+/// The strategies whose returns this test drives through a service of its
+/// own: every one but `lock/redlock` (three Redis nodes of its own) and
+/// `queue` (a consumer and queues of its own), which have a test each below.
+const RETURNING: &[&str] = &[
+    "naive",
+    "sql",
+    "sql/for-update",
+    "sql/batched",
+    "sql/buckets",
+    "redis-decr",
+    "lock/local",
+    "lock/setnx",
+    "lock/ttl",
+    "lock/token",
+    "lock/watchdog",
+    "lock/fenced",
+];
+
+#[tokio::test]
+async fn every_returning_strategy_sells_a_cancelled_unit_again_exactly_once() {
+    let app = TestApp::spawn().await;
+    for &strategy in RETURNING {
+        cancelled_unit_sells_again_once(&app, strategy).await;
+    }
+}
+
+#[tokio::test]
+async fn redlock_sells_a_cancelled_unit_again_exactly_once() {
+    let nodes =
+        [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];
+    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+    let app = TestApp::spawn_with(move |config| config.redlock_urls = urls).await;
+    cancelled_unit_sells_again_once(&app, "lock/redlock").await;
+}
+
+/// Three units sold to buyers 1–3; buyer 1 cancels (twice); buyer 4 buys
+/// the returned unit and buyer 5 finds none.
+async fn cancelled_unit_sells_again_once(app: &TestApp, strategy: &str) {
+    let sale = window_sale(app, strategy, 3, 60_000).await;
+    let first = bought(app, sale, 1).await;
+    bought(app, sale, 2).await;
+    bought(app, sale, 3).await;
+    assert_problem(app.buy(sale, 4).await, StatusCode::CONFLICT, "sold-out").await;
+    assert_eq!(cancel(app, first).await.status(), StatusCode::OK, "{strategy}");
+    assert_eq!(cancel(app, first).await.status(), StatusCode::OK, "{strategy}");
+    assert_eq!(remaining(&app.db, sale).await, 1, "{strategy}: the unit came back once");
+    bought(app, sale, 4).await;
+    assert_problem(app.buy(sale, 5).await, StatusCode::CONFLICT, "sold-out").await;
+    let audit = app.audit(sale).await;
+    assert_eq!(
+        (audit.units_sold, audit.units_returned, audit.units_resold),
+        (3, 1, 1),
+        "{strategy}"
+    );
+    assert_eq!(
+        (audit.remaining_stock, audit.ledger_drift, audit.oversold),
+        (0, 0, 0),
+        "{strategy}"
+    );
+    if strategy == "redis-decr" {
+        assert_eq!(audit.redis_drift, Some(0), "the counter got the unit back once");
+    }
+    // Every strategy's orders pay alike; nothing is left to expire.
+    pay_pending(app, sale).await;
+    assert_eq!(app.audit(sale).await.units_pending, 0, "{strategy}");
+}
+
+/// `POST /sales/{id}/orders` on a `queue` sale, then its request's result:
+/// the order id when placed, else the result's status.
+async fn queued(app: &TestApp, sale: i64, user: i64) -> Result<i64, String> {
+    let response = app.buy(sale, user).await;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    if status == StatusCode::CONFLICT {
+        return Err(body["type"].as_str().unwrap_or_default().to_owned());
+    }
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let location = body["location"].as_str().unwrap().to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let result: Value = app
+            .client
+            .get(app.url(&format!("{location}?wait_ms=1000")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        match result["status"].as_str() {
+            Some("pending") => assert!(tokio::time::Instant::now() < deadline, "{result}"),
+            Some("placed") => return Ok(result["order_id"].as_i64().unwrap()),
+            other => return Err(other.unwrap_or_default().to_owned()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn queue_sells_a_cancelled_unit_again_and_its_buyer_may_queue_again() {
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let queues = prefix.clone();
+    let app = TestApp::spawn_with(move |config| {
+        config.amqp_prefix = queues;
+        config.queue_partitions = 1;
+        config.queue_consume = true;
+    })
+    .await;
+    let sale = window_sale(&app, "queue", 2, 60_000).await;
+    let first = queued(&app, sale, 1).await.unwrap();
+    queued(&app, sale, 2).await.unwrap();
+    assert!(queued(&app, sale, 3).await.is_err(), "sold out");
+    assert_eq!(cancel(&app, first).await.status(), StatusCode::OK);
+    assert_eq!(cancel(&app, first).await.status(), StatusCode::OK);
+    assert_eq!(remaining(&app.db, sale).await, 1, "the unit came back once");
+    // The buyer whose order was cancelled queues a new request, and gets the unit.
+    let again = queued(&app, sale, 1).await.unwrap();
+    assert_ne!(again, first);
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.units_returned, audit.units_resold), (2, 1, 1));
+    assert_eq!((audit.remaining_stock, audit.ledger_drift, audit.oversold), (0, 0, 0));
+    pay_pending(&app, sale).await;
+
+    let config = seckill::config::Config::defaults();
+    let topology = seckill::strategy::queue::Topology::new(
+        &prefix,
+        1,
+        config.queue_max_length,
+        config.queue_delivery_limit,
+    );
+    let connection = lapin::Connection::connect(
+        &test_support::amqp_url(),
+        lapin::ConnectionProperties::default(),
+    )
+    .await
+    .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    topology.delete_queues(&channel).await.unwrap();
+}
