@@ -150,3 +150,62 @@ async fn queue_sells_a_cancelled_unit_again_and_its_buyer_may_queue_again() {
     let channel = connection.create_channel().await.unwrap();
     topology.delete_queues(&channel).await.unwrap();
 }
+
+/// `redis-decr`, an instance that died between its return's Postgres commit
+/// and `return_complete.lua`: the audit counts the recorded return (drift
+/// 0, not −1), and a reconciliation pass gives the unit to the counter once
+/// and the buyer back to the sale.
+#[tokio::test]
+async fn a_redis_decr_return_cut_off_after_its_commit_is_finished_by_the_reconciler() {
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let keys = prefix.clone();
+    let app = TestApp::spawn_with(move |config| {
+        config.redis_key_prefix = keys;
+        config.reconcile_interval_ms = 0;
+    })
+    .await;
+    let sale = window_sale(&app, "redis-decr", 1, 60_000).await;
+    let order = bought(&app, sale, 1).await;
+    // What return_begin.lua and the claim's transaction leave behind when
+    // the process ends before the completion.
+    let mut redis = redis::Client::open(test_support::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let returns = format!("{prefix}:{{sale:{sale}}}:returns");
+    let _: i64 = redis::cmd("HSET")
+        .arg(&returns)
+        .arg(order)
+        .arg("1:1:0")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let mut tx = app.db.begin().await.unwrap();
+    sqlx::query("UPDATE sales SET remaining_stock = remaining_stock + 1 WHERE id = $1")
+        .bind(sale)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE orders SET status = 'cancelled', ended_at = now() WHERE id = $1")
+        .bind(order)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    assert_eq!(app.audit(sale).await.redis_drift, Some(0), "the recorded return is counted");
+    let report: Value =
+        app.admin(reqwest::Method::POST, &format!("/admin/sales/{sale}/reconcile")).await;
+    assert_eq!(report["redis_drift"], 0, "{report}");
+    assert_eq!(report["corrected_units"], 0, "{report}");
+    let left: i64 = redis::cmd("HLEN").arg(&returns).query_async(&mut redis).await.unwrap();
+    assert_eq!(left, 0, "the return was completed");
+    // The counter has the unit once: the buyer buys it again, nobody else.
+    let again = bought(&app, sale, 1).await;
+    assert_problem(app.buy(sale, 2).await, StatusCode::CONFLICT, "sold-out").await;
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.redis_drift, audit.ledger_drift, audit.oversold), (Some(0), 0, 0));
+    assert_eq!(cancel(&app, again).await.status(), StatusCode::OK);
+    pay_pending(&app, sale).await;
+}
