@@ -64,7 +64,8 @@ start() {
   fi
   mkdir -p "$dir"
   # Without an admin token of its own, a try on this machine runs in
-  # development mode: loopback only, the admin routes accept dev-admin-token.
+  # development mode: loopback only, the admin routes accept dev-admin-token,
+  # and without a buyer token key the buyer is the body's user_id.
   if [ -z "${SECKILL_ADMIN_TOKEN:-}" ] && [ -z "${SECKILL_ADMIN_TOKEN_FILE:-}" ]; then
     export SECKILL_DEV=1
   fi

@@ -191,6 +191,14 @@ impl AmqpHandle {
         &self.inner.prefix
     }
 
+    /// The broker user this handle connects as: `AMQP_URL`'s, or the AMQP
+    /// client's default (`guest`) when the URL names none. `None` when the
+    /// URL does not parse (then no connection is made either).
+    pub fn user(&self) -> Option<String> {
+        let uri = self.inner.url.parse::<lapin::uri::AMQPUri>().ok()?;
+        Some(uri.authority.userinfo.username)
+    }
+
     /// The process's connection, opened on first use and opened again after
     /// it was lost.
     ///

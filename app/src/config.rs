@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
+use crate::buyer_token::BuyerVerifier;
+
 /// The admin token accepted in development mode (`SECKILL_DEV`) when
 /// `SECKILL_ADMIN_TOKEN` is unset. The service warns at start when it is in
 /// use, and refuses it outside development mode.
@@ -103,6 +105,19 @@ pub struct Config {
     /// [`admin_token_from_env`].
     #[arg(skip)]
     pub admin_token: Option<String>,
+
+    /// Buyer identity: `on`, purchases and their results take the buyer from
+    /// a verified bearer token (`sub`); `off`, from the request body's
+    /// `user_id` (load tests and demos). Unset: `on` when a buyer token key
+    /// is configured; without one, `off` in development mode and a refusal to
+    /// start otherwise. See [`Config::buyer_verifier`].
+    #[arg(long, env = "SECKILL_BUYER_AUTH", value_enum)]
+    pub buyer_auth: Option<BuyerAuthMode>,
+
+    /// The key that verifies buyer tokens, read from the environment only
+    /// (see [`buyer_key_from_env`]).
+    #[arg(skip)]
+    pub buyer_key: Option<BuyerKey>,
 
     /// Postgres connections in this instance's pool.
     #[arg(long, env = "SECKILL_DB_POOL_SIZE", default_value_t = 10,
@@ -302,6 +317,27 @@ pub struct Config {
     pub known_buyers: u64,
 }
 
+/// `SECKILL_BUYER_AUTH`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BuyerAuthMode {
+    /// The buyer is the `sub` of a verified bearer token.
+    On,
+    /// The buyer is the request body's `user_id`, trusted as sent.
+    Off,
+}
+
+/// A key that verifies buyer tokens (`crate::buyer_token`).
+#[derive(Clone)]
+pub enum BuyerKey {
+    /// An `HS256` secret: `SECKILL_BUYER_JWT_KEY` or the contents of
+    /// `SECKILL_BUYER_JWT_KEY_FILE`.
+    Secret(String),
+    /// An RSA or EC public key in PEM form: the contents of
+    /// `SECKILL_BUYER_JWT_PUBLIC_KEY_FILE`.
+    PublicPem(Vec<u8>),
+}
+
 /// [`Config`] as a whole command line.
 #[derive(clap::Parser)]
 struct Wrapper {
@@ -315,6 +351,7 @@ impl Config {
     pub fn from_env() -> Config {
         let mut config = <Wrapper as clap::Parser>::parse_from(["seckill"]).config;
         config.admin_token = admin_token_from_env().ok().flatten();
+        config.buyer_key = buyer_key_from_env().ok().flatten();
         config
     }
 
@@ -348,7 +385,43 @@ impl Config {
                  on a loopback address"
             );
         }
+        self.buyer_verifier()?;
         Ok(())
+    }
+
+    /// Whether buyer tokens are checked, and with which key: `Some` when
+    /// buyer authentication is on, `None` when the buyer comes from the
+    /// request body.
+    ///
+    /// `SECKILL_BUYER_AUTH=on` needs a key; `off` is off whatever the key;
+    /// unset, a key turns it on, and without a key it is off in development
+    /// mode (`SECKILL_DEV`) only.
+    ///
+    /// Errors: on (set or implied) without a key; unset without a key outside
+    /// development mode; an HMAC secret shorter than 32 bytes or a public key
+    /// that is not RSA or EC PEM. No message contains the key.
+    pub fn buyer_verifier(&self) -> anyhow::Result<Option<BuyerVerifier>> {
+        const HOW: &str = "set SECKILL_BUYER_JWT_KEY (or SECKILL_BUYER_JWT_KEY_FILE) to a random \
+                           string of at least 32 bytes shared with what signs the buyer tokens, \
+                           or SECKILL_BUYER_JWT_PUBLIC_KEY_FILE to its RS256/ES256 public key";
+        let verifier = || match &self.buyer_key {
+            Some(BuyerKey::Secret(secret)) => BuyerVerifier::hs256(secret.as_bytes()),
+            Some(BuyerKey::PublicPem(pem)) => BuyerVerifier::public_key_pem(pem),
+            None => unreachable!("checked before"),
+        };
+        match (self.buyer_auth, &self.buyer_key) {
+            (Some(BuyerAuthMode::Off), _) => Ok(None),
+            (Some(BuyerAuthMode::On) | None, Some(_)) => verifier().map(Some),
+            (Some(BuyerAuthMode::On), None) => {
+                bail!("SECKILL_BUYER_AUTH=on needs a buyer token key: {HOW}")
+            }
+            (None, None) if self.dev => Ok(None),
+            (None, None) => bail!(
+                "no buyer token key, so buyers could not be authenticated: {HOW}; or set \
+                 SECKILL_BUYER_AUTH=off to take the buyer from the request body's `user_id` \
+                 (load tests and demos: anyone can then buy as anyone)"
+            ),
+        }
     }
 
     /// The configuration from its defaults alone, every environment variable
@@ -428,6 +501,49 @@ pub fn admin_token_from_env() -> anyhow::Result<Option<String>> {
     }
 }
 
+/// The buyer token key from the environment: `SECKILL_BUYER_JWT_KEY` (an
+/// HMAC secret), else the contents of `SECKILL_BUYER_JWT_KEY_FILE` without
+/// trailing whitespace, else the contents of
+/// `SECKILL_BUYER_JWT_PUBLIC_KEY_FILE` (a PEM public key), else `None`.
+/// Empty variables count as unset.
+///
+/// Errors: more than one is set; a file cannot be read or is empty. No
+/// message contains the key.
+pub fn buyer_key_from_env() -> anyhow::Result<Option<BuyerKey>> {
+    let set = |name: &str| std::env::var_os(name).filter(|value| !value.is_empty());
+    let secret = set("SECKILL_BUYER_JWT_KEY");
+    let secret_file = set("SECKILL_BUYER_JWT_KEY_FILE");
+    let public_file = set("SECKILL_BUYER_JWT_PUBLIC_KEY_FILE");
+    let read = |name: &str, path: std::ffi::OsString| -> anyhow::Result<String> {
+        let path = std::path::PathBuf::from(path);
+        let contents = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {name} {}", path.display()))?;
+        let trimmed = contents.trim_end();
+        if trimmed.is_empty() {
+            bail!("{name} {} is empty", path.display());
+        }
+        Ok(trimmed.to_owned())
+    };
+    match (secret, secret_file, public_file) {
+        (None, None, None) => Ok(None),
+        (Some(secret), None, None) => Ok(Some(BuyerKey::Secret(
+            secret
+                .into_string()
+                .map_err(|_| anyhow::anyhow!("SECKILL_BUYER_JWT_KEY is not UTF-8"))?,
+        ))),
+        (None, Some(path), None) => {
+            Ok(Some(BuyerKey::Secret(read("SECKILL_BUYER_JWT_KEY_FILE", path)?)))
+        }
+        (None, None, Some(path)) => Ok(Some(BuyerKey::PublicPem(
+            read("SECKILL_BUYER_JWT_PUBLIC_KEY_FILE", path)?.into_bytes(),
+        ))),
+        _ => bail!(
+            "set one of SECKILL_BUYER_JWT_KEY, SECKILL_BUYER_JWT_KEY_FILE and \
+             SECKILL_BUYER_JWT_PUBLIC_KEY_FILE, not several"
+        ),
+    }
+}
+
 /// Parser of `SECKILL_REDIS_PREFIX` and `SECKILL_AMQP_PREFIX`: 1 to 64
 /// letters, digits, `_`, `.` or `-`.
 fn prefix(value: &str) -> Result<String, String> {
@@ -451,11 +567,13 @@ pub fn redacted(url: &str) -> String {
 }
 
 impl std::fmt::Debug for Config {
-    /// Leaves the admin token and the database password out.
+    /// Leaves the admin token, the buyer token key and the database password
+    /// out.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("addr", &self.addr)
             .field("dev", &self.dev)
+            .field("buyer_auth", &self.buyer_auth)
             .field("max_connections", &self.max_connections)
             .field("header_timeout_ms", &self.header_timeout_ms)
             .field("idle_timeout_ms", &self.idle_timeout_ms)
@@ -506,6 +624,8 @@ mod tests {
         let mut config = parse(&["--addr", addr]).expect("valid");
         config.admin_token = token.map(str::to_owned);
         config.dev = dev;
+        // The admin token's tests: buyer authentication explicitly off.
+        config.buyer_auth = Some(BuyerAuthMode::Off);
         config
     }
 
@@ -532,6 +652,40 @@ mod tests {
             let error = config.check().unwrap_err();
             assert!(error.to_string().contains("loopback"), "{error}");
         }
+    }
+
+    fn with_buyer(mode: Option<BuyerAuthMode>, key: Option<&str>, dev: bool) -> Config {
+        let mut config = with_token(None, dev, "127.0.0.1:8080");
+        config.buyer_auth = mode;
+        config.buyer_key = key.map(|key| BuyerKey::Secret(key.to_owned()));
+        config
+    }
+
+    #[test]
+    fn buyer_auth_is_on_with_a_key_and_off_only_when_asked_or_in_development_mode() {
+        use BuyerAuthMode::{Off, On};
+        let key = "k".repeat(32);
+        let on = |config: Config| config.buyer_verifier().unwrap().is_some();
+        assert!(on(with_buyer(None, Some(&key), false)), "a key turns it on");
+        assert!(on(with_buyer(None, Some(&key), true)), "in development mode too");
+        assert!(on(with_buyer(Some(On), Some(&key), false)));
+        assert!(!on(with_buyer(Some(Off), Some(&key), false)), "off is off whatever the key");
+        assert!(!on(with_buyer(Some(Off), None, false)));
+        assert!(!on(with_buyer(None, None, true)), "development mode without a key");
+    }
+
+    #[test]
+    fn buyer_auth_without_a_key_or_with_a_short_one_refuses_to_start() {
+        use BuyerAuthMode::On;
+        let unset = with_buyer(None, None, false).buyer_verifier().unwrap_err().to_string();
+        assert!(unset.contains("SECKILL_BUYER_AUTH=off"), "{unset}");
+        let on = with_buyer(Some(On), None, true).buyer_verifier().unwrap_err().to_string();
+        assert!(on.contains("SECKILL_BUYER_AUTH=on needs a buyer token key"), "{on}");
+        let short = with_buyer(None, Some("short-buyer-key"), false);
+        let error = short.buyer_verifier().unwrap_err().to_string();
+        assert!(error.contains("15 bytes long") && !error.contains("short-buyer-key"), "{error}");
+        let pem = Config { buyer_key: Some(BuyerKey::PublicPem(b"junk".to_vec())), ..short };
+        assert!(pem.buyer_verifier().unwrap_err().to_string().contains("PEM"));
     }
 
     #[test]

@@ -21,6 +21,7 @@
 
 pub mod audit;
 pub mod backends;
+pub mod buyer_token;
 pub mod config;
 pub mod http;
 pub mod known_buyers;

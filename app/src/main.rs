@@ -36,12 +36,22 @@ enum Command {
     },
 }
 
-/// The admin token's part of `serve --help`: it has no flag.
+/// The admin token's and the buyer tokens' part of `serve --help`: their
+/// keys have no flag.
 const ADMIN_TOKEN_HELP: &str = "\
 Admin token (environment only, never a flag: a command line is visible in `ps`):
   SECKILL_ADMIN_TOKEN       the bearer token of /admin/*, at least 32 bytes
   SECKILL_ADMIN_TOKEN_FILE  a file holding it instead (a container secret)
 Without either the service refuses to start, unless --dev (SECKILL_DEV) is set.
+
+Buyer identity (--buyer-auth, SECKILL_BUYER_AUTH=on|off):
+  on   the buyer is the `sub` of a bearer token (JWT, `exp` required) verified with
+       SECKILL_BUYER_JWT_KEY             an HS256 secret of at least 32 bytes, or
+       SECKILL_BUYER_JWT_KEY_FILE        a file holding it, or
+       SECKILL_BUYER_JWT_PUBLIC_KEY_FILE an RS256 or ES256 public key (PEM)
+       (environment only); a purchase or result without a valid token is 401
+  off  the buyer is the request body's `user_id`, trusted as sent (load tests, demos)
+Unset: on when a key is set; without a key, off with --dev, else a refusal to start.
 ";
 
 /// The registered strategies, one per line with its description, for the end
@@ -67,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(mut config) => {
             config.admin_token = seckill::config::admin_token_from_env()?;
+            config.buyer_key = seckill::config::buyer_key_from_env()?;
             let app = Application::build(config).await?;
             app.run_until(shutdown_signal()).await
         }

@@ -18,6 +18,7 @@ use crate::postgres_probe::PostgresProbe;
 use crate::sale::SaleCatalog;
 use crate::strategy::{Deps, Strategies};
 use crate::telemetry;
+use crate::web::BuyerAuth;
 
 pub mod server;
 
@@ -79,6 +80,18 @@ impl Application {
                 crate::config::DEV_ADMIN_TOKEN
             );
         }
+        let buyer_auth = BuyerAuth(config.buyer_verifier()?.map(Arc::new));
+        match &buyer_auth.0 {
+            Some(verifier) => tracing::info!(
+                algorithm = ?verifier.algorithm(),
+                "buyer authentication on: buyers are the `sub` of verified bearer tokens"
+            ),
+            None => tracing::warn!(
+                "buyer authentication off (SECKILL_BUYER_AUTH=off, or development mode without \
+                 a buyer token key): the buyer is the request's `user_id`, and anyone can buy \
+                 or read results as anyone"
+            ),
+        }
         prepare_database(&config.database_url).await?;
         let db = db_pool(&config)?;
         let probe = PostgresProbe::new(connect_options(&config)?);
@@ -117,6 +130,7 @@ impl Application {
             probe,
             admin_failures: Default::default(),
             known_buyers,
+            buyer_auth,
         };
         Ok(Self { listener, metrics_listener, state })
     }

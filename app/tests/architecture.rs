@@ -25,6 +25,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "telemetry",
             "backends",
+            // Buyer tokens (JWT), known to the configuration and the load test.
+            "buyer_token",
             "postgres_probe",
             // Metric names, defined once for the service and the load test.
             "metric_names",

@@ -355,3 +355,34 @@ async fn a_browser_gets_the_page_and_every_other_client_the_json() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_buyer_auth_on_the_page_buys_as_the_buyer_of_its_token_and_asks_for_one_without() {
+    let app = TestApp::spawn_with(support::with_buyer_auth).await;
+    let sale = sale(&app, json!({ "name": "Members only", "stock": 5, "strategy": "sql" })).await;
+
+    // Without a token: the buy is refused and the page asks to sign in.
+    let anonymous = open(&app, sale).await;
+    anonymous.wait_for(BUY_ENABLED, STEP).await;
+    click_buy(&anonymous).await;
+    let text = outcome(&anonymous, "sign-in").await;
+    assert!(text.contains("Sign in to buy"), "{text}");
+    drop(anonymous);
+
+    // With a token in the fragment: the page buys as its `sub`, and the token
+    // leaves the address bar.
+    let browser = Browser::start(900, 1000).await;
+    let token = support::buyer_token(4242);
+    browser.goto(&app.url(&format!("/sales/{sale}#token={token}"))).await;
+    browser.wait_for(&format!("{STATUS} !== 'loading'"), STEP).await;
+    assert_eq!(browser.eval("location.hash").await, "");
+    assert_eq!(buyer(&browser).await, 4242);
+    browser.wait_for(BUY_ENABLED, STEP).await;
+    click_buy(&browser).await;
+    let text = outcome(&browser, "placed").await;
+    let order = order_id(&app, sale, 4242).await;
+    assert!(text.contains(&format!("#{order}")), "{text}");
+    shoot(&browser, "signed-in-placed").await;
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.orders, audit.units_sold), (1, 1));
+}

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
+use seckill::config::BuyerAuthMode;
+
 use crate::CompareArgs;
 use crate::balancer::Balancer;
 
@@ -28,6 +30,9 @@ pub struct Instances {
     /// `SECKILL_AMQP_PREFIX` of the instances: one per invocation when they
     /// were started here.
     pub amqp_prefix: String,
+    /// The `HS256` key the instances verify buyer tokens with, when
+    /// `--buyer-auth on`: one per invocation when they were started here.
+    pub buyer_key: Option<String>,
     children: Vec<Child>,
 }
 
@@ -99,6 +104,9 @@ impl Instances {
         // Likewise for queue and exchange names on RabbitMQ.
         let amqp_prefix = format!("loadtest-{:016x}", rand::random::<u64>());
         declare_queues(&amqp_prefix, &args.amqp_url).await;
+        let buyer_auth = args.buyer_auth == BuyerAuthMode::On;
+        let buyer_key = buyer_auth
+            .then(|| format!("{:032x}{:032x}", rand::random::<u128>(), rand::random::<u128>()));
         let mut urls = Vec::new();
         let mut children = Vec::new();
         for i in 0..args.instances {
@@ -111,6 +119,8 @@ impl Instances {
                 .env("AMQP_URL", &args.amqp_url)
                 .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
                 .env("SECKILL_ADMIN_TOKEN", &admin_token)
+                .env("SECKILL_BUYER_AUTH", if buyer_auth { "on" } else { "off" })
+                .envs(buyer_key.as_ref().map(|key| ("SECKILL_BUYER_JWT_KEY", key)))
                 .env("SECKILL_REDIS_PREFIX", &redis_prefix)
                 .env("SECKILL_AMQP_PREFIX", &amqp_prefix)
                 .envs(redlock.map(|nodes| ("REDLOCK_URLS", nodes.urls.join(","))))
@@ -146,13 +156,15 @@ impl Instances {
             admin_token,
             pool_connections,
             amqp_prefix,
+            buyer_key,
             children,
         })
     }
 
     /// The running services of `--target`, once each answers `/readyz`; the
     /// admin token and AMQP prefix are the environment's (else the service's
-    /// defaults).
+    /// defaults), and so is the buyer token key with `--buyer-auth on`
+    /// (`SECKILL_BUYER_JWT_KEY`, required then).
     async fn adopt(args: &CompareArgs) -> anyhow::Result<Instances> {
         let urls: Vec<String> =
             args.target.iter().map(|u| u.trim_end_matches('/').to_owned()).collect();
@@ -164,6 +176,13 @@ impl Instances {
         let pool_connections = args.pool_size * urls.len() as u32;
         let amqp_prefix =
             std::env::var("SECKILL_AMQP_PREFIX").unwrap_or_else(|_| "seckill".to_owned());
+        let buyer_key = match args.buyer_auth {
+            BuyerAuthMode::Off => None,
+            BuyerAuthMode::On => Some(std::env::var("SECKILL_BUYER_JWT_KEY").context(
+                "--buyer-auth on with --target signs buyer tokens with SECKILL_BUYER_JWT_KEY \
+                 (the services' HS256 key): set it",
+            )?),
+        };
         Ok(Instances {
             buyer_urls: urls.clone(),
             urls,
@@ -171,6 +190,7 @@ impl Instances {
             admin_token,
             pool_connections,
             amqp_prefix,
+            buyer_key,
             children: vec![],
         })
     }

@@ -179,6 +179,15 @@ pub struct CompareArgs {
     #[arg(long)]
     pub target: Vec<String>,
 
+    /// Buyer identity of the instances (`SECKILL_BUYER_AUTH`): `off`, every
+    /// purchase names its buyer in the body; `on`, the instances verify buyer
+    /// tokens (`HS256`, a key generated per invocation) and every purchase
+    /// carries its buyer's token, signed before the sale phase starts — what
+    /// verifying costs shows in the figures (report.json: `config.buyer_auth`).
+    /// With `--target`, `on` signs with `SECKILL_BUYER_JWT_KEY`.
+    #[arg(long, value_enum, default_value = "off")]
+    pub buyer_auth: seckill::config::BuyerAuthMode,
+
     /// Postgres pool size of each started instance (also sizes the `sql_tps` ceiling).
     #[arg(long, default_value_t = 10)]
     pub pool_size: u32,

@@ -201,9 +201,19 @@ async fn run_phases(
     let sampler = progress.live().map(|live| {
         live.sample_sale(bench.db.clone(), ids.clone(), plan.stock as i64, tally.clone())
     });
-    let sale =
-        scenario::sale_phase(urls, &ids, args.users, args.retries, buyers, goose_report, tally)
-            .await?;
+    let buyer_key = bench.instances.buyer_key.as_deref();
+    let tokens = buyer_key.map(|k| scenario::Tokens::new(k, buyers.iter().map(|b| b.user)));
+    let sale = scenario::sale_phase(
+        urls,
+        &ids,
+        args.users,
+        args.retries,
+        buyers,
+        goose_report,
+        tally,
+        tokens.clone(),
+    )
+    .await?;
     let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
         progress.phase("waiting for the queue to drain");
         Some(bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?)
@@ -233,9 +243,15 @@ async fn run_phases(
     }
     progress.phase("rejection phase");
     let first_fresh = prepared.buyers as i64 + 1;
-    let rejection =
-        scenario::rejection_phase(urls, &ids, args.users, first_fresh, args.rejection_phase)
-            .await?;
+    let rejection = scenario::rejection_phase(
+        urls,
+        &ids,
+        args.users,
+        first_fresh,
+        args.rejection_phase,
+        tokens,
+    )
+    .await?;
     Ok(Phases {
         sale,
         rejection,

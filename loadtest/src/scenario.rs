@@ -6,8 +6,12 @@
 //! a `409` and a designed `503 busy` are expected outcomes and are marked as
 //! successes, while the outcome of every answer is classified from its
 //! problem `type` into [`Outcomes`].
+//!
+//! With buyer authentication on (`--buyer-auth on`), every purchase carries
+//! its buyer's token ([`Tokens`]) and an empty body, as a client of such a
+//! service would send it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -26,6 +30,41 @@ const PURCHASE: &str = "purchase";
 /// Name of a flooding buyer's purchases (`flood` profile), kept apart from
 /// [`PURCHASE`] so that the phase's latency is the other buyers'.
 const FLOOD: &str = "flood";
+
+/// How long the buyer tokens of a run are valid, in seconds: longer than any
+/// run.
+const TOKEN_TTL_S: u64 = 6 * 3600;
+
+/// The buyer tokens of a run whose instances verify them: signed with the
+/// instances' `HS256` key, those of the sale phase's buyers up front (so
+/// that signing costs the load generator nothing while it measures), any
+/// other buyer's when first needed.
+#[derive(Clone)]
+pub struct Tokens {
+    key: Arc<[u8]>,
+    exp: u64,
+    signed: Arc<HashMap<i64, String>>,
+}
+
+impl Tokens {
+    /// Tokens for `users`, signed with `key`.
+    pub fn new(key: &str, users: impl IntoIterator<Item = i64>) -> Tokens {
+        let exp = seckill::buyer_token::now_s() + TOKEN_TTL_S;
+        let signed = users
+            .into_iter()
+            .map(|user| (user, seckill::buyer_token::mint_hs256(key.as_bytes(), user, exp)))
+            .collect();
+        Tokens { key: key.as_bytes().into(), exp, signed: Arc::new(signed) }
+    }
+
+    /// The token of `user`.
+    fn of(&self, user: i64) -> std::borrow::Cow<'_, str> {
+        match self.signed.get(&user) {
+            Some(token) => token.as_str().into(),
+            None => seckill::buyer_token::mint_hs256(&self.key, user, self.exp).into(),
+        }
+    }
+}
 
 /// Answers by kind, as the report's `outcomes`.
 #[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
@@ -200,6 +239,8 @@ struct Attack {
     last_answer_ns: AtomicU64,
     /// Seconds after `first_send` of every answer, for the steady rate.
     answer_times_s: Mutex<Vec<f64>>,
+    /// The buyers' tokens, when the instances verify them.
+    tokens: Option<Tokens>,
 }
 
 impl Attack {
@@ -210,6 +251,7 @@ impl Attack {
         buyers: Vec<Buyer>,
         first_fresh: i64,
         counters: Arc<OutcomeCounters>,
+        tokens: Option<Tokens>,
     ) -> Self {
         Attack {
             sales: sales.to_vec(),
@@ -223,6 +265,7 @@ impl Attack {
             first_send: OnceLock::new(),
             last_answer_ns: AtomicU64::new(0),
             answer_times_s: Mutex::new(Vec::new()),
+            tokens,
         }
     }
 
@@ -255,9 +298,11 @@ impl Attack {
         let path = format!("sales/{sale}/orders");
         for attempt in 0..=self.retries {
             let (start, _) = *self.first_send.get_or_init(|| (Instant::now(), Utc::now()));
-            let builder = user
-                .get_request_builder(&GooseMethod::Post, &path)?
-                .json(&json!({ "user_id": buyer }));
+            let builder = user.get_request_builder(&GooseMethod::Post, &path)?;
+            let builder = match &self.tokens {
+                Some(tokens) => builder.bearer_auth(tokens.of(buyer)).json(&json!({})),
+                None => builder.json(&json!({ "user_id": buyer })),
+            };
             let request = GooseRequest::builder()
                 .method(GooseMethod::Post)
                 .path(path.as_str())
@@ -452,6 +497,8 @@ pub fn with_flood(mut buyers: Vec<Buyer>, extra: u64) -> Vec<Buyer> {
 /// The sale phase: `users` goose users send every buyer's purchase once
 /// (resubmissions included) as fast as answers come back, counting the
 /// answers into `counters`. Writes goose's own HTML report to `report`.
+/// With `tokens`, each purchase carries its buyer's token.
+#[allow(clippy::too_many_arguments)]
 pub async fn sale_phase(
     urls: &[String],
     sales: &[i64],
@@ -460,8 +507,9 @@ pub async fn sale_phase(
     buyers: Vec<Buyer>,
     report: PathBuf,
     counters: Arc<OutcomeCounters>,
+    tokens: Option<Tokens>,
 ) -> anyhow::Result<PhaseResult> {
-    let attack = Arc::new(Attack::new(sales, urls, retries, buyers, 0, counters));
+    let attack = Arc::new(Attack::new(sales, urls, retries, buyers, 0, counters, tokens));
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();
@@ -486,16 +534,18 @@ pub async fn sale_phase(
 
 /// The rejection phase: `users` goose users send purchases of fresh buyers
 /// (ids from `first_fresh` up, spread round-robin over `sales`) for
-/// `seconds` seconds.
+/// `seconds` seconds; with `tokens`, each carrying its buyer's token (signed
+/// when first needed).
 pub async fn rejection_phase(
     urls: &[String],
     sales: &[i64],
     users: u64,
     first_fresh: i64,
     seconds: u64,
+    tokens: Option<Tokens>,
 ) -> anyhow::Result<PhaseResult> {
     let counters = Arc::default();
-    let attack = Arc::new(Attack::new(sales, urls, 0, Vec::new(), first_fresh, counters));
+    let attack = Arc::new(Attack::new(sales, urls, 0, Vec::new(), first_fresh, counters, tokens));
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();
@@ -516,7 +566,7 @@ pub async fn rejection_phase(
 /// instance for `seconds` seconds; answers per second between 10 % and 90 %
 /// of the phase, as the rejection phase is counted.
 pub async fn http_ceiling(urls: &[String], users: u64, seconds: u64) -> anyhow::Result<f64> {
-    let attack = Arc::new(Attack::new(&[0], urls, 0, Vec::new(), 0, Arc::default()));
+    let attack = Arc::new(Attack::new(&[0], urls, 0, Vec::new(), 0, Arc::default(), None));
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();

@@ -95,3 +95,21 @@ fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
     assert!(out.join("goose-naive-retry-storm-1.html").exists());
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn with_buyer_auth_on_every_purchase_carries_a_verified_token_and_the_books_hold() {
+    let out = std::env::temp_dir().join(format!("loadtest-auth-{}", std::process::id()));
+    let stock = STOCK.to_string();
+    let args = ["--strategies", "sql", "--stock", &stock, "--repeat", "1", "--buyer-auth", "on"];
+    let report = support::compare(&out, &args);
+    assert_eq!(report["config"]["buyer_auth"], "on");
+    let run = &report["runs"][0];
+    assert_eq!(run["verdict"], "ok", "{run}");
+    // Every buyer was who their token says: no 401 or 403, each unit sold
+    // once, to a distinct buyer.
+    let statuses = &run["status_counts"];
+    assert!(statuses.get("401").is_none() && statuses.get("403").is_none(), "{statuses}");
+    assert_eq!(run["outcomes"]["placed"], STOCK);
+    assert_eq!((run["units_sold"].as_i64(), run["oversold"].as_i64()), (Some(STOCK), Some(0)));
+    std::fs::remove_dir_all(&out).ok();
+}

@@ -31,7 +31,7 @@ use crate::outcome::StrategyError;
 use crate::postgres_probe::PostgresProbe;
 use crate::sale::SaleCatalog;
 use crate::strategy::Strategies;
-use crate::web::{AppError, UnsortedPoolTimeout};
+use crate::web::{AppError, BuyerAuth, UnsortedPoolTimeout};
 
 mod admin;
 mod auth;
@@ -61,6 +61,9 @@ pub struct AppState {
     pub admin_failures: Arc<auth::AdminFailures>,
     /// Buyers known to hold an order, answered before the strategy runs.
     pub known_buyers: crate::known_buyers::KnownBuyers,
+    /// Buyer authentication: the token verifier when it is on (added to
+    /// every request's extensions for the [`crate::web::Buyer`] extractor).
+    pub buyer_auth: BuyerAuth,
 }
 
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
@@ -79,6 +82,7 @@ pub fn router(state: AppState) -> Router {
     let (router, document) = routes(&state);
     router
         .layer(Extension(openapi::Served::new(&document)))
+        .layer(Extension(state.buyer_auth.clone()))
         .fallback(|| async { AppError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
@@ -140,7 +144,7 @@ fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         }
     }
     let (router, document) = api.split_for_parts();
-    (router, openapi::finish(document))
+    (router, openapi::finish(document, state.buyer_auth.0.is_some()))
 }
 
 /// Re-answers a Postgres pool timeout that its handler left unsorted
@@ -205,6 +209,7 @@ mod tests {
             probe: PostgresProbe::new(crate::startup::connect_options(&config).unwrap()),
             admin_failures: Default::default(),
             known_buyers: Default::default(),
+            buyer_auth: BuyerAuth(None),
             metrics: crate::telemetry::metrics_handle(),
             config,
             db,

@@ -7,7 +7,10 @@
 //! handlers' own types, which derive `utoipa::ToSchema` with the limits the
 //! handlers check. [`finish`] then adds what routes share, by the same rules
 //! as `crate::web`'s error mapping: which problem answers each kind of route
-//! can give, and the admin token.
+//! can give, the admin token, and — when buyer authentication is on — the
+//! buyer token of the buyer routes. The document describes the service as
+//! configured: with buyer authentication off its buyer routes declare no
+//! security (they need none).
 
 use axum::Extension;
 use axum::body::Bytes;
@@ -31,7 +34,9 @@ use crate::web::Problem;
         description = "Flash-sale service with interchangeable stock-deduction strategies. \
             Every error is an RFC 9457 problem document (`application/problem+json`) whose \
             `type` is stable per kind of failure. Routes under `/admin/` need \
-            `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`.",
+            `Authorization: Bearer <SECKILL_ADMIN_TOKEN>`; with buyer authentication on \
+            (`SECKILL_BUYER_AUTH`), the buyer routes under `/sales/{id}/` need \
+            `Authorization: Bearer <buyer token>`, a JWT whose `sub` is the buyer's user id.",
         license(name = "MIT OR Apache-2.0")
     ),
     tags(
@@ -49,8 +54,18 @@ pub struct ApiDoc;
 /// `crate::web::AppError` is the one place they are produced.
 const PROBLEMS: &[(&str, &str, &str)] = &[
     ("400", "MalformedRequest", "`malformed-request`: the body is not JSON"),
-    ("401", "Unauthorized", "`unauthorized`: no bearer token (`WWW-Authenticate: Bearer`)"),
-    ("403", "Forbidden", "`forbidden`: a wrong bearer token"),
+    (
+        "401",
+        "Unauthorized",
+        "`unauthorized`: no bearer token, or a buyer token that is invalid or expired \
+         (`WWW-Authenticate: Bearer`)",
+    ),
+    (
+        "403",
+        "Forbidden",
+        "`forbidden`: a wrong admin token; or `buyer-mismatch`: a purchase whose `user_id` is \
+         not the buyer token's `sub`",
+    ),
     ("404", "NotFound", "`not-found`: no such sale or request (the path is never echoed)"),
     ("413", "PayloadTooLarge", "`payload-too-large`: a body over 16 KiB"),
     (
@@ -91,20 +106,38 @@ const PROBLEMS: &[(&str, &str, &str)] = &[
 /// Name of the admin token's security scheme.
 const BEARER: &str = "bearer";
 
+/// Name of the buyer token's security scheme (declared only when buyer
+/// authentication is on).
+const BUYER: &str = "buyer";
+
 /// `document` with what its routes share: the [`PROBLEMS`] as response
 /// components, and on each operation the ones it can answer — `500`, `503`
 /// and `504` on every route (a panic, the connection cap or a backing
 /// server, the request timeout); `400`, `413`, `415` and `422` on a route
 /// with a body; `422` on one with query parameters; `404` on one with path
 /// parameters; `401`, `403` and `429`, and the bearer token, under `/admin/`
-/// and on every route that declares the token (`/metrics`).
-pub fn finish(mut document: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+/// and on every route that declares the token (`/metrics`); with
+/// `buyer_auth`, `401` and the buyer token on the buyer routes (every route
+/// under `/sales/{id}/`), and `403` on the purchase.
+pub fn finish(
+    mut document: utoipa::openapi::OpenApi,
+    buyer_auth: bool,
+) -> utoipa::openapi::OpenApi {
     let components = document.components.get_or_insert_with(Default::default);
     for &(status, name, description) in PROBLEMS {
         components.responses.insert(name.to_owned(), RefOr::T(problem(status, description)));
     }
     let scheme = SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer));
     components.security_schemes.insert(BEARER.to_owned(), RefOr::T(scheme));
+    if buyer_auth {
+        let mut jwt = Http::new(HttpAuthScheme::Bearer);
+        jwt.bearer_format = Some("JWT".to_owned());
+        jwt.description = Some(
+            "A buyer token: a JWT whose `sub` is the buyer's user id and whose `exp` is checked"
+                .to_owned(),
+        );
+        components.security_schemes.insert(BUYER.to_owned(), RefOr::T(SecurityScheme::Http(jwt)));
+    }
     for (path, item) in document.paths.paths.iter_mut() {
         for operation in operations(item) {
             let mut shared = vec!["500", "503", "504"];
@@ -122,6 +155,14 @@ pub fn finish(mut document: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenAp
                 let token = SecurityRequirement::new(BEARER, Vec::<String>::new());
                 operation.security = Some(vec![token]);
             }
+            if buyer_auth && is_buyer_route(path) {
+                shared.push("401");
+                if operation.request_body.is_some() {
+                    shared.push("403");
+                }
+                let token = SecurityRequirement::new(BUYER, Vec::<String>::new());
+                operation.security = Some(vec![token]);
+            }
             for status in shared {
                 let name = PROBLEMS.iter().find(|(s, ..)| *s == status).expect("listed").1;
                 let answer = RefOr::Ref(Ref::from_response_name(name));
@@ -130,6 +171,14 @@ pub fn finish(mut document: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenAp
         }
     }
     document
+}
+
+/// Whether `path` acts for a buyer: every route below a sale,
+/// `/sales/{id}/…` (the purchase, a request's result, a buyer's order), not
+/// the sale itself, and every order route, `/orders/{id}…`.
+fn is_buyer_route(path: &str) -> bool {
+    path.strip_prefix("/sales/{id}/").is_some_and(|rest| !rest.is_empty())
+        || path.starts_with("/orders/")
 }
 
 /// The operations of one path, whatever their method.

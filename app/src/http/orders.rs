@@ -1,10 +1,12 @@
 //! Order routes: `GET /orders/{id}`, `POST /orders/{id}/pay` and `POST
 //! /orders/{id}/cancel`. Thin: the lifecycle is `crate::lifecycle`.
 //!
-//! Who may pay or cancel: buyers are not authenticated yet. The body may
+//! Who may see, pay or cancel an order: with buyer authentication on, the
+//! buyer of the request's token ([`Buyer`]) and no one else — another
+//! buyer's order is answered `404`, as one that does not exist, and a body
+//! naming another buyer is `403 buyer-mismatch`. With it off, the body may
 //! name the buyer (`{"user_id": …}`), and an order of another buyer is then
-//! answered `404`; with no body, the order id is the only credential. An
-//! authenticated buyer replaces [`owner`] when it exists.
+//! answered `404`; with no body, the order id is the only credential.
 
 use axum::Json;
 use axum::extract::rejection::PathRejection;
@@ -17,7 +19,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use crate::lifecycle::{self, IdempotencyKey, LifecycleError, OrderConflict, Owner};
 use crate::sale::{Order, UserId};
-use crate::web::{ApiJson, AppError, integer};
+use crate::web::{ApiJson, AppError, Buyer, integer};
 
 /// The `{id}` of `/orders/{id}/…` routes. An id that is not a 64-bit
 /// integer is a `404`.
@@ -52,8 +54,22 @@ pub struct OrderOwner {
     user_id: i64,
 }
 
+/// Who the caller may act for: the token's buyer with authentication on
+/// (a body naming another is `403 buyer-mismatch`), else the buyer the body
+/// names, if it names one.
+async fn owner(buyer: Buyer, request: Request) -> Result<Owner, AppError> {
+    let named = named_buyer(request).await?;
+    match buyer {
+        Buyer::Verified(user) if named.is_some_and(|named| named != user) => {
+            Err(AppError::BuyerMismatch)
+        }
+        Buyer::Verified(user) => Ok(Owner(Some(user))),
+        Buyer::Unverified => Ok(Owner(named)),
+    }
+}
+
 /// The buyer named by the request's body, if it has one.
-async fn owner(request: Request) -> Result<Owner, AppError> {
+async fn named_buyer(request: Request) -> Result<Option<UserId>, AppError> {
     let empty = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -61,10 +77,10 @@ async fn owner(request: Request) -> Result<Owner, AppError> {
         || (request.headers().get(header::CONTENT_LENGTH).is_none()
             && request.headers().get(header::TRANSFER_ENCODING).is_none());
     if empty {
-        return Ok(Owner(None));
+        return Ok(None);
     }
     let ApiJson(body) = ApiJson::<OrderOwner>::from_request(request, &()).await?;
-    Ok(Owner(Some(UserId::parse(body.user_id)?)))
+    Ok(Some(UserId::parse(body.user_id)?))
 }
 
 fn answer(err: LifecycleError) -> AppError {
@@ -99,10 +115,12 @@ fn context(state: &AppState) -> lifecycle::Context<'_> {
 )]
 pub async fn get_order(
     State(state): State<AppState>,
+    buyer: Buyer,
     OrderPath(id): OrderPath,
 ) -> Result<Json<Order>, AppError> {
     let order = lifecycle::get(&state.db, id).await?;
-    order.map(Json).ok_or_else(|| AppError::NotFound(format!("no order with id {id}")))
+    let visible = order.filter(|order| buyer.may_see(order.user_id.get()));
+    visible.map(Json).ok_or_else(|| AppError::NotFound(format!("no order with id {id}")))
 }
 
 /// `POST /orders/{id}/pay`: a pending order becomes `paid` (idempotent: a
@@ -124,6 +142,7 @@ pub async fn get_order(
 )]
 pub async fn pay(
     State(state): State<AppState>,
+    buyer: Buyer,
     OrderPath(id): OrderPath,
     headers: HeaderMap,
     request: Request,
@@ -132,7 +151,7 @@ pub async fn pay(
         None => None,
         Some(value) => Some(IdempotencyKey::parse(value.to_str().unwrap_or("\u{0}"))?),
     };
-    let owner = owner(request).await?;
+    let owner = owner(buyer, request).await?;
     lifecycle::pay(context(&state), id, owner, key).await.map(Json).map_err(answer)
 }
 
@@ -152,9 +171,10 @@ pub async fn pay(
 )]
 pub async fn cancel(
     State(state): State<AppState>,
+    buyer: Buyer,
     OrderPath(id): OrderPath,
     request: Request,
 ) -> Result<Json<Order>, AppError> {
-    let owner = owner(request).await?;
+    let owner = owner(buyer, request).await?;
     lifecycle::cancel(context(&state), id, owner).await.map(Json).map_err(answer)
 }

@@ -16,7 +16,7 @@ use crate::purchase::{self, PurchaseError, purchase};
 use crate::sale::{self, Order, Phase, SaleId, UserId};
 use crate::strategy_name::StrategyName;
 use crate::web::{
-    ApiJson, AppError, BuyerPath, Problem, SalePath, integer, optional_integer, prefers_html,
+    ApiJson, AppError, Buyer, BuyerPath, Problem, SalePath, optional_integer, prefers_html,
 };
 
 /// A sale as a buyer sees it.
@@ -100,8 +100,9 @@ pub async fn get_sale(
 
 /// `GET /sales/{id}/buyers/{user_id}/order`: the order the buyer holds in the
 /// sale, e.g. after a retried purchase was answered `409 already-purchased`
-/// (the first attempt had placed it). Buyers are not authenticated yet: like
-/// the purchase itself, this trusts the `user_id` it is given.
+/// (the first attempt had placed it). With buyer authentication on, only
+/// the token's buyer's own: `{user_id}` of another buyer is answered `404`,
+/// as a buyer without an order is (existence is not revealed).
 #[utoipa::path(
     get,
     path = "/sales/{id}/buyers/{user_id}/order",
@@ -111,20 +112,28 @@ pub async fn get_sale(
 )]
 pub async fn buyer_order(
     State(state): State<AppState>,
+    buyer: Buyer,
     BuyerPath(id, user): BuyerPath,
 ) -> Result<Json<Order>, AppError> {
+    let none = || AppError::NotFound("this buyer has no order of this sale".into());
+    if !buyer.may_see(user.get()) {
+        return Err(none());
+    }
     let order = sale::order_of(&state.db, id, user).await?;
-    order.map(Json).ok_or_else(|| AppError::NotFound("this buyer has no order of this sale".into()))
+    order.map(Json).ok_or_else(none)
 }
 
 /// Body of `POST /sales/{id}/orders`.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlaceOrder {
-    /// The buyer: any non-negative 64-bit integer.
+    /// The buyer: any non-negative 64-bit integer. Required while buyer
+    /// authentication is off; with it on the buyer is the bearer token's
+    /// `sub`, and a `user_id` other than it is refused (`403
+    /// buyer-mismatch`).
     #[schema(minimum = 0)]
-    #[serde(deserialize_with = "integer")]
-    user_id: i64,
+    #[serde(default, deserialize_with = "optional_integer")]
+    user_id: Option<i64>,
     /// Units to buy, up to the sale's `per_user_limit`.
     #[schema(minimum = 1, maximum = 1_000_000, default = 1)]
     #[serde(default, deserialize_with = "optional_integer")]
@@ -170,10 +179,11 @@ pub struct PurchaseAccepted {
 )]
 pub async fn place_order(
     State(state): State<AppState>,
+    buyer: Buyer,
     SalePath(id): SalePath,
     ApiJson(body): ApiJson<PlaceOrder>,
 ) -> Result<Response, AppError> {
-    let user = UserId::parse(body.user_id)?;
+    let user = buyer.purchaser(body.user_id)?;
     let context = purchase::Context {
         db: &state.db,
         catalog: &state.catalog,

@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 
@@ -29,19 +30,26 @@ use crate::sale::Knobs;
 pub struct LockedSale {
     /// `sales.remaining_stock`.
     pub remaining_stock: i64,
+    /// `sales.per_user_limit`: units one buyer may take.
+    pub per_user_limit: i32,
+    /// `sales.starts_at` (inclusive); `None`: open from the start.
+    pub starts_at: Option<DateTime<Utc>>,
+    /// `sales.ends_at` (exclusive); `None`: never ends.
+    pub ends_at: Option<DateTime<Utc>>,
     /// The sale's simulated work, which a batch runs once, under the lock.
     #[sqlx(flatten)]
     pub knobs: Knobs,
 }
 
-/// Locks the sale row (`SELECT … FOR UPDATE`) and reads its stock and knobs.
-/// `Ok(None)`: no such sale.
+/// Locks the sale row (`SELECT … FOR UPDATE`) and reads its stock, limit,
+/// window and knobs. `Ok(None)`: no such sale.
 pub async fn lock_sale(
     conn: &mut PgConnection,
     sale_id: i64,
 ) -> Result<Option<LockedSale>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT remaining_stock, lock_lease_ms, work_ms, pause_ms, pause_ratio
+        "SELECT remaining_stock, per_user_limit, starts_at, ends_at,
+                lock_lease_ms, work_ms, pause_ms, pause_ratio
          FROM sales WHERE id = $1 FOR UPDATE",
     )
     .bind(sale_id)

@@ -47,6 +47,16 @@ pub enum AppError {
     /// `403 forbidden`: an admin route with the wrong token.
     #[error("wrong admin token")]
     Forbidden,
+    /// `401 unauthorized` on a buyer route while buyer authentication is on:
+    /// no buyer token (`None`), or one that is invalid or expired (why).
+    /// Answered with `WWW-Authenticate: Bearer` (RFC 6750, section 3; with
+    /// `error="invalid_token"` for a token that was refused).
+    #[error("{}", .0.as_deref().unwrap_or("a buyer token is required: `Authorization: Bearer <token>`"))]
+    BuyerUnauthorized(Option<String>),
+    /// `403 buyer-mismatch`: a purchase whose body names a `user_id` other
+    /// than its buyer token's `sub`.
+    #[error("the body's user_id is not the buyer of the token; leave it out or send the same")]
+    BuyerMismatch,
     /// `429 too-many-attempts`: an admin route from a client address that
     /// sent too many wrong tokens lately; `Retry-After` says when it may try
     /// again.
@@ -132,6 +142,12 @@ impl AppError {
             BadRequest(_) => (StatusCode::BAD_REQUEST, "malformed-request", "Malformed request"),
             Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Admin token required"),
             Forbidden => (StatusCode::FORBIDDEN, "forbidden", "Admin token rejected"),
+            BuyerUnauthorized(_) => {
+                (StatusCode::UNAUTHORIZED, "unauthorized", "Buyer token required")
+            }
+            BuyerMismatch => {
+                (StatusCode::FORBIDDEN, "buyer-mismatch", "user_id is not the token's buyer")
+            }
             TooManyAttempts { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, "too-many-attempts", "Too many wrong admin tokens")
             }
@@ -231,8 +247,12 @@ impl IntoResponse for AppError {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs as u64));
         }
         match &self {
-            AppError::Unauthorized => {
+            AppError::Unauthorized | AppError::BuyerUnauthorized(None) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            AppError::BuyerUnauthorized(Some(_)) => {
+                let challenge = HeaderValue::from_static(r#"Bearer error="invalid_token""#);
+                headers.insert(header::WWW_AUTHENTICATE, challenge);
             }
             // RFC 9110, section 15.5.16: say which codings would be accepted.
             AppError::UnsupportedEncoding(_) => {

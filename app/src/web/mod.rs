@@ -3,18 +3,22 @@
 //! of its own (the `queue` strategy's request results, the lock strategies'
 //! statistics): [`AppError`], the one mapping of failures to problem+json
 //! answers, extractors whose rejections are problems ([`ApiJson`],
-//! [`SalePath`]), and the reading of integers in request bodies as the
+//! [`SalePath`], [`Buyer`]), and the reading of integers in request bodies as the
 //! OpenAPI document defines them ([`integer`]), and the choice between JSON
 //! and the storefront's HTML on a route that serves both ([`prefers_html`]).
 //!
 //! It sits below the strategies so that their routes answer exactly like the
-//! service's own, and it knows nothing of routing, state or authentication.
+//! service's own. It knows nothing of routing or state, and of
+//! authentication only the buyer's token ([`Buyer`], verified by
+//! `crate::buyer_token`).
 
+pub mod buyer;
 pub mod error;
 pub mod extract;
 pub mod integer;
 pub mod negotiate;
 
+pub use buyer::{Buyer, BuyerAuth};
 pub use error::{AppError, PROBLEM_TYPE_PREFIX, Problem, UnsortedPoolTimeout};
 pub use extract::{ApiJson, BuyerPath, SalePath};
 pub use integer::{integer, optional_integer};
@@ -51,6 +55,8 @@ mod tests {
             (AppError::BadRequest("x".into()), 400, "malformed-request"),
             (AppError::Unauthorized, 401, "unauthorized"),
             (AppError::Forbidden, 403, "forbidden"),
+            (AppError::BuyerUnauthorized(None), 401, "unauthorized"),
+            (AppError::BuyerMismatch, 403, "buyer-mismatch"),
             (
                 AppError::TooManyAttempts { retry_after: Duration::from_secs(3) },
                 429,
@@ -81,7 +87,7 @@ mod tests {
         assert_eq!(AppError::from(busy).kind().1, "busy");
         slugs.sort_unstable();
         slugs.dedup();
-        assert_eq!(slugs.len(), 17, "every kind has a type of its own");
+        assert_eq!(slugs.len(), 18, "every kind has a type of its own");
     }
 
     #[test]
@@ -106,6 +112,10 @@ mod tests {
         let (status, _, challenge) = answer(AppError::Unauthorized);
         assert_eq!((status, challenge.as_deref()), (StatusCode::UNAUTHORIZED, Some("Bearer")));
         assert_eq!(answer(AppError::Forbidden).2, None);
+        let missing = answer(AppError::BuyerUnauthorized(None));
+        assert_eq!((missing.0, missing.2.as_deref()), (StatusCode::UNAUTHORIZED, Some("Bearer")));
+        let refused = answer(AppError::BuyerUnauthorized(Some("expired".into())));
+        assert_eq!(refused.2.as_deref(), Some(r#"Bearer error="invalid_token""#));
     }
 
     #[test]

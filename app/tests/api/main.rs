@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod audit;
+mod buyer_auth;
 mod connections;
 mod errors;
 mod floods;

@@ -82,6 +82,7 @@ fn secrets_are_never_printed_by_help_or_start_up_errors() {
         ("AMQP_URL", "amqp://guest:amqp-s3cret@127.0.0.1:1/%2f"),
         ("REDLOCK_URLS", "redis://:redlock-s3cret@127.0.0.1:1,not a url:redlock-s3cret@"),
         ("SECKILL_ADMIN_TOKEN", "admin-s3cret-admin-s3cret-admin-s3cret"),
+        ("SECKILL_BUYER_JWT_KEY", "buyer-s3cret-buyer-s3cret-buyer-s3cret"),
     ];
     let help = seckill(&["serve", "--help"], &secret_urls);
     let help = String::from_utf8_lossy(&help.stdout);
@@ -94,10 +95,32 @@ fn secrets_are_never_printed_by_help_or_start_up_errors() {
     let redlock = [
         ("DATABASE_URL", database.as_str()),
         ("SECKILL_ADMIN_TOKEN", "admin-s3cret-admin-s3cret-admin-s3cret"),
+        ("SECKILL_BUYER_JWT_KEY", "buyer-s3cret-buyer-s3cret-buyer-s3cret"),
         ("REDLOCK_URLS", "redis://:redlock-s3cret@127.0.0.1:1,ftp://x:redlock-s3cret@host"),
         ("SECKILL_QUEUE_CONSUME", "false"),
     ];
     let stderr = refused(&redlock);
     assert!(stderr.contains("REDLOCK_URLS"), "{stderr}");
     assert!(!stderr.contains("s3cret"), "{stderr}");
+}
+
+const ADMIN: (&str, &str) = ("SECKILL_ADMIN_TOKEN", "admin-token-admin-token-admin-token");
+
+#[test]
+fn the_service_refuses_to_start_without_a_buyer_token_key_unless_buyer_auth_is_off() {
+    let missing = refused(&[ADMIN]);
+    assert!(missing.contains("no buyer token key"), "{missing}");
+    assert!(missing.contains("SECKILL_BUYER_AUTH=off"), "the way out is named: {missing}");
+    let on = refused(&[ADMIN, ("SECKILL_BUYER_AUTH", "on"), ("SECKILL_DEV", "1")]);
+    assert!(on.contains("SECKILL_BUYER_AUTH=on needs a buyer token key"), "{on}");
+    let short = refused(&[ADMIN, ("SECKILL_BUYER_JWT_KEY", "buyer-s3cret")]);
+    assert!(short.contains("12 bytes long") && !short.contains("buyer-s3cret"), "{short}");
+    let both = refused(&[
+        ADMIN,
+        ("SECKILL_BUYER_JWT_KEY", "buyer-s3cret"),
+        ("SECKILL_BUYER_JWT_PUBLIC_KEY_FILE", "/nonexistent"),
+    ]);
+    assert!(both.contains("not several"), "{both}");
+    let bad = refused(&[ADMIN, ("SECKILL_BUYER_AUTH", "maybe")]);
+    assert!(bad.contains("--buyer-auth"), "{bad}");
 }

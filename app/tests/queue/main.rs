@@ -18,6 +18,7 @@ mod hangups;
 mod overlaps;
 mod purchase;
 mod retention;
+mod trust;
 
 use std::time::Duration;
 

@@ -16,6 +16,25 @@ use sqlx::PgPool;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-of-at-least-32-bytes";
 
+/// The buyer token key (`SECKILL_BUYER_JWT_KEY`) of a test service that turns
+/// buyer authentication on ([`with_buyer_auth`]).
+pub const BUYER_KEY: &str = "test-buyer-token-key-of-32-bytes-at-least";
+
+/// A buyer token for `user`, signed with [`BUYER_KEY`], valid for an hour.
+pub fn buyer_token(user: i64) -> String {
+    seckill::buyer_token::mint_hs256(
+        BUYER_KEY.as_bytes(),
+        user,
+        seckill::buyer_token::now_s() + 3600,
+    )
+}
+
+/// A `spawn_with` tweak: buyer authentication on, with [`BUYER_KEY`].
+pub fn with_buyer_auth(config: &mut Config) {
+    config.buyer_auth = Some(seckill::config::BuyerAuthMode::On);
+    config.buyer_key = Some(seckill::config::BuyerKey::Secret(BUYER_KEY.to_owned()));
+}
+
 pub fn test_database_url() -> String {
     std::env::var("TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
@@ -38,9 +57,13 @@ impl TestApp {
 
     /// Starts a service after `tweak` has adjusted the test configuration
     /// (the defaults, the test database, `TEST_REDIS_URL` and `TEST_AMQP_URL`,
-    /// port 0, the test token, a Redis key prefix of its own).
+    /// port 0, the test token, a Redis key prefix of its own, buyer
+    /// authentication off — the buyer is the body's `user_id`; turn it on
+    /// with [`with_buyer_auth`]).
     pub async fn spawn_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
-        seckill::telemetry::init_tracing_or("warn");
+        // Not the start-up WARN that buyer authentication is off: every test
+        // service runs so unless it turns it on.
+        seckill::telemetry::init_tracing_or("warn,seckill::startup=error");
         // The defaults, not the environment: no stray SECKILL_* applies.
         let mut config = Config::defaults();
         config.database_url = test_database_url();
@@ -52,6 +75,9 @@ impl TestApp {
         // Tests drive the strategies themselves: no answer from the cache of
         // known buyers in front of them, unless a test turns it on.
         config.known_buyers = 0;
+        // Tests name their buyers in the body, unless a test turns buyer
+        // authentication on.
+        config.buyer_auth = Some(seckill::config::BuyerAuthMode::Off);
         // Test sales share ids with other databases' sales; a prefix of their
         // own keeps their Redis keys apart. Tests that run several instances
         // of one service set a shared prefix in `tweak`.
@@ -222,9 +248,10 @@ pub use test_support::eventually;
 
 /// `seckill serve` as a child process of the test (killed when the returned
 /// service is dropped), with no `SECKILL_*` of the test's environment: on the
-/// test database and the test Redis and RabbitMQ, with the test admin token, no
-/// `queue` consumers (their quorum queues would outlive the test) and
-/// error-level logs, plus `env` on top, which may override any of them.
+/// test database and the test Redis and RabbitMQ, with the test admin token,
+/// buyer authentication off, no `queue` consumers (their quorum queues would
+/// outlive the test) and error-level logs, plus `env` on top, which may
+/// override any of them.
 /// Ready once `/healthz` answers.
 pub fn seckill_child(env: &[(&str, String)]) -> test_support::ServiceLauncher {
     test_support::ServiceLauncher::new(env!("CARGO_BIN_EXE_seckill"), "SECKILL_ADDR", "/healthz")
@@ -234,6 +261,7 @@ pub fn seckill_child(env: &[(&str, String)]) -> test_support::ServiceLauncher {
         .env("REDIS_URL", test_support::redis_url())
         .env("AMQP_URL", test_support::amqp_url())
         .env("SECKILL_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("SECKILL_BUYER_AUTH", "off")
         .env("RUST_LOG", "error")
         .env("SECKILL_QUEUE_CONSUME", "false")
         .env("SECKILL_KNOWN_BUYERS", "0")

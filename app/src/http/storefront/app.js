@@ -19,11 +19,33 @@
 "use strict";
 
 // ---- The buyer ---------------------------------------------------------
-// Buyers are not authenticated yet: a buyer is a random id kept in this
-// browser. Everything that tells the service who buys goes through `buyer`,
-// so that a bearer token can replace the id here alone: `headers()` would
-// carry `Authorization: Bearer …` and `purchaseBody()` would drop user_id.
+// With buyer authentication on, the service takes the buyer from a bearer
+// token (a JWT whose `sub` is the user id), which a login in front of the
+// service hands to the page in the URL fragment: `/sales/42#token=<jwt>`. The
+// fragment never reaches a server (nor a log or a Referer); the page keeps the
+// token for this tab (sessionStorage), removes it from the address bar, and
+// sends it with every request. Without a token the buyer is a random id kept
+// in this browser and sent as `user_id` — what a service with buyer
+// authentication off (development, demos) expects. Everything that tells the
+// service who buys goes through `buyer`.
 const buyer = (() => {
+  const TOKEN = "seckill.token";
+  const fragment = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (fragment) {
+    writeStorage(TOKEN, fragment, sessionStorage);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  const token = readStorage(TOKEN, sessionStorage);
+  const subject = token && subjectOf(token);
+  if (subject) {
+    return {
+      id: subject,
+      signedIn: true,
+      headers: () => ({ Authorization: `Bearer ${token}` }),
+      purchaseBody: () => ({ quantity: 1 }),
+      orderPath: (sale) => `/sales/${sale}/buyers/${subject}/order`,
+    };
+  }
   const KEY = "seckill.buyer";
   const stored = Number(readStorage(KEY));
   let id = stored;
@@ -36,18 +58,33 @@ const buyer = (() => {
   }
   return {
     id,
+    signedIn: false,
     headers: () => ({}),
     purchaseBody: () => ({ user_id: id, quantity: 1 }),
     orderPath: (sale) => `/sales/${sale}/buyers/${id}/order`,
   };
 })();
 
-function readStorage(key) {
-  try { return localStorage.getItem(key); } catch { return null; }
-}
-function writeStorage(key, value) {
+/** The `sub` of a JWT, as the digits it is (a user id may pass 2^53), or
+ *  null. Read for display and the order's path only: the service verifies
+ *  the token, the page cannot. */
+function subjectOf(token) {
   try {
-    if (value === null) localStorage.removeItem(key); else localStorage.setItem(key, value);
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const claims = JSON.parse(atob(part));
+    const sub = String(claims.sub);
+    return /^\d{1,19}$/.test(sub) ? sub : null;
+  } catch {
+    return null;
+  }
+}
+
+function readStorage(key, store = localStorage) {
+  try { return store.getItem(key); } catch { return null; }
+}
+function writeStorage(key, value, store = localStorage) {
+  try {
+    if (value === null) store.removeItem(key); else store.setItem(key, value);
   } catch { /* storage refused (private mode): the page still works for this visit */ }
 }
 
@@ -106,7 +143,7 @@ const $ = (id) => document.getElementById(id);
 const el = {
   form: $("open-sale"), saleNumber: $("sale-number"), sale: $("sale"), name: $("sale-name"),
   status: $("status"), countdown: $("countdown"), stockBar: $("stock-bar"), stock: $("stock"),
-  buy: $("buy"), note: $("note"), result: $("result"), buyerId: $("buyer-id"), fatal: $("fatal"),
+  buy: $("buy"), note: $("note"), result: $("result"), buyerId: $("buyer-id"), buyerHow: $("buyer-how"), fatal: $("fatal"),
 };
 
 const state = {
@@ -293,6 +330,7 @@ async function purchase() {
     if (response.status === 201) return placed(body, "placed");
     if (response.status === 202) return queued(body);
     if (response.status === 409) return refused(problemKind(body), body);
+    if (response.status === 401) return signInNeeded();
     if (response.status === 503 || response.status === 504) {
       if (++retries > MAX_RETRIES) return failed("The store is too busy right now. Please try again in a moment.");
       const busy = response.status === 503 && problemKind(body) === "busy";
@@ -319,6 +357,14 @@ function placed(order, outcome) {
 
 function failed(text) {
   showResult("failed", text);
+}
+
+/** 401: this store checks who buys, and the page has no (valid) token. */
+function signInNeeded() {
+  writeStorage("seckill.token", null, sessionStorage);
+  showResult("sign-in", buyer.signedIn
+    ? "Your sign-in has expired. Sign in again to buy."
+    : "Sign in to buy: this store needs to know who you are.");
 }
 
 /** A 409, or a settled request that was refused, in words. */
@@ -436,6 +482,7 @@ async function start() {
   el.saleNumber.value = state.saleId;
   el.sale.hidden = false;
   el.buyerId.textContent = String(buyer.id);
+  el.buyerHow.textContent = buyer.signedIn ? ", signed in." : ", an id kept in this browser.";
   el.buy.addEventListener("click", buy);
   document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshSoon(0); });
   setInterval(render, 250);

@@ -461,7 +461,7 @@ fn record_batch(messages: &[PurchaseMessage], settled: &Settled) {
             Resolution::Placed { .. } => "placed",
             Resolution::SoldOut => "sold_out",
             Resolution::AlreadyPurchased => "already_purchased",
-            Resolution::Rejected => "rejected",
+            Resolution::Rejected | Resolution::Refused(_) => "rejected",
         };
         metrics::counter!(crate::metric_names::QUEUE_RESOLUTIONS_TOTAL, "resolution" => label)
             .increment(1);

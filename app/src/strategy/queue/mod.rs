@@ -158,14 +158,16 @@ impl Queue {
     }
 
     /// The result of request `id` of `sale`, waiting up to `wait` for it to
-    /// leave `pending`. `Ok(None)` when the sale has no such request.
+    /// leave `pending`. `Ok(None)` when the sale has no such request, or —
+    /// with `owner` — none of that buyer's.
     pub async fn request(
         &self,
         sale: SaleId,
         id: Uuid,
+        owner: Option<UserId>,
         wait: Duration,
     ) -> Result<Option<RequestResult>, StrategyError> {
-        results::wait_for(&self.db, sale, id, wait).await
+        results::wait_for(&self.db, sale, id, owner, wait).await
     }
 
     /// Queue statistics of a sale, from Postgres.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::sale::SaleId;
+use crate::sale::{SaleId, UserId};
 use crate::strategy::StrategyError;
 
 /// A request as registered (`registrar::Registrar::register`).
@@ -58,11 +58,14 @@ pub struct RequestResult {
 const POLL_EVERY: Duration = Duration::from_millis(20);
 
 /// Request `id` of `sale`, re-read every 20 ms until it is no longer
-/// `pending` or `wait` has passed. `Ok(None)` when there is no such request.
+/// `pending` or `wait` has passed. `Ok(None)` when there is no such request,
+/// or — with `owner` — when it is another buyer's: answered at once either
+/// way, so that not even the time of the answer tells the two apart.
 pub async fn wait_for(
     db: &PgPool,
     sale: SaleId,
     id: Uuid,
+    owner: Option<UserId>,
     wait: Duration,
 ) -> Result<Option<RequestResult>, StrategyError> {
     let deadline = tokio::time::Instant::now() + wait;
@@ -70,10 +73,12 @@ pub async fn wait_for(
         let result: Option<RequestResult> = sqlx::query_as(
             "SELECT id AS request_id, sale_id, user_id, quantity, status, order_id,
                     rejection_reason, accepted_at, resolved_at
-             FROM purchase_requests WHERE id = $1 AND sale_id = $2",
+             FROM purchase_requests
+             WHERE id = $1 AND sale_id = $2 AND ($3::bigint IS NULL OR user_id = $3)",
         )
         .bind(id)
         .bind(sale.0)
+        .bind(owner.map(UserId::get))
         .fetch_optional(db)
         .await?;
         match result {

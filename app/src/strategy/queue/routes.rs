@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 use super::{Queue, QueueStats, RequestResult};
 use crate::sale::{InvalidInput, SaleCatalog, SaleId};
 use crate::strategy::StrategyRoutes;
-use crate::web::{AppError, SalePath};
+use crate::web::{AppError, Buyer, SalePath};
 
 /// Longest long poll, milliseconds: a client that wants to wait longer asks
 /// again.
@@ -48,8 +48,10 @@ struct Wait {
 
 /// `GET /sales/{id}/requests/{request_id}?wait_ms=` → `200` with the
 /// request's [`RequestResult`] (`status` is `pending` until the consumer
-/// settles it), or `404` when the sale has no such request. With `wait_ms`,
-/// a pending request is re-read until it is resolved or the time is up.
+/// settles it), or `404` when the sale has no such request — or, with buyer
+/// authentication on, none of the token's buyer (another buyer's request is
+/// not told apart from none). With `wait_ms`, a pending request is re-read
+/// until it is resolved or the time is up.
 #[utoipa::path(
     get,
     path = "/sales/{id}/requests/{request_id}",
@@ -63,6 +65,7 @@ struct Wait {
 )]
 async fn request(
     State(state): State<RouteState>,
+    buyer: Buyer,
     path: Result<Path<(String, String)>, PathRejection>,
     wait: Result<Query<Wait>, QueryRejection>,
 ) -> Result<Json<RequestResult>, AppError> {
@@ -83,7 +86,7 @@ async fn request(
     }
     let result = state
         .queue
-        .request(sale, id, Duration::from_millis(wait_ms))
+        .request(sale, id, buyer.owner(), Duration::from_millis(wait_ms))
         .await?
         .ok_or_else(not_found)?;
     Ok(Json(result))

@@ -6,6 +6,12 @@
 //!    still committing, the new one already served the redelivery) settle one
 //!    after the other and the second sees the first's results.
 //! 2. Requests already settled (a redelivered message) keep their result.
+//!    Then what the purchase path would have refused is refused again, from
+//!    the locked row, since the broker is not trusted to carry only what an
+//!    instance published ([`Rules`]): a quantity above the sale's
+//!    `per_user_limit`, a request outside the sale's window, a message whose
+//!    request id is registered for another buyer. Each becomes
+//!    `rejected` with its reason, taking nothing.
 //! 3. Duplicates: a buyer who already has an order for the sale, or a second
 //!    request of one buyer in the batch, becomes `already_purchased` without
 //!    taking a unit; a second message of one request id gets that request's
@@ -30,6 +36,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
@@ -46,6 +53,88 @@ pub enum Resolution {
     AlreadyPurchased,
     /// Dead-lettered, or its sale does not exist.
     Rejected,
+    /// Refused by the consumer's own checks ([`Rules`]); stored as
+    /// `rejected` with the refusal's reason.
+    Refused(Refusal),
+}
+
+/// Why the consumer refuses a message whatever the stock (see [`Rules`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// More units than the sale's `per_user_limit`.
+    OverLimit,
+    /// Accepted before the sale's `starts_at` or at or after its `ends_at`.
+    OutsideWindow,
+    /// Its request id is registered for another buyer.
+    NotAsRegistered,
+}
+
+impl Refusal {
+    /// `purchase_requests.rejection_reason`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::OverLimit => {
+                "refused by the consumer: quantity above the sale's per_user_limit"
+            }
+            Refusal::OutsideWindow => "refused by the consumer: outside the sale's window",
+            Refusal::NotAsRegistered => {
+                "refused by the consumer: the request id is registered for another buyer"
+            }
+        }
+    }
+}
+
+/// What the consumer re-checks of each message before it may take stock,
+/// read from the locked sale row: the checks of the purchase path
+/// (`crate::purchase`), which a message published to the queue by anyone
+/// but an instance never passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    pub per_user_limit: i32,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    /// The consumer's clock, for a message whose request is not registered.
+    pub now: DateTime<Utc>,
+}
+
+impl Rules {
+    /// Rules that refuse nothing (for tests of the allocation alone).
+    pub fn open() -> Rules {
+        Rules { per_user_limit: i32::MAX, starts_at: None, ends_at: None, now: Utc::now() }
+    }
+
+    /// Why `message` is refused, if it is. The window is checked at the time
+    /// the instance accepted the request (`registered`'s `accepted_at`, set
+    /// by Postgres), so that a request accepted just before the end and
+    /// settled after it stands; a message without a registered request is
+    /// checked at [`Rules::now`]. A quantity below 1 is left to Postgres
+    /// (see [`allocate`]).
+    pub fn refusal(
+        &self,
+        message: &PurchaseMessage,
+        registered: Option<&Registration>,
+    ) -> Option<Refusal> {
+        // The quantity may differ: a buyer who resubmits a pending request
+        // publishes it again with the quantity of the resubmission.
+        if registered.is_some_and(|row| row.user_id != message.user_id) {
+            return Some(Refusal::NotAsRegistered);
+        }
+        if message.quantity > self.per_user_limit {
+            return Some(Refusal::OverLimit);
+        }
+        let at = registered.map_or(self.now, |row| row.accepted_at);
+        let early = self.starts_at.is_some_and(|starts| at < starts);
+        let late = self.ends_at.is_some_and(|ends| at >= ends);
+        (early || late).then_some(Refusal::OutsideWindow)
+    }
+}
+
+/// A request row as its instance registered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration {
+    pub user_id: i64,
+    /// When the instance accepted the request (Postgres' clock).
+    pub accepted_at: DateTime<Utc>,
 }
 
 impl Resolution {
@@ -55,7 +144,15 @@ impl Resolution {
             Resolution::Placed { .. } => "placed",
             Resolution::SoldOut => "sold_out",
             Resolution::AlreadyPurchased => "already_purchased",
-            Resolution::Rejected => "rejected",
+            Resolution::Rejected | Resolution::Refused(_) => "rejected",
+        }
+    }
+
+    /// `purchase_requests.rejection_reason` written with the result.
+    fn reason(self) -> Option<&'static str> {
+        match self {
+            Resolution::Refused(refusal) => Some(refusal.reason()),
+            _ => None,
         }
     }
 
@@ -92,6 +189,7 @@ struct KnownRequest {
     user_id: i64,
     status: String,
     order_id: Option<i64>,
+    accepted_at: DateTime<Utc>,
 }
 
 /// Settles `batch` (messages in arrival order) in one transaction, tagging
@@ -134,6 +232,8 @@ pub struct Known {
     pub owner: HashMap<i64, Uuid>,
     /// Buyers who already have an order for the sale.
     pub ordered: HashSet<i64>,
+    /// The registered rows of the messages' request ids, by request id.
+    pub registered: HashMap<Uuid, Registration>,
 }
 
 /// What [`allocate`] decided for one message.
@@ -146,6 +246,8 @@ pub enum Decision {
     Grant,
     /// Fewer units left than it asks for; recorded as `sold_out`.
     SoldOut,
+    /// Refused by [`Rules`]; recorded as `rejected` with the reason.
+    Refused(Refusal),
     /// The buyer already has an order, or another request (in Postgres, or
     /// earlier in this batch). `record`: whether this request's own row is
     /// written — not when Postgres holds another request of the buyer, whose
@@ -161,7 +263,10 @@ impl Decision {
     pub fn records(self) -> bool {
         matches!(
             self,
-            Decision::Grant | Decision::SoldOut | Decision::AlreadyPurchased { record: true }
+            Decision::Grant
+                | Decision::SoldOut
+                | Decision::Refused(_)
+                | Decision::AlreadyPurchased { record: true }
         )
     }
 }
@@ -180,15 +285,21 @@ pub struct Allocation {
 }
 
 /// Decides, in arrival order, which of one sale's `messages` get units out
-/// of `remaining_stock`, which are duplicates and which are sold out, given
-/// what Postgres already `known`s (steps 2–4 of the module description).
+/// of `remaining_stock`, which are refused by the sale's `rules`, which are
+/// duplicates and which are sold out, given what Postgres already `known`s
+/// (steps 2–4 of the module description).
 /// No I/O: [`settle`] reads `known` and writes what this decides.
 ///
 /// A message with a quantity below 1 is granted without taking units, so
 /// that Postgres refuses its order and the whole batch fails: the consumer
 /// then retries the message alone and dead-letters it, since it can never be
 /// settled.
-pub fn allocate(messages: &[PurchaseMessage], remaining_stock: i64, known: &Known) -> Allocation {
+pub fn allocate(
+    messages: &[PurchaseMessage],
+    remaining_stock: i64,
+    known: &Known,
+    rules: &Rules,
+) -> Allocation {
     let mut left = remaining_stock;
     // First message of each request id, and the buyers served, in this batch.
     let mut first_of: HashMap<Uuid, usize> = HashMap::new();
@@ -202,6 +313,10 @@ pub fn allocate(messages: &[PurchaseMessage], remaining_stock: i64, known: &Know
         first_of.insert(message.request_id, i);
         if let Some(&done) = known.settled.get(&message.request_id) {
             decisions.push(Decision::Settled(done));
+            continue;
+        }
+        if let Some(refusal) = rules.refusal(message, known.registered.get(&message.request_id)) {
+            decisions.push(Decision::Refused(refusal));
             continue;
         }
         let user = message.user_id;
@@ -241,6 +356,7 @@ pub fn resolve(
             Decision::Settled(done) => done,
             Decision::Grant => Resolution::Placed { order_id: order_of[&message.user_id] },
             Decision::SoldOut => Resolution::SoldOut,
+            Decision::Refused(refusal) => Resolution::Refused(refusal),
             Decision::AlreadyPurchased { .. } => Resolution::AlreadyPurchased,
             Decision::SameAs(first) => resolutions[first],
         };
@@ -270,7 +386,13 @@ async fn settle_sale(
     locked.knobs.simulate_work().await;
     let messages: Vec<PurchaseMessage> = indices.iter().map(|&i| batch[i]).collect();
     let known = read_known(tx, sale_id, &messages).await?;
-    let allocation = allocate(&messages, locked.remaining_stock, &known);
+    let rules = Rules {
+        per_user_limit: locked.per_user_limit,
+        starts_at: locked.starts_at,
+        ends_at: locked.ends_at,
+        now: Utc::now(),
+    };
+    let allocation = allocate(&messages, locked.remaining_stock, &known, &rules);
     let granted: Vec<(i64, i32)> = messages
         .iter()
         .zip(&allocation.decisions)
@@ -294,19 +416,20 @@ async fn settle_sale(
 
 /// The requests of `$1` (request ids), one primary-key lookup each.
 const REQUESTS_BY_ID: &str = "\
-SELECT r.id, r.sale_id, r.user_id, r.status, r.order_id
+SELECT r.id, r.sale_id, r.user_id, r.status, r.order_id, r.accepted_at
 FROM unnest($1::uuid[]) AS m(id)
 CROSS JOIN LATERAL (
-    SELECT id, sale_id, user_id, status, order_id FROM purchase_requests WHERE id = m.id LIMIT 1
+    SELECT id, sale_id, user_id, status, order_id, accepted_at
+    FROM purchase_requests WHERE id = m.id LIMIT 1
 ) r";
 
 /// The requests of sale `$1` by the buyers `$2`, one `(sale_id, user_id)`
 /// lookup each.
 const REQUESTS_BY_BUYER: &str = "\
-SELECT r.id, r.sale_id, r.user_id, r.status, r.order_id
+SELECT r.id, r.sale_id, r.user_id, r.status, r.order_id, r.accepted_at
 FROM unnest($2::bigint[]) AS m(user_id)
 CROSS JOIN LATERAL (
-    SELECT id, sale_id, user_id, status, order_id FROM purchase_requests
+    SELECT id, sale_id, user_id, status, order_id, accepted_at FROM purchase_requests
     WHERE sale_id = $1 AND user_id = m.user_id AND status <> 'returned' LIMIT 1
 ) r";
 
@@ -348,7 +471,11 @@ async fn read_known(
         .filter_map(|row| resolution_of(&row.status, row.order_id).map(|r| (row.id, r)))
         .collect();
     let owner = rows.iter().map(|row| (row.user_id, row.id)).collect();
-    Ok(Known { settled, owner, ordered })
+    let registered = rows
+        .iter()
+        .map(|row| (row.id, Registration { user_id: row.user_id, accepted_at: row.accepted_at }))
+        .collect();
+    Ok(Known { settled, owner, ordered, registered })
 }
 
 /// Upserts the result row of each `recorded` request (in arrival order),
@@ -368,16 +495,21 @@ async fn record_results(
     let quantities: Vec<i32> = recorded.iter().map(|(m, _)| m.quantity).collect();
     let statuses: Vec<&str> = recorded.iter().map(|(_, r)| r.status()).collect();
     let orders: Vec<Option<i64>> = recorded.iter().map(|(_, r)| r.order_id()).collect();
+    let reasons: Vec<Option<&str>> = recorded.iter().map(|(_, r)| r.reason()).collect();
+    // A refused message's own buyer and quantity are not written over a
+    // registered row's (ON CONFLICT keeps them): the row stays the request
+    // its instance accepted.
     sqlx::query(
         "INSERT INTO purchase_requests
-             (id, sale_id, user_id, quantity, status, order_id, resolved_at, batch_id, batch_size)
-         SELECT id, $1, u, q, s, o, clock_timestamp(), $7, $8
-         FROM unnest($2::uuid[], $3::bigint[], $4::int[], $5::text[], $6::bigint[])
-              AS t(id, u, q, s, o)
+             (id, sale_id, user_id, quantity, status, order_id, resolved_at, batch_id, batch_size,
+              rejection_reason)
+         SELECT id, $1, u, q, s, o, clock_timestamp(), $7, $8, r
+         FROM unnest($2::uuid[], $3::bigint[], $4::int[], $5::text[], $6::bigint[], $9::text[])
+              AS t(id, u, q, s, o, r)
          ON CONFLICT (id) DO UPDATE
          SET status = excluded.status, order_id = excluded.order_id,
              resolved_at = excluded.resolved_at, batch_id = excluded.batch_id,
-             batch_size = excluded.batch_size
+             batch_size = excluded.batch_size, rejection_reason = excluded.rejection_reason
          WHERE purchase_requests.status = 'pending'",
     )
     .bind(sale_id)
@@ -388,6 +520,7 @@ async fn record_results(
     .bind(&orders)
     .bind(batch_id)
     .bind(batch_size)
+    .bind(&reasons)
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -445,7 +578,7 @@ mod tests {
     }
 
     fn decisions(messages: &[PurchaseMessage], stock: i64, known: &Known) -> Vec<Decision> {
-        allocate(messages, stock, known).decisions
+        allocate(messages, stock, known, &Rules::open()).decisions
     }
 
     use Decision::{AlreadyPurchased, Grant, SameAs, SoldOut};
@@ -453,36 +586,36 @@ mod tests {
     #[test]
     fn stock_goes_in_arrival_order_and_a_smaller_request_may_pass_a_larger_one() {
         let batch = [message(1, 10, 2), message(2, 11, 2), message(3, 12, 1), message(4, 13, 1)];
-        let allocation = allocate(&batch, 3, &Known::default());
+        let allocation = allocate(&batch, 3, &Known::default(), &Rules::open());
         assert_eq!(allocation.decisions, [Grant, SoldOut, Grant, SoldOut]);
         assert_eq!((allocation.left, allocation.sold_out), (0, true));
     }
 
     #[test]
     fn a_sale_is_sold_out_only_when_no_unit_is_left() {
-        let exact = allocate(&[message(1, 10, 2)], 2, &Known::default());
+        let exact = allocate(&[message(1, 10, 2)], 2, &Known::default(), &Rules::open());
         assert_eq!(
             (exact.decisions.as_slice(), exact.left, exact.sold_out),
             (&[Grant][..], 0, true)
         );
         // Too large for what is left: refused, but one unit could still sell.
-        let refused = allocate(&[message(1, 10, 3)], 2, &Known::default());
+        let refused = allocate(&[message(1, 10, 3)], 2, &Known::default(), &Rules::open());
         assert_eq!(
             (refused.decisions.as_slice(), refused.left, refused.sold_out),
             (&[SoldOut][..], 2, false)
         );
-        let empty = allocate(&[message(1, 10, 1)], 0, &Known::default());
+        let empty = allocate(&[message(1, 10, 1)], 0, &Known::default(), &Rules::open());
         assert_eq!((empty.decisions.as_slice(), empty.sold_out), (&[SoldOut][..], true));
-        let some_left = allocate(&[message(1, 10, 1)], 2, &Known::default());
+        let some_left = allocate(&[message(1, 10, 1)], 2, &Known::default(), &Rules::open());
         assert_eq!((some_left.left, some_left.sold_out), (1, false));
-        let nobody = allocate(&[], 5, &Known::default());
+        let nobody = allocate(&[], 5, &Known::default(), &Rules::open());
         assert_eq!((nobody.decisions.len(), nobody.left, nobody.sold_out), (0, 5, false));
     }
 
     #[test]
     fn a_second_request_of_one_buyer_in_a_batch_is_already_purchased_and_recorded() {
         let batch = [message(1, 10, 1), message(2, 10, 1), message(3, 11, 1)];
-        let allocation = allocate(&batch, 5, &Known::default());
+        let allocation = allocate(&batch, 5, &Known::default(), &Rules::open());
         assert_eq!(allocation.decisions, [Grant, AlreadyPurchased { record: true }, Grant]);
         assert_eq!(allocation.left, 3);
     }
@@ -500,7 +633,7 @@ mod tests {
         // and it does not count the buyer as served, so request 2 is granted.
         let known = Known { owner: HashMap::from([(10, Uuid::from_u128(2))]), ..Known::default() };
         let batch = [message(1, 10, 1), message(2, 10, 1)];
-        let allocation = allocate(&batch, 1, &known);
+        let allocation = allocate(&batch, 1, &known, &Rules::open());
         assert_eq!(allocation.decisions, [AlreadyPurchased { record: false }, Grant]);
         assert!(!allocation.decisions[0].records() && allocation.decisions[1].records());
     }
@@ -512,9 +645,10 @@ mod tests {
             settled: HashMap::from([(Uuid::from_u128(1), placed)]),
             owner: HashMap::from([(10, Uuid::from_u128(1))]),
             ordered: HashSet::from([10]),
+            ..Known::default()
         };
         let batch = [message(1, 10, 1), message(2, 11, 1)];
-        let allocation = allocate(&batch, 1, &known);
+        let allocation = allocate(&batch, 1, &known, &Rules::open());
         assert_eq!(allocation.decisions, [Decision::Settled(placed), Grant]);
         assert!(!allocation.decisions[0].records());
         assert_eq!(allocation.left, 0);
@@ -523,7 +657,7 @@ mod tests {
     #[test]
     fn a_second_message_of_one_request_takes_the_first_ones_result() {
         let batch = [message(1, 10, 1), message(2, 11, 1), message(1, 10, 1), message(2, 11, 1)];
-        let allocation = allocate(&batch, 1, &Known::default());
+        let allocation = allocate(&batch, 1, &Known::default(), &Rules::open());
         assert_eq!(allocation.decisions, [Grant, SoldOut, SameAs(0), SameAs(1)]);
         assert_eq!(allocation.left, 0);
         let resolved = resolve(&batch, &allocation.decisions, &HashMap::from([(10, 500)]));
@@ -536,9 +670,53 @@ mod tests {
     #[test]
     fn a_quantity_below_one_is_granted_without_units_so_that_postgres_refuses_the_batch() {
         let batch = [message(1, 10, 0), message(2, 11, -3), message(3, 12, 1)];
-        let allocation = allocate(&batch, 1, &Known::default());
+        let allocation = allocate(&batch, 1, &Known::default(), &Rules::open());
         assert_eq!(allocation.decisions, [Grant, Grant, Grant]);
         assert_eq!((allocation.left, allocation.sold_out), (0, true));
+    }
+
+    #[test]
+    fn a_message_over_the_per_user_limit_is_refused_and_takes_nothing() {
+        let rules = Rules { per_user_limit: 2, ..Rules::open() };
+        let batch = [message(1, 10, 3), message(2, 11, 2), message(3, 10, 1)];
+        let allocation = allocate(&batch, 5, &Known::default(), &rules);
+        // The refused buyer is not counted as served: their next request
+        // within the limit is granted.
+        assert_eq!(allocation.decisions, [Decision::Refused(Refusal::OverLimit), Grant, Grant]);
+        assert_eq!(allocation.left, 2);
+        assert!(allocation.decisions[0].records());
+        let resolved = resolve(&batch, &allocation.decisions, &HashMap::from([(10, 1), (11, 2)]));
+        assert_eq!(resolved[0].status(), "rejected");
+        assert_eq!(resolved[0].reason(), Some(Refusal::OverLimit.reason()));
+    }
+
+    #[test]
+    fn the_window_is_checked_at_acceptance_for_a_registered_request_else_now() {
+        let at = |s: i64| DateTime::from_timestamp(s, 0).unwrap();
+        let rules = Rules {
+            starts_at: Some(at(100)),
+            ends_at: Some(at(200)),
+            now: at(250),
+            ..Rules::open()
+        };
+        let registered = |accepted: i64| Registration { user_id: 10, accepted_at: at(accepted) };
+        let m = message(1, 10, 1);
+        assert_eq!(rules.refusal(&m, Some(&registered(150))), None, "accepted in the window");
+        for outside in [99, 200, 201] {
+            assert_eq!(rules.refusal(&m, Some(&registered(outside))), Some(Refusal::OutsideWindow));
+        }
+        assert_eq!(rules.refusal(&m, None), Some(Refusal::OutsideWindow), "unregistered: now");
+        let open_now = Rules { now: at(150), ..rules };
+        assert_eq!(open_now.refusal(&m, None), None);
+        let before = Rules { now: at(50), ..rules };
+        assert_eq!(before.refusal(&m, None), Some(Refusal::OutsideWindow));
+    }
+
+    #[test]
+    fn a_message_naming_a_request_of_another_buyer_is_refused() {
+        let other = Registration { user_id: 11, accepted_at: Utc::now() };
+        let refusal = Rules::open().refusal(&message(1, 10, 1), Some(&other));
+        assert_eq!(refusal, Some(Refusal::NotAsRegistered));
     }
 
     #[test]

@@ -7,6 +7,15 @@
 //! clears the flag on its instance and broadcasts `reopened`. Each instance
 //! listens on an exclusive queue of its own bound to the exchange.
 //!
+//! Only the service's own events count: each is published with the AMQP
+//! `user-id` property set to the broker user the service connects as, which
+//! RabbitMQ checks against the publishing connection's user (a publish with
+//! another user's id is refused by the broker); the listener ignores every
+//! event whose `user-id` is not that user. A process that reaches the broker
+//! as another user therefore cannot keep a sale refusing buyers — as long
+//! as the service has a broker user of its own (docs/queue.md): one that
+//! shares the service's credentials can.
+//!
 //! Broadcasts are best effort (a listener may be reconnecting), so a flag
 //! lives `SECKILL_SOLD_OUT_FLAG_TTL_MS`: when it expires, the next purchase
 //! re-reads `remaining_stock` from Postgres (one plain read per sale and
@@ -48,6 +57,9 @@ pub struct SoldOutGate {
     topology: Topology,
     /// Channel for broadcasting events (opened on first use).
     events: tokio::sync::Mutex<Option<Channel>>,
+    /// The broker user the service publishes its events as, and the only
+    /// one whose events it applies (`None`: an unparsable URL, no events).
+    user: Option<String>,
 }
 
 impl SoldOutGate {
@@ -55,6 +67,7 @@ impl SoldOutGate {
         Self {
             ttl,
             flags: Mutex::new(HashMap::new()),
+            user: amqp.user(),
             amqp,
             topology,
             events: tokio::sync::Mutex::new(None),
@@ -128,13 +141,14 @@ impl SoldOutGate {
                 }
             };
             let payload = serde_json::to_vec(&event).map_err(anyhow::Error::from)?;
+            let user = self.user.clone().unwrap_or_default();
             channel
                 .basic_publish(
                     self.topology.events_exchange().as_str().into(),
                     "".into(),
                     BasicPublishOptions::default(),
                     &payload,
-                    BasicProperties::default(),
+                    BasicProperties::default().with_user_id(user.into()),
                 )
                 .await
                 .map_err(anyhow::Error::from)?;
@@ -144,6 +158,12 @@ impl SoldOutGate {
         if let Err(err) = result {
             tracing::debug!(error = %err, ?event, "could not broadcast a sale event");
         }
+    }
+
+    /// Whether an event published with `user_id` (its AMQP property) is
+    /// the service's own.
+    fn is_own(&self, user_id: Option<&str>) -> bool {
+        from_user(user_id, self.user.as_deref())
     }
 
     fn apply(&self, event: Event) {
@@ -203,10 +223,39 @@ async fn listen_once(
         )
         .await?;
     while let Some(delivery) = super::consumer::next(&channel, &mut consumer).await? {
+        let user_id = delivery.properties.user_id().as_ref().map(|id| id.as_str());
+        if !gate.is_own(user_id) {
+            tracing::warn!(
+                user_id = ?user_id,
+                "ignored a sale event that the service did not publish (another broker user)"
+            );
+            continue;
+        }
         match serde_json::from_slice::<Event>(&delivery.data) {
             Ok(event) => gate.apply(event),
             Err(err) => tracing::debug!(error = %err, "unreadable sale event"),
         }
     }
     Ok(())
+}
+
+/// Whether an event whose `user-id` property is `published_by` came from
+/// `own`, the service's broker user: both known and equal. An event without
+/// the property is not the service's.
+fn from_user(published_by: Option<&str>, own: Option<&str>) -> bool {
+    matches!((published_by, own), (Some(by), Some(own)) if !own.is_empty() && by == own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_events_published_as_the_services_own_user_count() {
+        assert!(from_user(Some("seckill"), Some("seckill")));
+        assert!(!from_user(Some("mallory"), Some("seckill")), "another user");
+        assert!(!from_user(None, Some("seckill")), "no user-id property");
+        assert!(!from_user(Some("seckill"), None), "no known user of its own");
+        assert!(!from_user(Some(""), Some("")), "an empty name is no user");
+    }
 }
