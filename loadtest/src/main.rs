@@ -305,7 +305,7 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    seckill::telemetry::init_tracing_or("warn,loadtest=info");
+    seckill::telemetry::init_tracing_or("warn,goose=error,loadtest=info");
     let matches = Cli::command().get_matches();
     let database_given = matches.subcommand_matches("compare").is_some_and(|m| {
         m.value_source("database_url").is_some_and(|source| source != ValueSource::DefaultValue)
