@@ -46,8 +46,10 @@ fn assert_exact(run: &Value) {
     assert_eq!(run["units_sold"], STOCK, "{who}: {run}");
     assert_eq!(run["fault"]["undersold_after_settle"], 0, "{who}");
     assert_eq!(run["fault"]["accepted_lost"], 0, "{who}: {}", run["fault"]);
-    let recovery = run["fault"]["recovery_s"].as_f64();
-    assert!(recovery.is_some_and(|s| s >= 0.0), "{who}: it sold again: {}", run["fault"]);
+    // `null` when everything had sold before the fault landed (a queue
+    // consumer may settle the last batch while the kill waits to find it).
+    let recovery = &run["fault"]["recovery_s"];
+    assert!(recovery.is_null() || recovery.as_f64().unwrap() >= 0.0, "{who}: {}", run["fault"]);
 }
 
 #[test]
@@ -90,6 +92,8 @@ fn a_killed_setnx_holder_sticks_the_sale_and_sql_loses_nothing() {
     let sql = run(&report, "sql", "kill-instance");
     assert_hit(sql);
     assert_exact(sql);
+    // The one instance came back and the sale went on.
+    assert!(sql["fault"]["recovery_s"].as_f64().is_some(), "{}", sql["fault"]);
 
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("## Faults — burst"), "report.md has the matrix");
