@@ -15,6 +15,7 @@ use crate::ceilings::{
     Round, SqlCeiling,
 };
 use crate::cost::PgXacts;
+use crate::fault;
 use crate::instances::{Instances, RedlockNodes};
 use crate::live::Live;
 use crate::preflight;
@@ -25,11 +26,18 @@ use crate::scenario;
 use crate::{CompareArgs, DrainCheckArgs, RenderArgs};
 
 /// Runs the comparison; `Ok(false)` when a run's verdict is `broke`.
-pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
+pub async fn run(mut args: CompareArgs) -> anyhow::Result<bool> {
+    let dimension = fault::dimension(&args.faults);
+    if !args.target.is_empty() && dimension.iter().any(Option::is_some) {
+        anyhow::bail!(
+            "--faults kills, stops and restarts instances the comparison started: not with --target"
+        );
+    }
     preflight::check(&args).await?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let total = args.repeat * (args.profile.len() * args.strategies.len()) as u64;
+    let faults = fault::dimension(&args.faults).len();
+    let total = args.repeat * (args.profile.len() * args.strategies.len() * faults) as u64;
     let live = match args.serve_progress {
         Some(addr) => Some(Live::serve(addr, total).await?),
         None => None,
@@ -43,9 +51,21 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
     } else {
         None
     };
+    let owned = dimension.contains(&Some(fault::FaultKind::RedisRestart))
+        || dimension.contains(&Some(fault::FaultKind::BrokerRestart));
+    if owned {
+        progress.stage("starting the Redis and RabbitMQ node the faults restart");
+    }
+    let servers = fault::OwnedServers::start(&dimension).await?;
+    if let Some(url) = servers.redis_url().await {
+        args.redis_url = url;
+    }
+    if let Some(url) = servers.amqp_url().await {
+        args.amqp_url = url;
+    }
     progress.stage("starting the instances");
     let instances = Instances::start(&args, redlock.as_ref()).await?;
-    let result = compare(&args, &instances, &mut progress).await;
+    let result = compare(&args, &instances, &servers, &mut progress).await;
     stop(instances, &args).await;
     progress.finish();
     let report = result?;
@@ -63,6 +83,7 @@ pub async fn run(args: CompareArgs) -> anyhow::Result<bool> {
             println!("{}", markdown::summary_table(&report, false));
         }
         print!("{}", markdown::verdict_lines(&report));
+        print!("{}", markdown::fault_matrices(&report));
         for line in markdown::warning_lines(&report) {
             println!("{line}");
         }
@@ -190,6 +211,7 @@ fn write_views(report: &Report, out: &Path) -> anyhow::Result<()> {
 async fn compare(
     args: &CompareArgs,
     instances: &Instances,
+    servers: &fault::OwnedServers,
     progress: &mut Progress,
 ) -> anyhow::Result<Report> {
     let admin = Admin::new(&instances.urls[0], &instances.admin_token);
@@ -202,16 +224,28 @@ async fn compare(
         let round = measure_round(args, instances, &admin, &ceilings.kinds()).await?;
         tracing::debug!(?round, "ceilings measured");
         ceilings.record(&round);
-        let bench = Bench { args, instances, admin: &admin, round: &round, xacts: &xacts, db: &db };
+        let faults = args.fault_settings();
+        let bench = Bench {
+            args,
+            instances,
+            admin: &admin,
+            round: &round,
+            xacts: &xacts,
+            db: &db,
+            faults,
+            servers,
+        };
         for &profile in &args.profile {
-            for strategy in round_order(&args.strategies, repeat) {
-                progress.run(format!("{strategy} · {profile} · repeat {repeat}/{}", args.repeat));
-                let key = RunKey { strategy, profile, repeat };
-                let run = run_one(&bench, key, progress)
-                    .await
-                    .with_context(|| format!("{strategy} / {profile} / repeat {repeat}"))?;
-                progress.run_done(&run);
-                runs.push(run);
+            for fault in fault::dimension(&args.faults) {
+                let under = fault.map(|f| format!(" · {f}")).unwrap_or_default();
+                for strategy in round_order(&args.strategies, repeat) {
+                    let label = format!("{strategy} · {profile}{under} · repeat {repeat}");
+                    progress.run(format!("{label}/{}", args.repeat));
+                    let key = RunKey { strategy, profile, fault, repeat };
+                    let run = run_one(&bench, key, progress).await.with_context(|| label)?;
+                    progress.run_done(&run);
+                    runs.push(run);
+                }
             }
         }
     }

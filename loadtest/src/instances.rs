@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -33,7 +34,45 @@ pub struct Instances {
     /// The `HS256` key the instances verify buyer tokens with, when
     /// `--buyer-auth on`: one per invocation when they were started here.
     pub buyer_key: Option<String>,
-    children: Vec<Child>,
+    /// `SECKILL_REDIS_PREFIX` of the started instances (`None` with
+    /// `--target`).
+    pub redis_prefix: Option<String>,
+    /// The started processes, instance `i` at index `i` (empty with
+    /// `--target`); a fault may kill one and start it again.
+    children: Mutex<Vec<Child>>,
+    /// How instance `i` was started, to start it again (`None` with
+    /// `--target`).
+    launch: Option<Launch>,
+}
+
+/// The command line and environment of the started instances.
+struct Launch {
+    bin: PathBuf,
+    env: Vec<(String, String)>,
+    out: PathBuf,
+}
+
+impl Launch {
+    /// Starts instance `i` on `port`, its output written to
+    /// `instance-<i>.log` (appended to it on a restart).
+    fn spawn(&self, i: usize, port: u16, restart: bool) -> anyhow::Result<Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(restart)
+            .truncate(!restart)
+            .open(self.out.join(format!("instance-{i}.log")))?;
+        Command::new(&self.bin)
+            .arg("serve")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.bin.display()))
+    }
 }
 
 /// Redis nodes this invocation started for `lock/redlock` (killed on drop).
@@ -107,32 +146,25 @@ impl Instances {
         let buyer_auth = args.buyer_auth == BuyerAuthMode::On;
         let buyer_key = buyer_auth
             .then(|| format!("{:032x}{:032x}", rand::random::<u128>(), rand::random::<u128>()));
+        let mut env: Vec<(String, String)> = vec![
+            ("DATABASE_URL".into(), args.database_url.clone()),
+            ("REDIS_URL".into(), args.redis_url.clone()),
+            ("AMQP_URL".into(), args.amqp_url.clone()),
+            ("SECKILL_ADMIN_TOKEN".into(), admin_token.clone()),
+            ("SECKILL_REDIS_PREFIX".into(), redis_prefix.clone()),
+            ("SECKILL_AMQP_PREFIX".into(), amqp_prefix.clone()),
+            ("SECKILL_DB_POOL_SIZE".into(), args.pool_size.to_string()),
+            ("RUST_LOG".into(), std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())),
+        ];
+        env.push(("SECKILL_BUYER_AUTH".into(), if buyer_auth { "on" } else { "off" }.into()));
+        env.extend(buyer_key.iter().map(|key| ("SECKILL_BUYER_JWT_KEY".to_owned(), key.clone())));
+        env.extend(redlock.map(|nodes| ("REDLOCK_URLS".to_owned(), nodes.urls.join(","))));
+        let launch = Launch { bin, env, out: args.out.clone() };
         let mut urls = Vec::new();
         let mut children = Vec::new();
-        for i in 0..args.instances {
+        for i in 0..args.instances as usize {
             let port = free_port()?;
-            let log = std::fs::File::create(args.out.join(format!("instance-{i}.log")))?;
-            let child = Command::new(&bin)
-                .arg("serve")
-                .env("DATABASE_URL", &args.database_url)
-                .env("REDIS_URL", &args.redis_url)
-                .env("AMQP_URL", &args.amqp_url)
-                .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
-                .env("SECKILL_ADMIN_TOKEN", &admin_token)
-                .env("SECKILL_BUYER_AUTH", if buyer_auth { "on" } else { "off" })
-                .envs(buyer_key.as_ref().map(|key| ("SECKILL_BUYER_JWT_KEY", key)))
-                .env("SECKILL_REDIS_PREFIX", &redis_prefix)
-                .env("SECKILL_AMQP_PREFIX", &amqp_prefix)
-                .envs(redlock.map(|nodes| ("REDLOCK_URLS", nodes.urls.join(","))))
-                .env("SECKILL_DB_POOL_SIZE", args.pool_size.to_string())
-                .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .kill_on_drop(true)
-                .spawn()
-                .with_context(|| format!("starting {}", bin.display()))?;
-            children.push(child);
+            children.push(launch.spawn(i, port, false)?);
             urls.push(format!("http://127.0.0.1:{port}"));
         }
         for (i, url) in urls.iter().enumerate() {
@@ -157,7 +189,9 @@ impl Instances {
             pool_connections,
             amqp_prefix,
             buyer_key,
-            children,
+            redis_prefix: Some(redis_prefix),
+            children: Mutex::new(children),
+            launch: Some(launch),
         })
     }
 
@@ -191,23 +225,61 @@ impl Instances {
             pool_connections,
             amqp_prefix,
             buyer_key,
-            children: vec![],
+            redis_prefix: None,
+            children: Mutex::new(vec![]),
+            launch: None,
         })
     }
 
     /// Process ids of the started instances (empty with `--target`).
     pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().filter_map(Child::id).collect()
+        self.children.lock().map(|c| c.iter().filter_map(Child::id).collect()).unwrap_or_default()
     }
 
-    /// Stops the started instances with SIGTERM, waiting briefly for each.
-    pub async fn stop(mut self) {
-        for child in &mut self.children {
+    /// Process id of started instance `i`; `None` with `--target` or once
+    /// it has exited.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.children.lock().ok()?.get(i).and_then(Child::id)
+    }
+
+    /// Sends `signal` (a `kill` name: `KILL`, `STOP`, `CONT`) to started
+    /// instance `i`. Errors with `--target` (no process of ours).
+    pub async fn signal(&self, i: usize, signal: &str) -> anyhow::Result<()> {
+        let pid = self.pid(i).with_context(|| format!("instance {i} is not a running child"))?;
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status();
+        anyhow::ensure!(status.await?.success(), "kill -{signal} {pid} failed");
+        Ok(())
+    }
+
+    /// Starts instance `i` again on its port, after it was killed (a killed
+    /// process holds no socket, so the port is free), reaps the killed
+    /// process, and returns once the new one answers `/readyz`.
+    pub async fn restart(&self, i: usize) -> anyhow::Result<()> {
+        let launch = self.launch.as_ref().context("--target instances are not restarted")?;
+        let port: u16 = self.urls[i].rsplit(':').next().unwrap_or_default().parse()?;
+        let old = {
+            let mut children = self.children.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            let fresh = launch.spawn(i, port, true)?;
+            std::mem::replace(&mut children[i], fresh)
+        };
+        let mut old = old;
+        let _ = old.wait().await;
+        wait_ready(&self.urls[i], Duration::from_secs(60))
+            .await
+            .with_context(|| format!("instance {i} did not come back after a restart"))
+    }
+
+    /// Stops the started instances with SIGTERM, waiting briefly for each
+    /// (a stopped one is continued first).
+    pub async fn stop(self) {
+        let mut children = self.children.into_inner().unwrap_or_default();
+        for child in &mut children {
             if let Some(pid) = child.id() {
+                let _ = Command::new("kill").arg("-CONT").arg(pid.to_string()).status().await;
                 let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
             }
         }
-        for child in &mut self.children {
+        for child in &mut children {
             let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
         }
     }

@@ -10,6 +10,7 @@ mod compare;
 mod cost;
 mod cpu;
 mod expectation;
+mod fault;
 mod instances;
 mod live;
 mod preflight;
@@ -29,6 +30,7 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use seckill::strategy::StrategyName;
 
+use crate::fault::FaultChoice;
 use crate::profile::Profile;
 
 #[derive(Parser)]
@@ -131,6 +133,42 @@ pub struct CompareArgs {
     /// Distinct buyers as a multiple of stock (each wants one unit).
     #[arg(long, default_value_t = 3.0)]
     pub demand: f64,
+
+    /// Faults to inject, comma-separated: each is one more run of every
+    /// strategy × profile × repeat, with that fault injected once during its
+    /// sale phase. Out of: kill-instance (SIGKILL an instance — for `queue`
+    /// the one whose consumer is active —, restarted after
+    /// --fault-restart-ms), pause-instance (SIGSTOP an instance for
+    /// --fault-pause-ms, then SIGCONT), pg-terminate (pg_terminate_backend
+    /// on every Postgres connection of the instances), redis-restart and
+    /// broker-restart (a redis-server, or a RabbitMQ node, that the
+    /// comparison starts for itself on free ports and then uses for every
+    /// run instead of --redis-url or --amqp-url: killed or stopped, down
+    /// for --fault-restart-ms, started again); `all` for every one, `none`
+    /// for a run without a fault beside them (default: none).
+    #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
+    pub faults: Vec<FaultChoice>,
+
+    /// Share of the run's stock (0..=1) sold when the fault hits.
+    #[arg(long, default_value_t = 0.3, value_parser = parse_fraction)]
+    pub fault_at: f64,
+
+    /// kill-instance, redis-restart, broker-restart: milliseconds the
+    /// instance or server stays down before it is started again on its port.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub fault_restart_ms: u64,
+
+    /// pause-instance: milliseconds the instance stays stopped (default: 3 ×
+    /// the lock lease of the run's sales, 6000 with the service's 2000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub fault_pause_ms: Option<u64>,
+
+    /// Longest settle period after a fault run's sale phase, seconds: it
+    /// ends early once every unit is sold and no queued request is pending;
+    /// meanwhile leases expire, the reconciler returns reservations (after
+    /// its 15 s grace) and the queue redelivers.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub settle_s: u64,
 
     /// Fraction of buyers who submit their purchase a second time.
     #[arg(long, default_value_t = 0.1, value_parser = parse_fraction)]
@@ -246,6 +284,22 @@ fn strategies_help() -> String {
     )
 }
 
+fn parse_fault(s: &str) -> Result<FaultChoice, String> {
+    s.parse()
+}
+
+impl CompareArgs {
+    /// The fault settings of the flags.
+    pub fn fault_settings(&self) -> fault::Settings {
+        fault::Settings {
+            at: self.fault_at,
+            restart_after: std::time::Duration::from_millis(self.fault_restart_ms),
+            pause: self.fault_pause_ms.map(std::time::Duration::from_millis),
+            settle: std::time::Duration::from_secs(self.settle_s),
+        }
+    }
+}
+
 fn parse_strategy(s: &str) -> Result<StrategyName, String> {
     s.parse().map_err(|err: seckill::strategy::UnknownStrategy| err.to_string())
 }
@@ -260,7 +314,7 @@ fn parse_fraction(s: &str) -> Result<f64, String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    seckill::telemetry::init_tracing_or("warn,loadtest=info");
+    seckill::telemetry::init_tracing_or("warn,goose=error,loadtest=info");
     let matches = Cli::command().get_matches();
     let database_given = matches.subcommand_matches("compare").is_some_and(|m| {
         m.value_source("database_url").is_some_and(|source| source != ValueSource::DefaultValue)

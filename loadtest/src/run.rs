@@ -8,8 +8,10 @@
 //! figures, the verdict) is a pure function of those inputs, tested below.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
 use chrono::{DateTime, Utc};
 use seckill::audit::Audit;
 use seckill::sale::SaleId;
@@ -24,11 +26,12 @@ use crate::ceilings::{Kind, Round};
 use crate::cost::{PgXacts, RssSampler, Xacts};
 use crate::cpu::{Cpu, CpuMeter};
 use crate::expectation::{Conditions, Expectation, expected};
+use crate::fault::{self, FaultKind, FaultRecord, Hit};
 use crate::instances::Instances;
 use crate::profile::{Plan, Profile};
 use crate::progress::Progress;
 use crate::report::{self, BatchSizes, Cost, LockStats, Ratio, Run};
-use crate::scenario::{self, Latency, OutcomeCounters, PhaseResult, per_second};
+use crate::scenario::{self, Answer, AnswerLog, Latency, OutcomeCounters, PhaseResult, per_second};
 use crate::scrape::{self, Counters, Figure};
 use crate::series;
 use crate::steady::{self, Window};
@@ -48,13 +51,18 @@ pub struct Bench<'a> {
     pub xacts: &'a PgXacts,
     /// The comparison's database, to read the orders' commit times.
     pub db: &'a sqlx::PgPool,
+    /// The fault settings (`--fault-at`, `--settle-s`, ...).
+    pub faults: fault::Settings,
+    /// The servers the invocation started for its faults.
+    pub servers: &'a fault::OwnedServers,
 }
 
-/// Which run: its strategy, profile and repeat (1-based).
+/// Which run: its strategy, profile, fault (if any) and repeat (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunKey {
     pub strategy: StrategyName,
     pub profile: Profile,
+    pub fault: Option<FaultKind>,
     pub repeat: u64,
 }
 
@@ -89,6 +97,21 @@ struct Phases {
     /// `--target` (the instances are not this process' children).
     cpu: Option<Cpu>,
     peak_rss_mb: Option<f64>,
+    /// What the fault did, when the run had one.
+    fault: Option<FaultPhase>,
+}
+
+/// The readings of a fault run's phases.
+struct FaultPhase {
+    kind: FaultKind,
+    /// `None`: the sale phase ended before the fault point.
+    hit: Option<Hit>,
+    /// Every answer of the sale phase.
+    answers: Vec<Answer>,
+    /// When the sale phase's first purchase was sent.
+    first_send: Option<DateTime<Utc>>,
+    undersold_after_phase: i64,
+    settle: Duration,
 }
 
 /// Figures the instances counted over the sale phase; `None` where a figure
@@ -112,6 +135,7 @@ struct Measured {
     audit: Audit,
     undersold: i64,
     counted: Counted,
+    fault: Option<FaultRecord>,
 }
 
 /// Runs `key` on the bench and answers its record, verdict included.
@@ -120,7 +144,8 @@ pub async fn run_one(
     key: RunKey,
     progress: &mut Progress,
 ) -> anyhow::Result<Run> {
-    let conditions = Conditions { profile: key.profile, instances: bench.instances.urls.len() };
+    let instances = bench.instances.urls.len();
+    let conditions = Conditions { profile: key.profile, instances, fault: key.fault };
     let expected = expected(key.strategy, &conditions)?;
     let prepared = prepare(bench, key).await?;
     let phases = run_phases(bench, key, &prepared, progress).await?;
@@ -135,9 +160,60 @@ pub async fn run_one(
         lock.max_concurrency = max_concurrency(bench, &prepared.sales).await?;
     }
     let audit = add_up(&audits);
+    let fault = match &phases.fault {
+        Some(phase) => Some(fault_record(bench, phase, &prepared, undersold).await?),
+        None => None,
+    };
     let measured =
-        Measured { key, conditions, expected, prepared, phases, audit, undersold, counted };
+        Measured { key, conditions, expected, prepared, phases, audit, undersold, counted, fault };
     Ok(assemble(measured, bench.round))
+}
+
+/// The fault record of a run, once its final audit is in: the receipts of
+/// the sale phase checked against Postgres, and the next sale after the hit.
+async fn fault_record(
+    bench: &Bench<'_>,
+    phase: &FaultPhase,
+    prepared: &Prepared,
+    undersold_after_settle: i64,
+) -> anyhow::Result<FaultRecord> {
+    let settle_bound = bench.faults.settle;
+    let Some(hit) = phase.hit else {
+        let mut record = FaultRecord::missed(phase.kind, settle_bound);
+        record.undersold_after_phase = phase.undersold_after_phase;
+        record.undersold_after_settle = undersold_after_settle;
+        record.settle_s = round_ms(phase.settle);
+        return Ok(record);
+    };
+    let found = fault::find(bench.db, &phase.answers).await?;
+    let ids: Vec<i64> = prepared.sales.iter().map(|s| s.0).collect();
+    let orders: Vec<DateTime<Utc>> =
+        order_times(bench.db, &ids).await?.into_iter().map(|(at, _)| at).collect();
+    Ok(FaultRecord {
+        kind: phase.kind.name().to_owned(),
+        hit: true,
+        instance: hit.instance,
+        hit_s: phase.first_send.map(|first| seconds(hit.at_wall - first)),
+        sold_at_hit: Some(hit.sold),
+        duration_s: Some(round_ms(hit.cleared - hit.at)),
+        undersold_after_phase: phase.undersold_after_phase,
+        undersold_after_settle,
+        settle_s: round_ms(phase.settle),
+        settle_bound_s: settle_bound.as_secs_f64(),
+        accepted_lost: fault::accepted_lost(&phase.answers, &found),
+        answers_in_window: fault::answers_in_window(&phase.answers, &hit),
+        recovery_s: fault::recovery_s(hit.at_wall, &orders).map(|s| (s * 1000.0).round() / 1000.0),
+    })
+}
+
+/// Seconds of a signed interval, to the millisecond.
+fn seconds(interval: chrono::TimeDelta) -> f64 {
+    (interval.num_milliseconds() as f64 / 1000.0).max(0.0)
+}
+
+/// Seconds of a duration, to the millisecond.
+fn round_ms(duration: Duration) -> f64 {
+    duration.as_millis() as f64 / 1000.0
 }
 
 /// Creates the run's sales with the profile's plan and knobs.
@@ -155,9 +231,10 @@ async fn prepare(bench: &Bench<'_>, key: RunKey) -> anyhow::Result<Prepared> {
 /// `POST /admin/sales` body of the run's sale `i` (0-based): its name says
 /// which run it belongs to, and the profile's knobs are merged in.
 fn sale_body(key: RunKey, i: usize, stock: u64, knobs: &Value) -> Value {
-    let RunKey { strategy, profile, repeat } = key;
+    let RunKey { strategy, profile, fault, repeat } = key;
+    let fault = fault.map(|f| format!(" / {f}")).unwrap_or_default();
     let mut body = json!({
-        "name": format!("{strategy} / {profile} / {repeat} / sale {}", i + 1),
+        "name": format!("{strategy} / {profile}{fault} / {repeat} / sale {}", i + 1),
         "stock": stock,
         "strategy": strategy.as_str(),
     });
@@ -194,8 +271,13 @@ async fn run_phases(
         "sale phase ({} buyers + {resubmissions} resubmissions{flood})",
         prepared.buyers
     ));
-    let goose_report =
-        args.out.join(format!("goose-{}-{}-{}.html", key.strategy.slug(), key.profile, key.repeat));
+    let fault_slug = key.fault.map(|f| format!("-{f}")).unwrap_or_default();
+    let goose_report = args.out.join(format!(
+        "goose-{}-{}{fault_slug}-{}.html",
+        key.strategy.slug(),
+        key.profile,
+        key.repeat
+    ));
     let mut meter = args.target.is_empty().then(|| CpuMeter::new(bench.instances.pids()));
     let cpu_before = meter.as_mut().map(|m| (m.snapshot(), std::time::Instant::now()));
     let sampler = progress.live().map(|live| {
@@ -203,17 +285,44 @@ async fn run_phases(
     });
     let buyer_key = bench.instances.buyer_key.as_deref();
     let tokens = buyer_key.map(|k| scenario::Tokens::new(k, buyers.iter().map(|b| b.user)));
-    let sale = scenario::sale_phase(
-        urls,
-        &ids,
-        args.users,
-        args.retries,
-        buyers,
-        goose_report,
-        tally,
-        tokens.clone(),
-    )
-    .await?;
+    let log = key.fault.map(|_| Arc::new(AnswerLog::default()));
+    let phase_done = Arc::new(AtomicBool::new(false));
+    let sale_phase = async {
+        let result = scenario::sale_phase(
+            urls,
+            &ids,
+            args.users,
+            args.retries,
+            buyers,
+            goose_report,
+            tally,
+            tokens.clone(),
+            log.clone(),
+        )
+        .await;
+        phase_done.store(true, Ordering::Relaxed);
+        result
+    };
+    let (sale, hit) = match key.fault {
+        Some(kind) => {
+            let target = fault::Target {
+                instances: bench.instances,
+                admin: bench.admin,
+                db: bench.db,
+                strategy: key.strategy,
+                sales: &ids,
+                redis_url: &args.redis_url,
+                servers: bench.servers,
+                lease_ms: plan.knobs.lock_lease_ms.unwrap_or(SERVICE_LEASE_MS),
+                settings: bench.faults,
+            };
+            let threshold = fault::threshold(plan.stock, bench.faults.at);
+            let injector = fault::inject_when_sold(kind, &target, threshold, phase_done.clone());
+            let (sale, hit) = tokio::join!(sale_phase, injector);
+            (sale?, hit.with_context(|| format!("injecting {kind}"))?)
+        }
+        None => (sale_phase.await?, None),
+    };
     let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
         progress.phase("waiting for the queue to drain");
         Some(bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?)
@@ -237,10 +346,27 @@ async fn run_phases(
     let sold_per_second = sale.first_send.map(|start| series::sold_per_second(&orders, start));
     progress.phase("settling statistics");
     let (xacts_after, counters_after) = readings(bench).await?;
-    let mut sold_in_sale_phase = 0;
+    let mut audits = Vec::with_capacity(prepared.sales.len());
     for &sale in &prepared.sales {
-        sold_in_sale_phase += bench.admin.audit(sale).await?.units_sold;
+        audits.push(bench.admin.audit(sale).await?);
     }
+    let sold_in_sale_phase = audits.iter().map(|a| a.units_sold).sum();
+    let fault = match key.fault {
+        Some(kind) => {
+            progress.phase(&format!("settling after {kind}"));
+            let demand = split_demand(prepared.buyers, prepared.sales.len());
+            let settle = settle(bench, key.strategy, &prepared.sales).await?;
+            Some(FaultPhase {
+                kind,
+                hit,
+                answers: log.map(|log| log.answers()).unwrap_or_default(),
+                first_send: sale.first_send,
+                undersold_after_phase: undersold(&audits, &demand),
+                settle,
+            })
+        }
+        None => None,
+    };
     progress.phase("rejection phase");
     let first_fresh = prepared.buyers as i64 + 1;
     let rejection = scenario::rejection_phase(
@@ -264,7 +390,47 @@ async fn run_phases(
         sold_per_second,
         cpu,
         peak_rss_mb: rss.stop().await,
+        fault,
     })
+}
+
+/// The service's default lock lease, milliseconds (`POST /admin/sales`
+/// without `lock_lease_ms`).
+const SERVICE_LEASE_MS: i32 = 2000;
+
+/// How often the settle period looks at the books.
+const SETTLE_POLL: Duration = Duration::from_millis(250);
+
+/// The settle period after a fault run's sale phase: waits until every unit
+/// of the run's sales is sold, their Redis counter (if any) agrees with
+/// Postgres and (for `queue`) no accepted request is pending, or until
+/// `--settle-s` has passed; answers how long it took. Books that oversold
+/// or drifted end it at once: nothing heals those.
+/// Meanwhile the service heals what it can: leases expire, the reconciler
+/// returns reservations, the queue redelivers.
+async fn settle(
+    bench: &Bench<'_>,
+    strategy: StrategyName,
+    sales: &[SaleId],
+) -> anyhow::Result<Duration> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut settled = true;
+        for &sale in sales {
+            let audit = bench.admin.audit(sale).await?;
+            let beyond_healing = audit.oversold > 0 || audit.ledger_drift != 0;
+            settled &= beyond_healing
+                || (audit.remaining_stock <= 0 && audit.redis_drift.unwrap_or(0) == 0);
+        }
+        if strategy == seckill::strategy::queue::NAME {
+            let stats = bench.admin.drained(sales, Duration::ZERO).await?;
+            settled &= stats.iter().all(|s| s.accepted_unresolved == 0);
+        }
+        if settled || start.elapsed() >= bench.faults.settle {
+            return Ok(start.elapsed());
+        }
+        tokio::time::sleep(SETTLE_POLL).await;
+    }
 }
 
 /// `(created_at, quantity)` of every order of `sales`.
@@ -453,7 +619,8 @@ impl QueueFigures {
 /// by [`report::relate_to_sql`]).
 fn assemble(m: Measured, round: &Round) -> Run {
     let cost = cost(&m.counted, &m.phases);
-    let Measured { key, conditions, expected, prepared, phases, audit, undersold, counted } = m;
+    let Measured { key, conditions, expected, prepared, phases, audit, undersold, counted, fault } =
+        m;
     let (sale, rejection) = (phases.sale, phases.rejection);
     let sell_through_whole_per_s =
         sell_through_whole(audit.units_sold, sale.first_send, audit.last_order_at);
@@ -513,6 +680,7 @@ fn assemble(m: Measured, round: &Round) -> Run {
         cpu: phases.cpu,
         cost,
         sold_per_second: phases.sold_per_second,
+        fault,
     };
     run.verdict = run.judge();
     run
@@ -554,7 +722,12 @@ mod tests {
     }
 
     fn key(strategy: &str) -> RunKey {
-        RunKey { strategy: strategy.parse().unwrap(), profile: Profile::Burst, repeat: 2 }
+        RunKey {
+            strategy: strategy.parse().unwrap(),
+            profile: Profile::Burst,
+            fault: None,
+            repeat: 2,
+        }
     }
 
     #[test]
@@ -681,7 +854,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
 
     fn measured(strategy: &str, sold: i64) -> Measured {
         let key = key(strategy);
-        let conditions = Conditions { profile: key.profile, instances: 2 };
+        let conditions = Conditions { profile: key.profile, instances: 2, fault: None };
         let plan = Plan {
             stock: 100,
             sales: 1,
@@ -717,10 +890,12 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                     machine_share_loadgen: Some(0.2),
                 }),
                 peak_rss_mb: Some(40.0),
+                fault: None,
             },
             undersold: undersold(std::slice::from_ref(&total), &[300]),
             audit: total,
             counted: Counted { redis_round_trips: Some(250.0), ..Counted::default() },
+            fault: None,
         }
     }
 

@@ -209,6 +209,58 @@ fn classify(status: u16, body: &[u8]) -> Kind {
     }
 }
 
+/// What a purchase answer promised, as its body says: a `201`'s order or a
+/// `202`'s request. The load test keeps every one it was given, to check
+/// after a fault that each still holds (`crate::fault::accepted_lost`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Receipt {
+    /// `201 Created`: `order_id` of the body.
+    Order(i64),
+    /// `202 Accepted`: `request_id` of the body.
+    Request(uuid::Uuid),
+}
+
+impl Receipt {
+    /// The receipt of an answer with `status` and `body`; `None` for any
+    /// other answer, or a body without the id.
+    fn of(status: u16, body: &[u8]) -> Option<Receipt> {
+        let body: Value = serde_json::from_slice(body).ok()?;
+        match status {
+            201 => body["order_id"].as_i64().map(Receipt::Order),
+            202 => body["request_id"].as_str()?.parse().ok().map(Receipt::Request),
+            _ => None,
+        }
+    }
+}
+
+/// One answer of the sale phase: when it arrived, its status (0: no answer,
+/// the connection failed or timed out) and what it promised.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer {
+    pub at: Instant,
+    pub status: u16,
+    pub receipt: Option<Receipt>,
+}
+
+/// Every answer of a sale phase, in arrival order; kept only for fault runs.
+#[derive(Default)]
+pub struct AnswerLog {
+    answers: Mutex<Vec<Answer>>,
+}
+
+impl AnswerLog {
+    fn push(&self, answer: Answer) {
+        if let Ok(mut answers) = self.answers.lock() {
+            answers.push(answer);
+        }
+    }
+
+    /// The answers so far.
+    pub fn answers(&self) -> Vec<Answer> {
+        self.answers.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+}
+
 /// One buyer of the sale phase: `user` buys one unit of `sale`, sending the
 /// purchase `sends` times back to back (each send waits for the answer to
 /// the previous one). A `flood` send is one of a flooding buyer's extra
@@ -241,6 +293,8 @@ struct Attack {
     answer_times_s: Mutex<Vec<f64>>,
     /// The buyers' tokens, when the instances verify them.
     tokens: Option<Tokens>,
+    /// Every answer with its receipt (fault runs only).
+    log: Option<Arc<AnswerLog>>,
 }
 
 impl Attack {
@@ -266,6 +320,7 @@ impl Attack {
             last_answer_ns: AtomicU64::new(0),
             answer_times_s: Mutex::new(Vec::new()),
             tokens,
+            log: None,
         }
     }
 
@@ -287,7 +342,10 @@ impl Attack {
 
     /// One buyer's purchase from `sale`, retrying a `busy` answer up to
     /// `retries` times after [`backoff_s`], ±50 % jitter; `name` is the
-    /// request's name in goose's metrics.
+    /// request's name in goose's metrics. A request that got no answer (its
+    /// instance died or refused the connection) is retried the same way on
+    /// the next instance, as a load balancer in front of them would: a dead
+    /// instance does not use up the buyers.
     async fn purchase(
         &self,
         user: &mut GooseUser,
@@ -295,30 +353,41 @@ impl Attack {
         buyer: i64,
         name: &str,
     ) -> TransactionResult {
-        let path = format!("sales/{sale}/orders");
+        let mut instance = user.weighted_users_index % self.urls.len();
         for attempt in 0..=self.retries {
             let (start, _) = *self.first_send.get_or_init(|| (Instant::now(), Utc::now()));
-            let builder = user.get_request_builder(&GooseMethod::Post, &path)?;
+            let url = format!("{}/sales/{sale}/orders", self.urls[instance]);
+            let builder = user.get_request_builder(&GooseMethod::Post, &url)?;
             let builder = match &self.tokens {
                 Some(tokens) => builder.bearer_auth(tokens.of(buyer)).json(&json!({})),
                 None => builder.json(&json!({ "user_id": buyer })),
             };
             let request = GooseRequest::builder()
                 .method(GooseMethod::Post)
-                .path(path.as_str())
+                .path(url.as_str())
                 .name(name)
                 .set_request_builder(builder)
                 .build();
             let mut goose = user.request(request).await?;
             let status = goose.request.status_code;
+            let unanswered = goose.response.is_err();
             let (retry_after_s, body) = read_answer(goose.response).await;
             self.answered(start);
             let kind = classify(status, &body);
             self.counters.count(kind, status);
+            if let Some(log) = &self.log {
+                let receipt = Receipt::of(status, &body);
+                log.push(Answer { at: Instant::now(), status, receipt });
+            }
             if kind.is_expected() {
                 user.set_success(&mut goose.request)?;
             }
-            if kind != Kind::Busy || attempt == self.retries {
+            if unanswered {
+                instance = (instance + 1) % self.urls.len();
+            } else if kind != Kind::Busy {
+                break;
+            }
+            if attempt == self.retries {
                 break;
             }
             let jittered = backoff_s(attempt, retry_after_s) * rand::rng().random_range(0.5..1.5);
@@ -496,8 +565,9 @@ pub fn with_flood(mut buyers: Vec<Buyer>, extra: u64) -> Vec<Buyer> {
 
 /// The sale phase: `users` goose users send every buyer's purchase once
 /// (resubmissions included) as fast as answers come back, counting the
-/// answers into `counters`. Writes goose's own HTML report to `report`.
-/// With `tokens`, each purchase carries its buyer's token.
+/// answers into `counters` (and each answer into `log`, when given). Writes
+/// goose's own HTML report to `report`. With `tokens`, each purchase carries
+/// its buyer's token.
 #[allow(clippy::too_many_arguments)]
 pub async fn sale_phase(
     urls: &[String],
@@ -508,8 +578,11 @@ pub async fn sale_phase(
     report: PathBuf,
     counters: Arc<OutcomeCounters>,
     tokens: Option<Tokens>,
+    log: Option<Arc<AnswerLog>>,
 ) -> anyhow::Result<PhaseResult> {
-    let attack = Arc::new(Attack::new(sales, urls, retries, buyers, 0, counters, tokens));
+    let mut attack = Attack::new(sales, urls, retries, buyers, 0, counters, tokens);
+    attack.log = log;
+    let attack = Arc::new(attack);
     let shared = attack.clone();
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
         let attack = shared.clone();
@@ -608,6 +681,17 @@ mod tests {
         assert_eq!(classify(422, &problem("invalid")), Kind::Invalid);
         assert_eq!(classify(409, b"not json"), Kind::Other);
         assert_eq!(classify(500, b""), Kind::Other);
+    }
+
+    #[test]
+    fn receipts_are_read_from_the_bodies_of_201_and_202_only() {
+        let id = uuid::Uuid::new_v4();
+        let accepted = json!({ "request_id": id.to_string() }).to_string();
+        assert_eq!(Receipt::of(202, accepted.as_bytes()), Some(Receipt::Request(id)));
+        let placed = json!({ "order_id": 17, "sale_id": 3 }).to_string();
+        assert_eq!(Receipt::of(201, placed.as_bytes()), Some(Receipt::Order(17)));
+        assert_eq!(Receipt::of(409, placed.as_bytes()), None);
+        assert_eq!(Receipt::of(201, b"not json"), None);
     }
 
     #[test]

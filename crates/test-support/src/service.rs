@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::{eventually, free_port, resume};
+use owned_servers::{eventually, free_port, resume};
 
 /// How to start a service: its binary, arguments and environment, the
 /// variable through which it is told its listen address, and its health

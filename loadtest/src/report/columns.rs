@@ -93,6 +93,14 @@ pub fn notes(run: &Run) -> String {
     if notes.is_empty() { ABSENT.to_owned() } else { notes.join(", ") }
 }
 
+/// The profile, with the fault of the run after it: `burst · kill-instance`.
+fn under(profile: &str, fault: Option<&str>) -> String {
+    match fault {
+        Some(fault) => format!("{profile} · {fault}"),
+        None => profile.to_owned(),
+    }
+}
+
 /// A share as a percentage, `–` for `null`.
 fn percent(value: Option<f64>) -> String {
     num(value.map(|v| v * 100.0), 0)
@@ -101,7 +109,11 @@ fn percent(value: Option<f64>) -> String {
 /// The table of every run.
 pub const RUN_COLUMNS: &[Column<Run>] = &[
     Column { header: "strategy", align: Left, cell: |r| r.strategy.clone() },
-    Column { header: "profile", align: Left, cell: |r| r.profile.clone() },
+    Column {
+        header: "profile",
+        align: Left,
+        cell: |r| under(&r.profile, r.fault.as_ref().map(|f| f.kind.as_str())),
+    },
     Column { header: "#", align: Right, cell: |r| r.repeat.to_string() },
     Column { header: "sales", align: Right, cell: |r| r.sales.to_string() },
     Column { header: "expected", align: Left, cell: |r| r.expected.as_str().to_owned() },
@@ -167,7 +179,7 @@ pub const RUN_COLUMNS: &[Column<Run>] = &[
 /// `median (min–max)` of the figures.
 pub const SUMMARY_COLUMNS: &[Column<Summary>] = &[
     Column { header: "strategy", align: Left, cell: |s| s.strategy.clone() },
-    Column { header: "profile", align: Left, cell: |s| s.profile.clone() },
+    Column { header: "profile", align: Left, cell: |s| under(&s.profile, s.fault.as_deref()) },
     Column { header: "runs", align: Right, cell: |s| s.runs.to_string() },
     Column { header: "broken", align: Right, cell: |s| s.broken_runs.to_string() },
     Column { header: "oversold", align: Left, cell: |s| list(&s.oversold) },

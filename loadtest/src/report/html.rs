@@ -11,7 +11,8 @@ use std::fmt::Write;
 use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells};
 use super::summary::{Summary, VS_SQL};
 use super::svg::{self, IntervalRow, RangeRow, Reference, Row, SeriesRow, escape};
-use super::{Report, Run, Verdict};
+use super::{Report, Run, Verdict, matrix};
+use crate::expectation::Expectation;
 use crate::series::Sample;
 
 /// One colour per strategy, in order of first appearance (Okabe–Ito
@@ -35,9 +36,13 @@ pub struct Chart {
     pub svg: String,
 }
 
-/// `data-run` of a run: `strategy|profile|repeat`.
+/// `data-run` of a run: `strategy|profile|repeat`, the profile followed by
+/// `/fault` in a fault run.
 pub fn run_id(run: &Run) -> String {
-    format!("{}|{}|{}", run.strategy, run.profile, run.repeat)
+    match &run.fault {
+        Some(fault) => format!("{}|{}/{}|{}", run.strategy, run.profile, fault.kind, run.repeat),
+        None => format!("{}|{}|{}", run.strategy, run.profile, run.repeat),
+    }
 }
 
 /// The runs in chart order, with their labels (profile and repeat only
@@ -50,17 +55,22 @@ fn chart_runs(report: &Report) -> Vec<(&Run, String)> {
     runs.sort_by_key(|r| {
         (
             first(&|x: &Run| x.profile.as_str(), &r.profile),
+            first(&|x: &Run| x.fault_name(), r.fault_name()),
             first(&|x: &Run| x.strategy.as_str(), &r.strategy),
             r.repeat,
         )
     });
     let profiles = distinct(report.runs.iter().map(|r| r.profile.as_str()));
+    let faults = report.runs.iter().any(|r| r.fault.is_some());
     let repeats = report.runs.iter().any(|r| r.repeat > 1);
     runs.into_iter()
         .map(|r| {
             let mut label = r.strategy.clone();
             if profiles.len() > 1 {
                 label += &format!(" · {}", r.profile);
+            }
+            if faults {
+                label += &format!(" · {}", r.fault_name());
             }
             if repeats {
                 label += &format!(" #{}", r.repeat);
@@ -230,11 +240,21 @@ fn sold_series(all: &[Run], runs: &[(&Run, String)]) -> Vec<SeriesRow> {
                 values: series.iter().map(|&units| units as f64).collect(),
                 colour: colour_among(all, &run.strategy),
                 detail: detail(run),
-                marker: crate::series::oversell_began(series, run.total_stock)
-                    .map(|second| (second, "oversell began".to_owned())),
+                marker: fault_hit(run).or_else(|| {
+                    crate::series::oversell_began(series, run.total_stock)
+                        .map(|second| (second, "oversell began".to_owned()))
+                }),
             }
         })
         .collect()
+}
+
+/// The second of the sale phase in which the run's fault hit, with its
+/// name, for the marker of the units-sold series.
+fn fault_hit(run: &Run) -> Option<(usize, String)> {
+    let fault = run.fault.as_ref()?;
+    let second = fault.hit_s?.floor() as usize;
+    Some((second, format!("{} hit", fault.kind)))
 }
 
 const OVERSOLD: &str = "Units sold beyond the stock (audit of Postgres). Red: a strategy \
@@ -250,7 +270,7 @@ round: median (dot), range (thin line), 95 % confidence interval (bar).";
 const SOLD_PER_SECOND: &str = "How each sale unfolded: units sold in each second of the \
 sale phase, from the first purchase sent (orders by their commit time in Postgres), on one \
 scale for every run; the drop to 0 is the sell-out, and a red line marks the second in which \
-a run sold past its stock. \"n/a\": a report written before the series was recorded.";
+a run sold past its stock, or in a fault run the second in which its fault hit. \"n/a\": a report written before the series was recorded.";
 const LATENCY: &str = "Sale-phase purchase latency p50 (filled), p95, p99, in ms on a \
 logarithmic axis (the maximum is in each mark's tooltip).";
 
@@ -344,13 +364,15 @@ white-space:nowrap}th{background:#f4f4f4}td.l,th.l{text-align:left}.scroll{overf
 box-shadow:inset -1px 0 0 #bbb}.wide th:first-child{background:#f4f4f4}\
 figure{margin:1.4rem 0}figcaption{font-size:.9rem;color:#555;margin-bottom:.3rem}\
 .broke{color:#C0392B;font-weight:bold}.unexpected{color:#B9770E}ul.verdicts li{margin:.2rem 0}\
-code{background:#f4f4f4;padding:0 .2rem}";
+code{background:#f4f4f4;padding:0 .2rem}td.m-ok{background:#E3F1E6}\
+td.m-broke{background:#F6D5D1;font-weight:bold}td.m-unexpected{background:#FBEBC8}";
 
 /// The whole page.
 pub fn render(report: &Report) -> String {
     let mut page = String::new();
     head(&mut page, report);
     verdicts(&mut page, report);
+    fault_matrices(&mut page, report);
     page.push_str("<h2>Charts</h2><p>One mark per run; hover a mark for its figures.</p>");
     for chart in charts(report) {
         let _ = write!(
@@ -433,6 +455,54 @@ fn verdicts(page: &mut String, report: &Report) {
          undersold and drift come from an audit of Postgres, never from the strategy's own \
          counters.</p>",
     );
+}
+
+/// The fault matrices: strategies × faults, each cell coloured by its
+/// verdict (a `may_break` cell that broke in amber).
+fn fault_matrices(page: &mut String, report: &Report) {
+    for m in matrix::matrices(report) {
+        let _ = write!(
+            page,
+            "<h2 id=\"faults-{profile}\">Faults — {profile}</h2><p>{}</p>\
+             <div class=\"scroll\"><table class=\"wide matrix\"><tr><th class=\"l\">strategy</th>",
+            escape(matrix::LEGEND),
+            profile = escape(&m.profile),
+        );
+        for fault in &m.faults {
+            let _ = write!(page, "<th class=\"l\">{}</th>", escape(fault));
+        }
+        page.push_str("</tr>");
+        for row in &m.rows {
+            let _ = write!(page, "<tr><td class=\"l\">{}</td>", escape(&row.strategy));
+            for cell in &row.cells {
+                match cell {
+                    None => page.push_str("<td class=\"l\">–</td>"),
+                    Some(cell) => {
+                        let _ = write!(
+                            page,
+                            "<td class=\"l {}\" data-verdict=\"{}\">{}</td>",
+                            cell_class(cell),
+                            cell.verdict.label().to_lowercase(),
+                            escape(&cell.text())
+                        );
+                    }
+                }
+            }
+            page.push_str("</tr>");
+        }
+        page.push_str("</table></div>");
+    }
+}
+
+/// The colour of a matrix cell: green `ok`, red `broke`, amber for a
+/// `may_break` cell that broke or an `unexpected` verdict.
+fn cell_class(cell: &matrix::Cell) -> &'static str {
+    match cell.verdict {
+        Verdict::Broke => "m-broke",
+        Verdict::Unexpected => "m-unexpected",
+        Verdict::Ok if cell.expected == Expectation::MayBreak && cell.broken > 0 => "m-unexpected",
+        Verdict::Ok => "m-ok",
+    }
 }
 
 /// The warnings of report.md (undershot ceilings, runs too short to rank,

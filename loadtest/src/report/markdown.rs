@@ -3,8 +3,8 @@
 use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
 use comfy_table::{CellAlignment, Table};
 
-use super::Report;
 use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells, num};
+use super::{Report, matrix};
 use crate::ceilings::Kind;
 use crate::stats::median;
 use crate::steady::MIN_WINDOW_S;
@@ -197,8 +197,29 @@ give their 95 % confidence interval (CI, a t-interval over the per-round ratios,
 on). The verdict against sql is faster or slower when the interval of × sql excludes 1, else \
 indistinguishable; a strategy with a run whose steady window was too short is not ranked.";
 
-/// report.md: machine, ceilings, the verdict over repeats, the summary
-/// table, every run and the parameters (charts are in report.html).
+/// The fault matrices as markdown sections (`### Faults — <profile>`), empty
+/// without fault runs.
+pub fn fault_matrices(report: &Report) -> String {
+    let mut out = String::new();
+    for m in matrix::matrices(report) {
+        let mut table = Table::new();
+        table.load_style(ASCII_MARKDOWN);
+        let mut header = vec!["strategy".to_owned()];
+        header.extend(m.faults.iter().cloned());
+        table.set_header(header);
+        for row in &m.rows {
+            let mut cells = vec![row.strategy.clone()];
+            cells.extend(row.cells.iter().map(|c| c.as_ref().map_or("–".to_owned(), |c| c.text())));
+            table.add_row(cells);
+        }
+        out.push_str(&format!("## Faults — {}\n\n{}\n\n{table}\n\n", m.profile, matrix::LEGEND));
+    }
+    out
+}
+
+/// report.md: machine, ceilings, the verdict over repeats, the fault
+/// matrices, the summary table, every run and the parameters (charts are in
+/// report.html).
 pub fn render(report: &Report) -> String {
     let m = &report.machine;
     let config = serde_json::to_string_pretty(&report.config).unwrap_or_default();
@@ -221,6 +242,7 @@ pub fn render(report: &Report) -> String {
          Generated {} on {} CPUs, {:.1} GiB, {}. Charts: report.html.\n\n\
          {balancer}{}\n\n\
          ## Verdicts\n\n{}\n\
+         {}\
          ## Warnings\n\n{}\n\
          ## Summary over repeats\n\n{SUMMARY_NOTE}\n\n{}\n\n\
          {flood}\
@@ -235,6 +257,7 @@ pub fn render(report: &Report) -> String {
         m.os,
         ceilings_line(report),
         verdict_lines(report),
+        fault_matrices(report),
         bullets(&warning_lines(report)),
         summary_table(report, true),
         runs_table(report, true),

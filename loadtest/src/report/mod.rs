@@ -6,6 +6,7 @@
 mod columns;
 pub mod html;
 pub mod markdown;
+pub mod matrix;
 pub mod summary;
 mod svg;
 
@@ -18,6 +19,7 @@ use crate::balancer::BalancerReport;
 use crate::ceilings::Ceilings;
 use crate::cpu::Cpu;
 use crate::expectation::Expectation;
+use crate::fault::FaultRecord;
 use crate::scenario::{Flood, Latency, Outcomes};
 pub use seckill::strategy::queue::results::BatchSizes;
 
@@ -191,6 +193,11 @@ pub struct Run {
     /// `null` in reports written before it was added.
     #[serde(default)]
     pub sold_per_second: Option<Vec<i64>>,
+    /// The fault injected during the run and what it did (see
+    /// docs/report-format.md, "Faults"); `null` for a run without one. With
+    /// a fault, `undersold` is counted after the settle period.
+    #[serde(default)]
+    pub fault: Option<FaultRecord>,
 }
 
 /// What a lock strategy's lock did during a run.
@@ -254,38 +261,62 @@ pub struct Ratio {
 }
 
 impl Run {
-    /// Any sign of a broken sale.
+    /// Any sign of a broken sale. Under a fault the books decide, not what
+    /// the clients heard: a 5xx while a backing service is down is the
+    /// designed answer (`fault.answers_in_window` shows them), and the
+    /// reconciler returning what the fault stranded is its job (its fixes
+    /// are reported, not counted as broken); an accepted purchase lost
+    /// breaks the sale.
     pub fn is_broken(&self) -> bool {
+        let faulted = self.fault.is_some();
         self.oversold > 0
             || self.ledger_drift != 0
             || self.undersold > 0
             || self.duplicate_orders > 0
-            || self.errors_5xx > 0
+            || (self.errors_5xx > 0 && !faulted)
             || self.redis_drift.is_some_and(|d| d != 0)
-            || self.reconcile_fixes.is_some_and(|f| f != 0)
+            || (self.reconcile_fixes.is_some_and(|f| f != 0) && !faulted)
             || self.accepted_unresolved.is_some_and(|n| n > 0)
+            || self.fault.as_ref().is_some_and(|f| f.accepted_lost > 0)
+    }
+
+    /// Whether the books themselves show the break: oversold or drift, and
+    /// under a fault also units left unsold after settle or an accepted
+    /// purchase lost.
+    pub fn books_broken(&self) -> bool {
+        let fault = self.fault.as_ref();
+        self.oversold > 0
+            || self.ledger_drift != 0
+            || fault.is_some_and(|f| f.undersold_after_settle > 0 || f.accepted_lost > 0)
     }
 
     /// The verdict against `expected`. A run expected to break must show it
-    /// in the books (oversold or drift), not merely in its error count.
+    /// in the books, not merely in its error count.
     pub fn judge(&self) -> Verdict {
-        self.expected.verdict(self.is_broken(), self.oversold > 0 || self.ledger_drift != 0)
+        self.expected.verdict(self.is_broken(), self.books_broken())
+    }
+
+    /// The fault's wire name, `none` without one.
+    pub fn fault_name(&self) -> &str {
+        self.fault.as_ref().map_or("none", |f| f.kind.as_str())
     }
 }
 
 /// Fills `ratio.sell_through_vs_sql_strategy` from the `sql` run of the same
-/// profile and repeat.
+/// profile, fault and repeat.
 pub fn relate_to_sql(runs: &mut [Run]) {
-    let sql: Vec<(String, u64, Option<f64>)> = runs
+    let sql: Vec<(String, String, u64, Option<f64>)> = runs
         .iter()
         .filter(|r| r.strategy == "sql")
-        .map(|r| (r.profile.clone(), r.repeat, r.sell_through_per_s))
+        .map(|r| (r.profile.clone(), r.fault_name().to_owned(), r.repeat, r.sell_through_per_s))
         .collect();
     for run in runs.iter_mut() {
         let base = sql
             .iter()
-            .find(|(profile, repeat, _)| *profile == run.profile && *repeat == run.repeat)
-            .and_then(|(_, _, value)| *value);
+            .find(|(profile, fault, repeat, _)| {
+                *profile == run.profile && fault == run.fault_name() && *repeat == run.repeat
+            })
+            .and_then(|(_, _, _, value)| *value);
         run.ratio.sell_through_vs_sql_strategy = match (run.sell_through_per_s, base) {
             (Some(value), Some(base)) if base > 0.0 => Some(value / base),
             _ => None,

@@ -26,11 +26,14 @@ use crate::stats::{self, VsSql};
 /// The figure whose interval decides `vs_sql`.
 pub const VS_SQL: &str = "ratio.sell_through_vs_sql_strategy";
 
-/// The aggregate of one (strategy, profile) over its repeats.
+/// The aggregate of one (strategy, profile, fault) over its repeats.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Summary {
     pub strategy: String,
     pub profile: String,
+    /// The fault of the runs (`runs[].fault.kind`); `null` without one.
+    #[serde(default)]
+    pub fault: Option<String>,
     pub expected: Expectation,
     /// Runs aggregated (one per repeat).
     pub runs: u64,
@@ -99,7 +102,10 @@ impl Summary {
     pub fn broke_line(&self) -> String {
         let list =
             |values: &[i64]| values.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
-        let who = format!("{} ({})", self.strategy, self.profile);
+        let who = match &self.fault {
+            Some(fault) => format!("{} ({}, {fault})", self.strategy, self.profile),
+            None => format!("{} ({})", self.strategy, self.profile),
+        };
         let books =
             format!("oversold {}; drift {}", list(&self.oversold), list(&self.ledger_drift));
         if self.broken_runs == 0 {
@@ -110,20 +116,23 @@ impl Summary {
     }
 }
 
-/// One [`Summary`] per (strategy, profile), in order of first appearance in
-/// `runs`; each lists its repeats in repeat order.
+/// One [`Summary`] per (strategy, profile, fault), in order of first
+/// appearance in `runs`; each lists its repeats in repeat order.
 pub fn summarize(runs: &[Run]) -> Vec<Summary> {
-    let mut keys: Vec<(&str, &str)> = Vec::new();
+    let mut keys: Vec<(&str, &str, &str)> = Vec::new();
     for run in runs {
-        let key = (run.strategy.as_str(), run.profile.as_str());
+        let key = (run.strategy.as_str(), run.profile.as_str(), run.fault_name());
         if !keys.contains(&key) {
             keys.push(key);
         }
     }
     keys.into_iter()
-        .map(|(strategy, profile)| {
-            let mut group: Vec<&Run> =
-                runs.iter().filter(|r| r.strategy == strategy && r.profile == profile).collect();
+        .map(|(strategy, profile, fault)| {
+            let mut group: Vec<&Run> = runs
+                .iter()
+                .filter(|r| r.strategy == strategy && r.profile == profile)
+                .filter(|r| r.fault_name() == fault)
+                .collect();
             group.sort_by_key(|r| r.repeat);
             let mut summary = summarize_group(&group);
             summary.too_short_to_rank = group.iter().any(|run| {
@@ -131,6 +140,7 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
                     || runs.iter().any(|sql| {
                         sql.strategy == "sql"
                             && sql.profile == run.profile
+                            && sql.fault_name() == run.fault_name()
                             && sql.repeat == run.repeat
                             && sql.too_short_to_rank
                     })
@@ -170,6 +180,7 @@ fn summarize_group(group: &[&Run]) -> Summary {
     Summary {
         strategy: group[0].strategy.clone(),
         profile: group[0].profile.clone(),
+        fault: group[0].fault.as_ref().map(|f| f.kind.clone()),
         expected: group[0].expected,
         runs: group.len() as u64,
         verdicts,

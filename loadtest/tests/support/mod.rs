@@ -17,10 +17,16 @@ pub fn test_database_url() -> String {
 /// one-second ceilings and rejection phase, into the test database, quietly,
 /// writing into `out`; asserts that it succeeded and answers its report.json.
 pub fn compare(out: &Path, args: &[&str]) -> Value {
+    compare_on(2, out, args)
+}
+
+/// [`compare`] on `instances` instances.
+pub fn compare_on(instances: u32, out: &Path, args: &[&str]) -> Value {
+    let instances = instances.to_string();
     let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .arg("compare")
         .args(args)
-        .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
+        .args(["--users", "40", "--instances", &instances, "--rejection-phase", "1"])
         .args(["--ceiling-duration", "1", "--database-url", &test_database_url()])
         .args(["--quiet", "--out"])
         .arg(out)

@@ -1,7 +1,7 @@
 //! A `redis-server` child process on a free port that keeps nothing on disk:
-//! a test may kill it (a crash, or a partition seen from the client's side)
-//! and restart it on the same port, empty. Killed, and its working directory
-//! removed, when dropped.
+//! its owner may kill it (a crash, or a partition seen from the client's
+//! side) and restart it on the same port, empty. Killed, and its working
+//! directory removed, when dropped.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -32,7 +32,8 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts a server and waits until it answers `PING`.
+    /// Starts a server and waits until it answers `PING`; panics when it
+    /// cannot.
     pub async fn start() -> RedisServer {
         Self::start_with(&[]).await
     }
@@ -40,9 +41,16 @@ impl RedisServer {
     /// The same with extra `redis-server` arguments (e.g. cluster mode:
     /// `--cluster-enabled yes`).
     pub async fn start_with(extra: &[&str]) -> RedisServer {
-        let dir = std::env::temp_dir()
-            .join(format!("test-support-redis-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        Self::try_start_with(extra).await.unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    /// [`start_with`](Self::start_with), answering why it could not start
+    /// (`redis-server` missing, or no port of [`PORT_ATTEMPTS`] could be
+    /// bound) instead of panicking.
+    pub async fn try_start_with(extra: &[&str]) -> Result<RedisServer, String> {
+        let dir =
+            std::env::temp_dir().join(format!("owned-redis-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("a temporary directory: {e}"))?;
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let mut last_err = String::new();
         for _ in 0..PORT_ATTEMPTS {
@@ -53,7 +61,7 @@ impl RedisServer {
                 extra: extra.clone(),
             };
             match server.launch().await {
-                Ok(()) => return server,
+                Ok(()) => return Ok(server),
                 Err(err) => {
                     // Keep the directory for the next port.
                     server.dir = PathBuf::new();
@@ -62,7 +70,7 @@ impl RedisServer {
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
-        panic!("could not start redis-server: {last_err}");
+        Err(format!("could not start redis-server: {last_err}"))
     }
 
     /// A replica of the master listening on `master_port` (possibly a proxy
@@ -112,12 +120,19 @@ impl RedisServer {
         }
     }
 
-    /// Kills it if it runs, then starts it again on the same port, empty.
+    /// Kills it if it runs, then starts it again on the same port, empty;
+    /// panics when it does not come back.
     pub async fn restart(&mut self) {
+        self.try_restart().await.unwrap_or_else(|err| panic!("{err}"));
+    }
+
+    /// [`restart`](Self::restart), answering why it did not come back
+    /// instead of panicking.
+    pub async fn try_restart(&mut self) -> Result<(), String> {
         self.kill();
-        if let Err(err) = self.launch().await {
-            panic!("redis-server restarts on port {}: {err}", self.port);
-        }
+        self.launch()
+            .await
+            .map_err(|err| format!("redis-server restarts on port {}: {err}", self.port))
     }
 
     async fn launch(&mut self) -> Result<(), String> {

@@ -1,4 +1,4 @@
-//! A RabbitMQ node a test owns: its own node name, AMQP and distribution
+//! A RabbitMQ node a process owns: its own node name, AMQP and distribution
 //! ports, and directories under a temporary directory, beside the shared
 //! broker. Stopped (and its directories removed) when dropped.
 
@@ -21,14 +21,22 @@ pub struct RabbitMqNode {
 }
 
 impl RabbitMqNode {
-    /// Starts the node and waits (up to 60 s) until it accepts AMQP.
+    /// Starts the node and waits (up to 60 s) until it accepts AMQP; panics
+    /// when it does not.
     pub async fn start() -> RabbitMqNode {
+        Self::try_start().await.unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    /// [`start`](Self::start), answering why the node did not start instead
+    /// of panicking.
+    pub async fn try_start() -> Result<RabbitMqNode, String> {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let dir = std::env::temp_dir().join(format!("seckill-rabbit-{id}"));
+        let dir = std::env::temp_dir().join(format!("owned-rabbit-{id}"));
+        let io = |e: std::io::Error| format!("the RabbitMQ node's directory: {e}");
         for sub in ["mnesia", "log"] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap();
+            std::fs::create_dir_all(dir.join(sub)).map_err(io)?;
         }
-        std::fs::write(dir.join("plugins"), "[].\n").unwrap();
+        std::fs::write(dir.join("plugins"), "[].\n").map_err(io)?;
         // Started as root, the Debian server drops to the `rabbitmq` user,
         // which must own its directories.
         let _ = Command::new("chown")
@@ -42,16 +50,16 @@ impl RabbitMqNode {
             dir.join("rabbitmq.conf"),
             format!("listeners.tcp.local = 127.0.0.1:{port}\n"),
         )
-        .unwrap();
+        .map_err(io)?;
         let mut broker = RabbitMqNode {
             port,
             dist_port: free_port(),
-            name: format!("seckill-test-{}", &id[..12]),
+            name: format!("owned-{}", &id[..12]),
             dir,
             child: None,
         };
-        broker.launch().await;
-        broker
+        broker.launch().await?;
+        Ok(broker)
     }
 
     /// `amqp://guest:guest@127.0.0.1:<port>/%2f`.
@@ -60,8 +68,9 @@ impl RabbitMqNode {
     }
 
     fn node(&self) -> String {
-        let host = Command::new("hostname").arg("-s").output().unwrap();
-        format!("{}@{}", self.name, String::from_utf8_lossy(&host.stdout).trim())
+        let host = Command::new("hostname").arg("-s").output();
+        let host = host.map(|out| out.stdout).unwrap_or_default();
+        format!("{}@{}", self.name, String::from_utf8_lossy(&host).trim())
     }
 
     /// Stops the node (`rabbitmqctl stop`: a clean shutdown, messages kept).
@@ -77,13 +86,21 @@ impl RabbitMqNode {
         }
     }
 
-    /// Starts the node again on the same ports and directories.
+    /// Starts the node again on the same ports and directories; panics when
+    /// it does not come back.
     pub async fn restart(&mut self) {
-        self.stop();
-        self.launch().await;
+        self.try_restart().await.unwrap_or_else(|err| panic!("{err}"));
     }
 
-    async fn launch(&mut self) {
+    /// [`restart`](Self::restart), answering why the node did not come back
+    /// instead of panicking.
+    pub async fn try_restart(&mut self) -> Result<(), String> {
+        self.stop();
+        self.launch().await
+    }
+
+    /// Starts the node and waits (up to 60 s) until it accepts AMQP.
+    async fn launch(&mut self) -> Result<(), String> {
         let child = Command::new("rabbitmq-server")
             .env("RABBITMQ_NODENAME", &self.name)
             .env("RABBITMQ_NODE_PORT", self.port.to_string())
@@ -97,7 +114,7 @@ impl RabbitMqNode {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("rabbitmq-server starts");
+            .map_err(|e| format!("starting rabbitmq-server: {e}"))?;
         self.child = Some(child);
         let url = self.url();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -105,9 +122,14 @@ impl RabbitMqNode {
             let props = lapin::ConnectionProperties::default();
             if let Ok(conn) = lapin::Connection::connect(&url, props).await {
                 let _ = conn.close(200, "ready".into()).await;
-                return;
+                return Ok(());
             }
-            assert!(tokio::time::Instant::now() < deadline, "the owned RabbitMQ node started");
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "the RabbitMQ node on port {} did not start in 60 s",
+                    self.port
+                ));
+            }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }

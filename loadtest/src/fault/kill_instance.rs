@@ -1,0 +1,126 @@
+//! `kill-instance`: SIGKILL one app instance, then start it again on the same
+//! port after `--fault-restart-ms`. Whatever it held dies with it: its
+//! transactions roll back, its Redis lock keys stay until they expire (or
+//! forever, for `lock/setnx`), its unacknowledged messages go back to the
+//! queue. Clients of the dead instance fail over to the others.
+//!
+//! Which instance, so that the kill hits where it matters:
+//! - `queue`: the one whose consumer is active for the run's partition, told
+//!   by whose `seckill_queue_batch_size_count` grows over [`ACTIVE_SAMPLE`];
+//! - the hand-rolled locks (`lock/setnx`, `lock/ttl`, `lock/token`) on a
+//!   single instance: that instance, at a moment it holds the sale's lock —
+//!   it is stopped, the lock key is looked up, and it is continued and tried
+//!   again a few milliseconds later until the key is there (for up to
+//!   [`HOLDER_WAIT`]), then killed while stopped;
+//! - otherwise instance 0. With several instances a lock holder cannot be
+//!   told from outside (the key does not name its owner), so the killed
+//!   instance holds the lock at that moment only by chance: the expectation
+//!   table says `may_break` where that decides.
+
+use std::time::{Duration, Instant};
+
+use super::{Landed, Target};
+
+/// How long consumer activity is sampled to find the active consumer.
+const ACTIVE_SAMPLE: Duration = Duration::from_millis(200);
+
+/// How long the kill waits for a moment the single instance holds the lock.
+const HOLDER_WAIT: Duration = Duration::from_secs(2);
+
+/// Kills the chosen instance, waits, restarts it.
+pub async fn inject(on: &Target<'_>) -> anyhow::Result<Landed> {
+    let victim = if on.strategy == seckill::strategy::queue::NAME {
+        active_consumer(on).await.unwrap_or(0)
+    } else {
+        if let Some(key) = lock_key(on) {
+            stop_while_holding(on, &key).await?;
+        }
+        0
+    };
+    on.instances.signal(victim, "KILL").await?;
+    let landed = Landed::now(Some(victim));
+    tokio::time::sleep(on.settings.restart_after).await;
+    on.instances.restart(victim).await?;
+    Ok(landed)
+}
+
+/// The Redis key of the run's (first) sale's lock, for a hand-rolled lock
+/// generation served by one instance; `None` otherwise.
+fn lock_key(on: &Target<'_>) -> Option<String> {
+    let variant = on.strategy.as_str().strip_prefix("lock/")?;
+    let prefix = on.instances.redis_prefix.as_deref()?;
+    let sale = *on.sales.first()?;
+    hand_rolled_key(prefix, sale, variant).filter(|_| on.instances.urls.len() == 1)
+}
+
+/// `PREFIX:{sale:ID}:lock:<variant>` for `setnx`, `ttl` and `token` (the
+/// keys `seckill::backends::RedisHandle::sale_key` names for them).
+fn hand_rolled_key(prefix: &str, sale: i64, variant: &str) -> Option<String> {
+    matches!(variant, "setnx" | "ttl" | "token")
+        .then(|| format!("{prefix}:{{sale:{sale}}}:lock:{variant}"))
+}
+
+/// Leaves instance 0 stopped at a moment its lock key exists (or after
+/// [`HOLDER_WAIT`], stopped all the same).
+async fn stop_while_holding(on: &Target<'_>, key: &str) -> anyhow::Result<()> {
+    let client = redis::Client::open(on.redis_url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let deadline = Instant::now() + HOLDER_WAIT;
+    loop {
+        on.instances.signal(0, "STOP").await?;
+        let held: bool = redis::cmd("EXISTS").arg(key).query_async(&mut conn).await?;
+        if held || Instant::now() >= deadline {
+            return Ok(());
+        }
+        on.instances.signal(0, "CONT").await?;
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+}
+
+/// The instance whose consumer settled the most batches over
+/// [`ACTIVE_SAMPLE`]; `None` when none settled any (or one did not answer).
+async fn active_consumer(on: &Target<'_>) -> Option<usize> {
+    let before = batches(on).await?;
+    tokio::time::sleep(ACTIVE_SAMPLE).await;
+    let after = batches(on).await?;
+    let grown: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    busiest(&grown)
+}
+
+/// Batches each instance's consumers have settled so far.
+async fn batches(on: &Target<'_>) -> Option<Vec<f64>> {
+    let mut all = Vec::new();
+    for url in &on.instances.urls {
+        let counters = on.admin.counters(std::slice::from_ref(url)).await.ok()?;
+        all.push(counters.get("seckill_queue_batch_size_count", None).unwrap_or(0.0));
+    }
+    Some(all)
+}
+
+/// Index of the largest positive value.
+fn busiest(grown: &[f64]) -> Option<usize> {
+    grown
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| **g > 0.0)
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_active_consumer_is_the_one_that_settled_batches() {
+        assert_eq!(busiest(&[0.0, 12.0]), Some(1));
+        assert_eq!(busiest(&[3.0, 1.0]), Some(0));
+        assert_eq!(busiest(&[0.0, 0.0]), None);
+    }
+
+    #[test]
+    fn only_the_hand_rolled_locks_have_a_key_to_look_up() {
+        assert_eq!(hand_rolled_key("lt", 7, "setnx").as_deref(), Some("lt:{sale:7}:lock:setnx"));
+        assert_eq!(hand_rolled_key("lt", 7, "watchdog"), None);
+    }
+}
