@@ -30,18 +30,25 @@ log="$dir/seckill-$port.log"
 replicas="${SERVE_REPLICAS:-1}"
 host="${addr%:*}"
 
+# Whether process $1 runs (a zombie, ended but not yet reaped, does not).
+alive() {
+  kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != Z ]
+}
+
 # Whether any process of the pidfile (one pid per line) runs.
 running() {
   [ -f "$pidfile" ] || return 1
   local pid
-  while read -r pid; do kill -0 "$pid" 2>/dev/null && return 0; done <"$pidfile"
+  while read -r pid; do alive "$pid" && return 0; done <"$pidfile"
   return 1
 }
 
 # HAProxy's configuration for the replicas on ports PORT+1 … PORT+N.
 haproxy_config() {
   printf 'global\n    maxconn 4000\n\ndefaults\n    mode http\n    timeout connect 2s\n'
-  printf '    timeout client 60s\n    timeout server 60s\n    option http-keep-alive\n\n'
+  printf '    timeout client 60s\n    timeout server 60s\n    option http-keep-alive\n'
+  # A request whose connection failed never reached a replica: sent again to another.
+  printf '    retries 2\n    option redispatch 1\n    retry-on conn-failure\n\n'
   printf 'frontend buyers\n    bind %s\n    default_backend replicas\n\n' "$addr"
   printf 'backend replicas\n    balance roundrobin\n    option httpchk\n'
   printf '    http-check send meth GET uri /readyz\n'
@@ -52,7 +59,8 @@ haproxy_config() {
 
 start() {
   if running; then
-    echo "seckill already serves on http://$addr (pid $(cat "$pidfile")); stop it with: scripts/serve.sh stop"
+    status >/dev/null || { status; return 1; }
+    echo "seckill already serves on http://$addr (pid $(tr '\n' ' ' <"$pidfile" | sed 's/ $//')); stop it with: scripts/serve.sh stop"
     return 0
   fi
   bash scripts/services.sh up >&2
@@ -110,26 +118,57 @@ start() {
   return 1
 }
 
+# Sends SIGTERM to the pids given and waits up to 10 s for them to end;
+# SIGKILL for any still running then.
+terminate() {
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  for _ in $(seq 100); do
+    local up=0 pid
+    for pid in "$@"; do alive "$pid" && up=1; done
+    [ "$up" = 1 ] || return 0
+    sleep 0.1
+  done
+  echo "still running after 10 s, killed: $*" >&2
+  kill -KILL "$@" 2>/dev/null || true
+}
+
 stop() {
   if ! running; then
     rm -f "$pidfile"
     echo "no seckill started by scripts/serve.sh runs on port $port"
     return 0
   fi
-  local pids
-  pids=$(tr '\n' ' ' <"$pidfile")
-  # shellcheck disable=SC2086 # one word per pid
-  kill -TERM $pids 2>/dev/null || true
-  for _ in $(seq 100); do
-    running || break
-    sleep 0.1
-  done
+  local pids=() pid
+  while read -r pid; do pids+=("$pid"); done <"$pidfile"
+  if [ "${#pids[@]}" -gt 1 ]; then
+    # The replicas first (each answers what it has in progress, as on any
+    # SIGTERM), while HAProxy still carries their answers; HAProxy last.
+    terminate "${pids[@]:0:${#pids[@]}-1}"
+    terminate "${pids[-1]}"
+  else
+    terminate "${pids[@]}"
+  fi
   rm -f "$pidfile"
-  echo "seckill (pid ${pids% }) stopped"
+  echo "seckill (pid ${pids[*]}) stopped"
 }
 
 status() {
-  if running; then echo "seckill serves on http://$addr (pid $(tr '\n' ' ' <"$pidfile" | sed 's/ $//'))"; else echo "no seckill started by scripts/serve.sh runs on port $port"; fi
+  if ! running; then
+    echo "no seckill started by scripts/serve.sh runs on port $port"
+    return 0
+  fi
+  local all=0 up=0 dead=() pid
+  while read -r pid; do
+    all=$((all + 1))
+    if alive "$pid"; then up=$((up + 1)); else dead+=("$pid"); fi
+  done <"$pidfile"
+  if [ "$up" = "$all" ]; then
+    echo "seckill serves on http://$addr (pid $(tr '\n' ' ' <"$pidfile" | sed 's/ $//'))"
+  else
+    echo "seckill on http://$addr is degraded: $up of $all processes run (ended: ${dead[*]}); scripts/serve.sh stop, then start again" >&2
+    return 1
+  fi
 }
 
 case "${1:-start}" in

@@ -113,7 +113,9 @@ impl Balancer {
 
 /// The configuration: a frontend on `port`, the instances round robin with
 /// a `/readyz` check every second, and the statistics on `stats_port`.
-/// Timeouts are those the load test itself allows a request (60 s).
+/// Timeouts are those the load test itself allows a request (60 s). A
+/// request whose connection to an instance failed never reached it, so it
+/// is sent to another (`retry-on conn-failure`, `redispatch`).
 /// `maxconn` is the goose users with room for the checks and statistics:
 /// HAProxy needs two descriptors per connection and refuses to start when
 /// the process may not open that many.
@@ -132,7 +134,8 @@ fn configuration(
     Ok(format!(
         "global\n    maxconn {maxconn}\n\n\
          defaults\n    mode http\n    timeout connect 2s\n    timeout client 60s\n    \
-         timeout server 60s\n    option http-keep-alive\n\n\
+         timeout server 60s\n    option http-keep-alive\n    retries 2\n    \
+         option redispatch 1\n    retry-on conn-failure\n\n\
          frontend buyers\n    bind 127.0.0.1:{port}\n    default_backend {BACKEND}\n\n\
          backend {BACKEND}\n    balance roundrobin\n    option httpchk\n    \
          http-check send meth GET uri /readyz\n{servers}\n\
@@ -191,6 +194,7 @@ mod tests {
         assert!(config.contains("server instance-0 127.0.0.1:4001 check"));
         assert!(config.contains("server instance-1 127.0.0.1:4002 check"));
         assert!(config.contains("balance roundrobin") && config.contains("uri /readyz"));
+        assert!(config.contains("retry-on conn-failure"), "a refused connection goes elsewhere");
         assert!(configuration(&["127.0.0.1:4001".to_owned()], 1, 1, 2).is_err(), "not a URL");
     }
 

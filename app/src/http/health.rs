@@ -129,9 +129,12 @@ pub async fn metrics(_admin: Admin, State(state): State<AppState>) -> Response {
 }
 
 /// The router of the metrics listener (`SECKILL_METRICS_ADDR`): `GET
-/// /metrics` without a token, nothing else (`404`).
+/// /metrics` without a token, nothing else (`404`, `405`, as problems).
 pub fn metrics_router(handle: PrometheusHandle) -> Router {
-    Router::new().route("/metrics", get(move || std::future::ready(exposition(&handle))))
+    Router::new()
+        .route("/metrics", get(move || std::future::ready(exposition(&handle))))
+        .fallback(|| async { AppError::NotFound("this listener serves GET /metrics only".into()) })
+        .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
 }
 
 /// The exposition page of `handle`.

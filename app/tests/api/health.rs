@@ -149,4 +149,8 @@ async fn a_metrics_address_serves_metrics_there_without_a_token_and_only_there()
     assert_eq!(series(&page, "axum_http_requests_total", &unmatched), 1.0);
     let other = client.get(format!("{private}/healthz")).send().await.unwrap();
     assert_eq!(other.status(), StatusCode::NOT_FOUND, "the metrics listener serves nothing else");
+    assert_eq!(other.headers()["content-type"], "application/problem+json");
+    let posted = client.post(format!("{private}/metrics")).send().await.unwrap();
+    assert_eq!(posted.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(posted.headers()["content-type"], "application/problem+json");
 }
