@@ -150,10 +150,7 @@ pub async fn run_one(
     let prepared = prepare(bench, key).await?;
     let phases = run_phases(bench, key, &prepared, progress).await?;
     progress.phase("audit");
-    let mut audits = Vec::with_capacity(prepared.sales.len());
-    for &sale in &prepared.sales {
-        audits.push(bench.admin.audit(sale).await?);
-    }
+    let audits = audit_all(bench, &prepared.sales).await?;
     let undersold = undersold(&audits, &split_demand(prepared.buyers, prepared.sales.len()));
     let mut counted = Counted::of(key.strategy, &phases.counters)?;
     if let Some(lock) = &mut counted.lock {
@@ -252,7 +249,6 @@ async fn run_phases(
     prepared: &Prepared,
     progress: &mut Progress,
 ) -> anyhow::Result<Phases> {
-    let (urls, args) = (&bench.instances.buyer_urls, bench.args);
     let ids: Vec<i64> = prepared.sales.iter().map(|s| s.0).collect();
     let plan = &prepared.plan;
     let buyers = scenario::buyers(prepared.buyers, &ids, plan.submissions, plan.resubmit);
@@ -261,68 +257,16 @@ async fn run_phases(
     let tally = Arc::new(OutcomeCounters::default());
     progress.phase("settling statistics");
     let (xacts_before, counters_before) = readings(bench).await?;
-    let resubmissions = buyers.len() as u64 - prepared.buyers - plan.flood;
-    let flood = if plan.flood > 0 {
-        format!(" + {} by one flooding buyer", plan.flood)
-    } else {
-        String::new()
-    };
-    progress.phase(&format!(
-        "sale phase ({} buyers + {resubmissions} resubmissions{flood})",
-        prepared.buyers
-    ));
-    let fault_slug = key.fault.map(|f| format!("-{f}")).unwrap_or_default();
-    let goose_report = args.out.join(format!(
-        "goose-{}-{}{fault_slug}-{}.html",
-        key.strategy.slug(),
-        key.profile,
-        key.repeat
-    ));
-    let mut meter = args.target.is_empty().then(|| CpuMeter::new(bench.instances.pids()));
+    progress.phase(&sale_phase_label(prepared.buyers, buyers.len() as u64, plan.flood));
+    let mut meter = bench.args.target.is_empty().then(|| CpuMeter::new(bench.instances.pids()));
     let cpu_before = meter.as_mut().map(|m| (m.snapshot(), std::time::Instant::now()));
     let sampler = progress.live().map(|live| {
         live.sample_sale(bench.db.clone(), ids.clone(), plan.stock as i64, tally.clone())
     });
     let buyer_key = bench.instances.buyer_key.as_deref();
     let tokens = buyer_key.map(|k| scenario::Tokens::new(k, buyers.iter().map(|b| b.user)));
-    let log = key.fault.map(|_| Arc::new(AnswerLog::default()));
-    let phase_done = Arc::new(AtomicBool::new(false));
-    let sale_phase = async {
-        let result = scenario::sale_phase(
-            urls,
-            &ids,
-            args.users,
-            args.retries,
-            buyers,
-            goose_report,
-            tally,
-            tokens.clone(),
-            log.clone(),
-        )
-        .await;
-        phase_done.store(true, Ordering::Relaxed);
-        result
-    };
-    let (sale, hit) = match key.fault {
-        Some(kind) => {
-            let target = fault::Target {
-                instances: bench.instances,
-                admin: bench.admin,
-                db: bench.db,
-                strategy: key.strategy,
-                sales: &ids,
-                redis_url: &args.redis_url,
-                servers: bench.servers,
-                lease_ms: plan.knobs.lock_lease_ms.unwrap_or(SERVICE_LEASE_MS),
-                settings: bench.faults,
-            };
-            let threshold = fault::threshold(plan.stock, bench.faults.at);
-            let injector = fault::inject_when_sold(kind, &target, threshold, phase_done.clone());
-            let (sale, hit) = tokio::join!(sale_phase, injector);
-            (sale?, hit.with_context(|| format!("injecting {kind}"))?)
-        }
-        None => (sale_phase.await?, None),
-    };
+    let SalePhase { result: sale, fault: injected } =
+        sale_phase(bench, key, prepared, buyers, tally, tokens.clone()).await?;
     let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
         progress.phase("waiting for the queue to drain");
         Some(bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?)
@@ -342,35 +286,20 @@ async fn run_phases(
         sampler.stop().await;
     }
     let orders = order_times(bench.db, &ids).await?;
-    let window = steady::sale_window(&orders);
-    let sold_per_second = sale.first_send.map(|start| series::sold_per_second(&orders, start));
     progress.phase("settling statistics");
     let (xacts_after, counters_after) = readings(bench).await?;
-    let mut audits = Vec::with_capacity(prepared.sales.len());
-    for &sale in &prepared.sales {
-        audits.push(bench.admin.audit(sale).await?);
-    }
-    let sold_in_sale_phase = audits.iter().map(|a| a.units_sold).sum();
-    let fault = match key.fault {
-        Some(kind) => {
-            progress.phase(&format!("settling after {kind}"));
-            let demand = split_demand(prepared.buyers, prepared.sales.len());
-            let settle = settle(bench, key.strategy, &prepared.sales).await?;
-            Some(FaultPhase {
-                kind,
-                hit,
-                answers: log.map(|log| log.answers()).unwrap_or_default(),
-                first_send: sale.first_send,
-                undersold_after_phase: undersold(&audits, &demand),
-                settle,
-            })
+    let audits = audit_all(bench, &prepared.sales).await?;
+    let fault = match injected {
+        Some(injected) => {
+            Some(settle_fault(bench, key.strategy, prepared, injected, &audits, progress).await?)
         }
         None => None,
     };
     progress.phase("rejection phase");
     let first_fresh = prepared.buyers as i64 + 1;
+    let args = bench.args;
     let rejection = scenario::rejection_phase(
-        urls,
+        &bench.instances.buyer_urls,
         &ids,
         args.users,
         first_fresh,
@@ -379,19 +308,137 @@ async fn run_phases(
     )
     .await?;
     Ok(Phases {
+        window: steady::sale_window(&orders),
+        sold_per_second: sale.first_send.map(|at| series::sold_per_second(&orders, at)),
         sale,
         rejection,
         queue_stats,
         group_commit,
         xacts: [xacts_before, xacts_after],
         counters: [counters_before, counters_after],
-        sold_in_sale_phase,
-        window,
-        sold_per_second,
+        sold_in_sale_phase: audits.iter().map(|a| a.units_sold).sum(),
         cpu,
         peak_rss_mb: rss.stop().await,
         fault,
     })
+}
+
+/// The progress label of a sale phase that sends `sent` purchases for
+/// `buyers` distinct buyers, `flood` of them by the flooding buyer.
+fn sale_phase_label(buyers: u64, sent: u64, flood: u64) -> String {
+    let resubmissions = sent.saturating_sub(buyers + flood);
+    let flood = if flood > 0 { format!(" + {flood} by one flooding buyer") } else { String::new() };
+    format!("sale phase ({buyers} buyers + {resubmissions} resubmissions{flood})")
+}
+
+/// Where goose writes its HTML report of the run's sale phase:
+/// `goose-<strategy slug>-<profile>[-<fault>]-<repeat>.html` in `out`.
+fn goose_report_path(out: &std::path::Path, key: RunKey) -> std::path::PathBuf {
+    let fault = key.fault.map(|f| format!("-{f}")).unwrap_or_default();
+    out.join(format!("goose-{}-{}{fault}-{}.html", key.strategy.slug(), key.profile, key.repeat))
+}
+
+/// What the sale phase gave, with its fault when the run has one.
+struct SalePhase {
+    result: PhaseResult,
+    fault: Option<InjectedFault>,
+}
+
+/// A fault the sale phase injected (or missed), and every answer of the
+/// phase to check against Postgres.
+struct InjectedFault {
+    kind: FaultKind,
+    /// `None`: the sale phase ended before the fault point.
+    hit: Option<Hit>,
+    answers: Vec<Answer>,
+    /// When the sale phase's first purchase was sent.
+    first_send: Option<DateTime<Utc>>,
+}
+
+/// The sale phase of `key`: goose sends every buyer's purchases; for a fault
+/// run the run's fault is injected alongside once the fault point is sold
+/// (`--fault-at`), and every answer is kept.
+async fn sale_phase(
+    bench: &Bench<'_>,
+    key: RunKey,
+    prepared: &Prepared,
+    buyers: Vec<scenario::Buyer>,
+    tally: Arc<OutcomeCounters>,
+    tokens: Option<scenario::Tokens>,
+) -> anyhow::Result<SalePhase> {
+    let ids: Vec<i64> = prepared.sales.iter().map(|s| s.0).collect();
+    let args = bench.args;
+    let log = key.fault.map(|_| Arc::new(AnswerLog::default()));
+    let phase_done = Arc::new(AtomicBool::new(false));
+    let sale_phase = async {
+        let result = scenario::sale_phase(
+            &bench.instances.buyer_urls,
+            &ids,
+            args.users,
+            args.retries,
+            buyers,
+            goose_report_path(&args.out, key),
+            tally,
+            tokens,
+            log.clone(),
+        )
+        .await;
+        phase_done.store(true, Ordering::Relaxed);
+        result
+    };
+    let Some(kind) = key.fault else {
+        return Ok(SalePhase { result: sale_phase.await?, fault: None });
+    };
+    let target = fault::Target {
+        instances: bench.instances,
+        admin: bench.admin,
+        db: bench.db,
+        strategy: key.strategy,
+        sales: &ids,
+        redis_url: &args.redis_url,
+        servers: bench.servers,
+        lease_ms: prepared.plan.knobs.lock_lease_ms.unwrap_or(SERVICE_LEASE_MS),
+        settings: bench.faults,
+    };
+    let threshold = fault::threshold(prepared.plan.stock, bench.faults.at);
+    let injector = fault::inject_when_sold(kind, &target, threshold, phase_done.clone());
+    let (result, hit) = tokio::join!(sale_phase, injector);
+    let hit = hit.with_context(|| format!("injecting {kind}"))?;
+    let (result, answers) = (result?, log.map(|log| log.answers()).unwrap_or_default());
+    let fault = InjectedFault { kind, hit, answers, first_send: result.first_send };
+    Ok(SalePhase { result, fault: Some(fault) })
+}
+
+/// The settle period after a fault run's sale phase, given the audits taken
+/// when the phase ended.
+async fn settle_fault(
+    bench: &Bench<'_>,
+    strategy: StrategyName,
+    prepared: &Prepared,
+    fault: InjectedFault,
+    audits: &[Audit],
+    progress: &mut Progress,
+) -> anyhow::Result<FaultPhase> {
+    progress.phase(&format!("settling after {}", fault.kind));
+    let demand = split_demand(prepared.buyers, prepared.sales.len());
+    let settle = settle(bench, strategy, &prepared.sales).await?;
+    Ok(FaultPhase {
+        kind: fault.kind,
+        hit: fault.hit,
+        answers: fault.answers,
+        first_send: fault.first_send,
+        undersold_after_phase: undersold(audits, &demand),
+        settle,
+    })
+}
+
+/// The audit of each of `sales`, in order.
+async fn audit_all(bench: &Bench<'_>, sales: &[SaleId]) -> anyhow::Result<Vec<Audit>> {
+    let mut audits = Vec::with_capacity(sales.len());
+    for &sale in sales {
+        audits.push(bench.admin.audit(sale).await?);
+    }
+    Ok(audits)
 }
 
 /// The service's default lock lease, milliseconds (`POST /admin/sales`
@@ -770,6 +817,27 @@ mod tests {
         assert_eq!(ratio_to(Some(50.0), Some(0.0)), None);
         assert_eq!(ratio_to(None, Some(200.0)), None);
         assert_eq!(ratio_to(Some(50.0), None), None);
+    }
+
+    #[test]
+    fn the_sale_phase_label_counts_resubmissions_apart_from_the_flood() {
+        assert_eq!(sale_phase_label(100, 130, 0), "sale phase (100 buyers + 30 resubmissions)");
+        assert_eq!(
+            sale_phase_label(100, 10_110, 10_000),
+            "sale phase (100 buyers + 10 resubmissions + 10000 by one flooding buyer)"
+        );
+    }
+
+    #[test]
+    fn each_run_writes_its_goose_report_under_a_name_of_its_own() {
+        let out = std::path::Path::new("out");
+        let plain = goose_report_path(out, key("lock/watchdog"));
+        assert_eq!(plain, out.join("goose-lock-watchdog-burst-2.html"));
+        let faulted = RunKey { fault: Some(FaultKind::KillInstance), ..key("lock/watchdog") };
+        assert_eq!(
+            goose_report_path(out, faulted),
+            out.join("goose-lock-watchdog-burst-kill-instance-2.html")
+        );
     }
 
     #[test]

@@ -9,7 +9,6 @@
 //! answered `404`; with no body, the order id is the only credential.
 
 use axum::Json;
-use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
@@ -34,13 +33,7 @@ impl<S: Send + Sync> FromRequestParts<S> for OrderPath {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::extract::Path::<i64>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(id)) => Ok(OrderPath(id)),
-            Err(PathRejection::FailedToDeserializePathParams(_)) => {
-                Err(AppError::NotFound("no such order: an order id is a 64-bit integer".into()))
-            }
-            Err(err) => Err(AppError::BadRequest(err.body_text())),
-        }
+        crate::web::extract::path_id(parts, state, "order").await.map(OrderPath)
     }
 }
 

@@ -100,14 +100,24 @@ impl<S: Send + Sync> FromRequestParts<S> for SalePath {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::extract::Path::<i64>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(id)) => Ok(SalePath(SaleId(id))),
-            // The id is not echoed back: it may be anything, of any length.
-            Err(PathRejection::FailedToDeserializePathParams(_)) => {
-                Err(AppError::NotFound("no such sale: a sale id is a 64-bit integer".to_owned()))
-            }
-            Err(err) => Err(AppError::BadRequest(err.body_text())),
+        path_id(parts, state, "sale").await.map(|id| SalePath(SaleId(id)))
+    }
+}
+
+/// The one `{id}` of a route's path, as a 64-bit integer. An id that is not
+/// one is `404 no such <thing>` (the id is not echoed back: it may be
+/// anything, of any length); a route without one is a `400`.
+pub async fn path_id<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    thing: &str,
+) -> Result<i64, AppError> {
+    match axum::extract::Path::<i64>::from_request_parts(parts, state).await {
+        Ok(axum::extract::Path(id)) => Ok(id),
+        Err(PathRejection::FailedToDeserializePathParams(_)) => {
+            Err(AppError::NotFound(format!("no such {thing}: its id is a 64-bit integer")))
         }
+        Err(err) => Err(AppError::BadRequest(err.body_text())),
     }
 }
 

@@ -9,7 +9,7 @@ use serde_json::Value;
 use test_support::RedisServer;
 
 use crate::harness::{bought, cancel, pay_pending, remaining, window_sale};
-use crate::support::{TestApp, assert_problem};
+use crate::support::{TestApp, assert_problem, resolved};
 
 /// The strategies whose sales may have a payment window.
 /// The strategies whose returns this test drives through a service of its
@@ -89,23 +89,11 @@ async fn queued(app: &TestApp, sale: i64, user: i64) -> Result<i64, String> {
         return Err(body["type"].as_str().unwrap_or_default().to_owned());
     }
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let location = body["location"].as_str().unwrap().to_owned();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let result: Value = app
-            .client
-            .get(app.url(&format!("{location}?wait_ms=1000")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        match result["status"].as_str() {
-            Some("pending") => assert!(tokio::time::Instant::now() < deadline, "{result}"),
-            Some("placed") => return Ok(result["order_id"].as_i64().unwrap()),
-            other => return Err(other.unwrap_or_default().to_owned()),
-        }
+    let id = body["request_id"].as_str().unwrap();
+    let result = resolved(app, sale, id, Duration::from_secs(20)).await;
+    match result["status"].as_str() {
+        Some("placed") => Ok(result["order_id"].as_i64().unwrap()),
+        other => Err(other.unwrap_or_default().to_owned()),
     }
 }
 

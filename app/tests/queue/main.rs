@@ -20,18 +20,16 @@ mod purchase;
 mod retention;
 mod trust;
 
-use std::time::Duration;
-
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use reqwest::StatusCode;
 use seckill::config::Config;
-use seckill::strategy::queue::{PurchaseMessage, QueueStats, Topology};
+use seckill::strategy::queue::{PurchaseMessage, Topology};
 use serde_json::Value;
 
 use crate::support::TestApp;
-pub use crate::support::eventually;
+pub use crate::support::{drained, eventually, queue_stats, resolved};
 
 /// The shared RabbitMQ (`TEST_AMQP_URL`, else the service's default).
 pub static SHARED_AMQP: std::sync::LazyLock<String> =
@@ -80,35 +78,6 @@ pub async fn request(app: &TestApp, sale: i64, id: &str, wait_ms: u64) -> (Statu
         .unwrap();
     let status = response.status();
     (status, response.json().await.unwrap_or(Value::Null))
-}
-
-/// The request's result once it is no longer `pending` (long polls for up
-/// to `within`); panics if it stays pending.
-pub async fn resolved(app: &TestApp, sale: i64, id: &str, within: Duration) -> Value {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let (status, body) = request(app, sale, id, 2000).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        if body["status"] != "pending" {
-            return body;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "request {id} still pending: {body}");
-    }
-}
-
-/// `GET /admin/sales/{id}/queue`; panics unless `200`.
-pub async fn queue_stats(app: &TestApp, sale: i64) -> QueueStats {
-    app.admin(reqwest::Method::GET, &format!("/admin/sales/{sale}/queue")).await
-}
-
-/// Waits until the sale has no unresolved request; panics after `within`.
-pub async fn drained(app: &TestApp, sale: i64, within: Duration) -> QueueStats {
-    let done =
-        eventually(within, || async { queue_stats(app, sale).await.accepted_unresolved == 0 })
-            .await;
-    let stats = queue_stats(app, sale).await;
-    assert!(done, "requests still unresolved: {stats:?}");
-    stats
 }
 
 /// A raw AMQP client on the shared broker, for what the service never does

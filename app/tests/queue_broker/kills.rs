@@ -12,8 +12,9 @@ use reqwest::StatusCode;
 use serde_json::json;
 use test_support::{ChildService, ServiceLauncher};
 
+use crate::assert_every_request_resolved_once;
+use crate::support::drained;
 use crate::support::{TestApp, provoking, seckill_child};
-use crate::{assert_every_request_resolved_once, wait_until_resolved};
 
 const SHARED_AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 const STOCK: i64 = 20;
@@ -112,7 +113,7 @@ async fn five_kills_of_the_active_consumer_with_delivery_limit_1_lose_no_accepte
         "no batch committed before the last kill: the same messages were in flight at each"
     );
 
-    wait_until_resolved(&front, sale).await;
+    drained(&front, sale, Duration::from_secs(60)).await;
     let ids: Vec<(i64, String)> =
         accepted.into_iter().enumerate().map(|(i, id)| (i as i64, id)).collect();
     assert_every_request_resolved_once(&front, sale, &ids).await;

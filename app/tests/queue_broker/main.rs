@@ -21,7 +21,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use test_support::RabbitMqNode;
 
-use crate::support::{ADMIN_TOKEN, TestApp, provoking};
+use crate::support::{TestApp, drained, provoking};
 
 const STOCK: i64 = 1000;
 const BUYERS: i64 = 1500;
@@ -88,7 +88,7 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
     assert!(refused > 0, "the restart happened while buyers were buying");
 
     let accepted = buyers.accepted.lock().unwrap().clone();
-    wait_until_resolved(&app, sale).await;
+    drained(&app, sale, Duration::from_secs(60)).await;
     assert_every_request_resolved_once(&app, sale, &accepted).await;
     let audit = app.audit(sale).await;
     assert_eq!(
@@ -161,28 +161,6 @@ impl Buyers {
                 }
             }
         }
-    }
-}
-
-/// Waits (60 s at most) until the sale has no unresolved request.
-pub(crate) async fn wait_until_resolved(app: &TestApp, sale: i64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let stats: Value = app
-            .client
-            .get(app.url(&format!("/admin/sales/{sale}/queue")))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if stats["accepted_unresolved"] == 0 {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "still unresolved: {stats}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

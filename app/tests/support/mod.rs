@@ -11,6 +11,7 @@ use reqwest::{Response, StatusCode};
 use seckill::audit::Audit;
 use seckill::config::Config;
 use seckill::startup::Application;
+use seckill::strategy::queue::QueueStats;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -245,6 +246,44 @@ pub async fn assert_problem(response: Response, status: StatusCode, kind: &str) 
 /// Polls a condition every 10 ms until it holds or a time limit passes.
 #[allow(unused_imports)] // not every test binary polls
 pub use test_support::eventually;
+
+/// The result of a queued purchase (`GET /sales/{sale}/requests/{id}`) once
+/// it is no longer `pending`, long-polling 2 s at a time for up to `within`;
+/// panics if it stays pending or an answer is not `200`.
+pub async fn resolved(app: &TestApp, sale: i64, id: &str, within: Duration) -> Value {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let response = app
+            .client
+            .get(app.url(&format!("/sales/{sale}/requests/{id}?wait_ms=2000")))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if body["status"] != "pending" {
+            return body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "request {id} still pending: {body}");
+    }
+}
+
+/// `GET /admin/sales/{id}/queue`; panics unless `200`.
+pub async fn queue_stats(app: &TestApp, sale: i64) -> QueueStats {
+    app.admin(reqwest::Method::GET, &format!("/admin/sales/{sale}/queue")).await
+}
+
+/// Waits until the `queue` sale has no unresolved request; panics after
+/// `within`.
+pub async fn drained(app: &TestApp, sale: i64, within: Duration) -> QueueStats {
+    let done =
+        eventually(within, || async { queue_stats(app, sale).await.accepted_unresolved == 0 })
+            .await;
+    let stats = queue_stats(app, sale).await;
+    assert!(done, "requests still unresolved: {stats:?}");
+    stats
+}
 
 /// `seckill serve` as a child process of the test (killed when the returned
 /// service is dropped), with no `SECKILL_*` of the test's environment: on the
