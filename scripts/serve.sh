@@ -9,7 +9,9 @@
 #
 # The service reads its configuration from the environment (README,
 # Configuration): by default it listens on 127.0.0.1:8080 (SECKILL_ADDR) and
-# uses the database `seckill` (DATABASE_URL). SECKILL_BIN names a seckill
+# uses the database `seckill` (DATABASE_URL). On servers that
+# scripts/services.sh started, it connects as their `seckill` accounts, with
+# passwords (.services/service.env; use_service_accounts below). SECKILL_BIN names a seckill
 # binary to run instead of building target/release/seckill. The log and the
 # process ids are target/serve/seckill-PORT.log and .pid.
 #
@@ -57,6 +59,26 @@ haproxy_config() {
   done
 }
 
+# On the servers scripts/services.sh runs itself, the service connects with its own
+# accounts, which have passwords (their URLs, written by that script to
+# .services/service.env): for each of DATABASE_URL, REDIS_URL and AMQP_URL that is
+# unset or names the same server and database (or virtual host) as the account's URL,
+# user aside; the Redis and AMQP ones only with their default prefix (the accounts are
+# limited to it). Otherwise the variables apply as they are.
+use_service_accounts() {
+  local file=.services/service.env name url
+  [ -f "$file" ] || return 0
+  without_user() { sed -E 's#://[^@/]*@#://#' <<<"$1"; }
+  while IFS='=' read -r name url; do
+    [ -z "${!name:-}" ] || [ "$(without_user "${!name}")" = "$(without_user "$url")" ] || continue
+    case "$name" in
+      REDIS_URL) [ "${SECKILL_REDIS_PREFIX:-seckill}" = seckill ] || continue ;;
+      AMQP_URL) [ "${SECKILL_AMQP_PREFIX:-seckill}" = seckill ] || continue ;;
+    esac
+    export "$name=$url"
+  done <"$file"
+}
+
 start() {
   if running; then
     status >/dev/null || { status; return 1; }
@@ -64,6 +86,7 @@ start() {
     return 0
   fi
   bash scripts/services.sh up >&2
+  use_service_accounts
   local bin="${SECKILL_BIN:-}"
   if [ -z "$bin" ]; then
     . scripts/release-build.sh

@@ -235,15 +235,29 @@ pub struct CompareArgs {
     /// and the cost figures read it. A database of its own, so that a
     /// comparison never writes into the database a service runs on (with
     /// `--target`, see there).
-    #[arg(long, env = "LOADTEST_DATABASE_URL", default_value = LOADTEST_DATABASE_URL)]
+    #[arg(long, env = "LOADTEST_DATABASE_URL", default_value = LOADTEST_DATABASE_URL,
+          hide_env_values = true)]
+    #[serde(serialize_with = "password_hidden")]
     pub database_url: String,
 
     /// Redis URL passed to the instances.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
+    #[serde(serialize_with = "password_hidden")]
     pub redis_url: String,
 
     /// RabbitMQ URL passed to the instances.
-    #[arg(long, env = "AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    #[arg(
+        long,
+        env = "AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        hide_env_values = true
+    )]
+    #[serde(serialize_with = "password_hidden")]
     pub amqp_url: String,
 
     /// The `seckill` binary to start (default: next to this executable).
@@ -344,5 +358,35 @@ async fn main() -> std::process::ExitCode {
             eprintln!("error: {err:#}");
             std::process::ExitCode::from(2)
         }
+    }
+}
+
+/// Serializes a server URL with its password (the user information) hidden,
+/// for report.json's `config`: a report is shared, a password must not be.
+fn password_hidden<S: serde::Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&seckill::config::redacted(url))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_json_config_hides_the_passwords_of_server_urls() {
+        let cli = Cli::try_parse_from([
+            "loadtest",
+            "compare",
+            "--database-url",
+            "postgres://seckill:pg-secret@127.0.0.1:5432/seckill_loadtest",
+            "--redis-url",
+            "redis://seckill:redis-secret@127.0.0.1:6379",
+            "--amqp-url",
+            "amqp://seckill:amqp-secret@127.0.0.1:5672/seckill",
+        ])
+        .unwrap();
+        let Command::Compare(args) = cli.command else { panic!("a comparison") };
+        let config = serde_json::to_value(&args).unwrap().to_string();
+        assert!(!config.contains("secret"), "{config}");
+        assert!(config.contains("amqp://***@127.0.0.1:5672/seckill"), "{config}");
     }
 }

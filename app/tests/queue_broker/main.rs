@@ -2,7 +2,8 @@
 //! node this test owns (its own name, ports and directories beside the
 //! shared broker), and repeated SIGKILLs of the instance holding the active
 //! consumer ([`kills`]): no request that got a `202` is lost, and no order
-//! is written twice.
+//! is written twice. And `queue` through a broker user limited to the
+//! service's prefix, on a node of its own too ([`least_privilege`]).
 //!
 //! A binary of its own: these tests start and stop brokers and instances,
 //! which takes seconds, and nothing else should share those seconds.
@@ -11,6 +12,7 @@
 mod support;
 
 mod kills;
+mod least_privilege;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -1,7 +1,8 @@
 //! `redis-decr` against a real Redis and a real Postgres: exact books under
 //! concurrency, compensation, reconciliation after a crash, one background
 //! pass per period across instances, a Redis restart, the sold-out flag
-//! across instances, and Redis being down.
+//! across instances, and Redis being down or asking for a password
+//! ([`credentials`], with a `lock/*` sale too).
 //!
 //! Every test uses its own Redis key prefix, so runs never see each other's
 //! keys; tests that kill Redis own a `redis-server` of their own.
@@ -12,6 +13,7 @@ mod support;
 mod compensation;
 mod converge;
 mod crash;
+mod credentials;
 mod hangups;
 mod interleavings;
 mod purchase;

@@ -67,6 +67,34 @@ impl RabbitMqNode {
         format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
     }
 
+    /// Runs `rabbitmqctl` on this node with `args`, `stdin` on its standard
+    /// input (e.g. a password for `add_user NAME`, which then shows in no
+    /// command line); answers its standard output, or why it failed.
+    pub fn ctl(&self, args: &[&str], stdin: &str) -> Result<String, String> {
+        use std::io::Write as _;
+        let mut child = Command::new("rabbitmqctl")
+            .args(["-q", "-n", &self.node()])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("rabbitmqctl: {e}"))?;
+        let mut input = child.stdin.take().expect("a piped stdin");
+        input.write_all(stdin.as_bytes()).map_err(|e| format!("rabbitmqctl's stdin: {e}"))?;
+        drop(input);
+        let out = child.wait_with_output().map_err(|e| format!("rabbitmqctl: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "rabbitmqctl {}: {}",
+                args.first().unwrap_or(&""),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
     fn node(&self) -> String {
         let host = Command::new("hostname").arg("-s").output();
         let host = host.map(|out| out.stdout).unwrap_or_default();

@@ -176,14 +176,15 @@ impl Drop for RedisServer {
     }
 }
 
-/// True when a server on `port` answers `PING` within 200 ms.
+/// True when a server on `port` answers `PING` within 200 ms: `PONG`, or
+/// `NOAUTH` from a server that asks for a password (`--requirepass`).
 async fn ping(port: u16) -> bool {
     let attempt = async {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
         stream.write_all(b"PING\r\n").await.ok()?;
         let mut buf = [0u8; 16];
         let n = stream.read(&mut buf).await.ok()?;
-        Some(buf[..n].starts_with(b"+PONG"))
+        Some(buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"))
     };
     tokio::time::timeout(Duration::from_millis(200), attempt).await.ok().flatten().unwrap_or(false)
 }

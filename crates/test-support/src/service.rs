@@ -78,6 +78,12 @@ impl ServiceLauncher {
         self
     }
 
+    /// Writes the service's standard error to `file` (to read its log).
+    pub fn stderr_to(mut self, file: std::fs::File) -> Self {
+        self.command.stderr(file);
+        self
+    }
+
     /// How long the service may take to answer its health route.
     pub fn ready_within(mut self, within: Duration) -> Self {
         self.ready_within = within;

@@ -1,0 +1,126 @@
+//! The service against a Redis that asks for a password, on a `redis-server`
+//! this test owns: as an ACL user limited to the keys and channels of its
+//! prefix (as `scripts/services.sh` and docker-compose.yml create it), a
+//! `redis-decr` sale and two `lock/*` sales sell exactly their stock; with a
+//! wrong password, purchases and `/readyz` are `503`, the log names the
+//! cause, and neither the answers nor the log show the password.
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use test_support::RedisServer;
+
+use crate::support::{ADMIN_TOKEN, TestApp, provoking, seckill_child};
+
+/// The password of the server's default user (`--requirepass`).
+const ADMIN_PASSWORD: &str = "the-redis-admin-password-of-this-test";
+/// The password of the ACL user `seckill`.
+const PASSWORD: &str = "the-redis-password-of-this-test";
+
+/// Creates the ACL user `seckill` on `server`: `PASSWORD`, the keys and
+/// channels under `prefix`, every command but the dangerous ones.
+async fn add_the_services_user(server: &RedisServer, prefix: &str) {
+    let admin = format!("redis://:{ADMIN_PASSWORD}@127.0.0.1:{}", server.port);
+    let client = redis::Client::open(admin).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let rules = [
+        "reset",
+        "on",
+        &format!(">{PASSWORD}"),
+        &format!("~{prefix}:*"),
+        &format!("&{prefix}:*"),
+        "+@all",
+        "-@dangerous",
+    ];
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("seckill")
+        .arg(&rules)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// 5 buyers of a sale of 3 units under `strategy`: three `201`, two `409`.
+async fn assert_sells_exactly_its_stock(app: &TestApp, strategy: &str) {
+    let sale = app.sale(strategy, 3).await;
+    let mut statuses = Vec::new();
+    for user in 1..=5 {
+        statuses.push(app.buy(sale, user).await.status());
+    }
+    let created = statuses.iter().filter(|s| **s == StatusCode::CREATED).count();
+    let refused = statuses.iter().filter(|s| **s == StatusCode::CONFLICT).count();
+    assert_eq!((created, refused), (3, 2), "{strategy}: {statuses:?}");
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.orders, audit.oversold, audit.ledger_drift), (3, 0, 0), "{audit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sales_run_as_a_redis_acl_user_limited_to_the_services_prefix() {
+    let server = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]).await;
+    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    add_the_services_user(&server, &prefix).await;
+    let url = format!("redis://seckill:{PASSWORD}@127.0.0.1:{}", server.port);
+    let app = TestApp::spawn_with(move |config| {
+        config.redis_url = url;
+        config.redis_key_prefix = prefix;
+    })
+    .await;
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), StatusCode::OK, "{}", ready.text().await.unwrap());
+    assert_sells_exactly_its_stock(&app, "redis-decr").await;
+    assert_sells_exactly_its_stock(&app, "lock/watchdog").await;
+    assert_sells_exactly_its_stock(&app, "lock/fenced").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_redis_password_is_a_503_and_shows_nowhere() {
+    provoking("a Redis that refuses the service's password (503 unavailable)");
+    let server = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]).await;
+    let wrong = "a-wrong-redis-password-of-this-test";
+    let log = std::env::temp_dir()
+        .join(format!("wrong-redis-password-{}.log", uuid::Uuid::new_v4().simple()));
+    let service = seckill_child(&[
+        ("REDIS_URL", format!("redis://seckill:{wrong}@127.0.0.1:{}", server.port)),
+        ("SECKILL_REDIS_PREFIX", format!("test-{}", uuid::Uuid::new_v4().simple())),
+        ("RUST_LOG", "info,seckill=debug".to_owned()),
+    ])
+    .stderr_to(std::fs::File::create(&log).unwrap())
+    .start()
+    .await;
+    let client = reqwest::Client::new();
+    let sale: Value = client
+        .post(format!("{}/admin/sales", service.base))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(
+            &serde_json::json!({ "name": "wrong password", "stock": 3, "strategy": "redis-decr" }),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let sale = sale["id"].as_i64().expect("a sale id");
+    for (what, response) in [
+        (
+            "a purchase",
+            client
+                .post(format!("{}/sales/{sale}/orders", service.base))
+                .json(&serde_json::json!({ "user_id": 1 }))
+                .send()
+                .await
+                .unwrap(),
+        ),
+        ("/readyz", client.get(format!("{}/readyz", service.base)).send().await.unwrap()),
+    ] {
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{what}");
+        let body = response.text().await.unwrap();
+        assert!(body.contains("redis") && !body.contains(wrong), "{what}: {body}");
+    }
+    drop(service);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    assert!(!text.contains(wrong), "the log shows the password:\n{text}");
+    // The cause, in Redis's words, for the operator.
+    assert!(text.contains("Password authentication failed"), "the log names the cause:\n{text}");
+}
