@@ -1,7 +1,7 @@
 //! `redis-decr` against a real Redis and a real Postgres: exact books under
 //! concurrency, compensation, reconciliation after a crash, one background
 //! pass per period across instances, a Redis restart, the sold-out flag
-//! across instances, and Redis being down.
+//! across instances, Redis being down, and a 3-master Redis Cluster.
 //!
 //! Every test uses its own Redis key prefix, so runs never see each other's
 //! keys; tests that kill Redis own a `redis-server` of their own.
@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cluster;
 mod compensation;
 mod converge;
 mod crash;
@@ -23,7 +24,7 @@ mod sold_out;
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis_lock::RedisConnection;
 use reqwest::StatusCode;
 use seckill::backends::RedisHandle;
 use seckill::config::Config;
@@ -59,7 +60,7 @@ pub async fn spawn_app(url: &str, prefix: &str, tweak: impl FnOnce(&mut Config))
 
 /// A direct view of one sale's Redis keys, for assertions.
 pub struct RedisView {
-    pub conn: ConnectionManager,
+    pub conn: RedisConnection,
     pub counter: SaleCounter,
 }
 
