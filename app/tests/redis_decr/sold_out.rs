@@ -49,7 +49,7 @@ pub async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance_o
     redis.set_stock(0).await;
 
     // A restock through instance A clears the flag on the others as well.
-    let units = others.len() as i64 + 1;
+    let units = i64::try_from(others.len()).unwrap() + 1;
     restock(&a, sale, units).await;
     for (b, user) in others.iter().zip(buyers) {
         let cleared = eventually(Duration::from_secs(5), || async {

@@ -41,8 +41,9 @@ pub enum RedisClient {
     Node(redis::Client),
     /// A cluster: its client, and one client per seed node (for pub/sub).
     Cluster {
-        /// The cluster client (seed nodes, discovers the rest).
-        cluster: ClusterClient,
+        /// The cluster client (seed nodes, discovers the rest); boxed, as it
+        /// is far larger than a node's client.
+        cluster: Box<ClusterClient>,
         /// A client per seed node, in the URL's order.
         seeds: Vec<redis::Client>,
     },
@@ -89,7 +90,8 @@ impl RedisClient {
         }
         let clients: RedisResult<Vec<redis::Client>> =
             seeds.iter().map(|s| redis::Client::open(s.as_str())).collect();
-        Ok(Self::Cluster { cluster: ClusterClient::new(seeds.to_vec())?, seeds: clients? })
+        let cluster = Box::new(ClusterClient::new(seeds.to_vec())?);
+        Ok(Self::Cluster { cluster, seeds: clients? })
     }
 
     /// Whether this is a cluster.
