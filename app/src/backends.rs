@@ -8,16 +8,19 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use lapin::{Connection, ConnectionProperties};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
+use redis_lock::{RedisClient, RedisConnection};
 use tokio::sync::OnceCell;
 
 use crate::outcome::{Backend, StrategyError};
 
-/// Lazily connected Redis, shared by every strategy of the process.
+/// Lazily connected Redis, shared by every strategy of the process: one
+/// node (`redis://…`) or a Redis Cluster (`redis+cluster://h1:p1,h2:p2,…`,
+/// see [`redis_lock::RedisClient`]).
 #[derive(Clone)]
 pub struct RedisHandle {
-    client: redis::Client,
-    conn: std::sync::Arc<OnceCell<ConnectionManager>>,
+    client: RedisClient,
+    conn: std::sync::Arc<OnceCell<RedisConnection>>,
     /// Namespace in front of every key (`SECKILL_REDIS_PREFIX`).
     pub prefix: String,
 }
@@ -26,36 +29,50 @@ impl RedisHandle {
     /// Parses `url` (no connection yet). Errors when the URL is malformed.
     pub fn new(url: &str, prefix: impl Into<String>) -> redis::RedisResult<Self> {
         Ok(Self {
-            client: redis::Client::open(url)?,
+            client: RedisClient::open(url)?,
             conn: Default::default(),
             prefix: prefix.into(),
         })
     }
 
-    /// The underlying client, for dedicated connections (pub/sub).
-    pub fn client(&self) -> &redis::Client {
+    /// The underlying client, for the lock library and dedicated
+    /// connections (pub/sub: [`RedisClient::pubsub_client`]).
+    pub fn client(&self) -> &RedisClient {
         &self.client
     }
 
-    /// A multiplexed, auto-reconnecting connection (cheap to clone). A
-    /// command that hits a dropped connection still fails and is not retried,
-    /// so callers must treat a connection error as "outcome unknown".
+    /// A multiplexed, auto-reconnecting connection (cheap to clone); on a
+    /// cluster, each command goes to the master of its key's slot. A command
+    /// that hits a dropped connection still fails and is not retried, so
+    /// callers must treat a connection error as "outcome unknown".
     ///
     /// Errors: `Unavailable { backend: Redis }` when Redis cannot be reached.
-    pub async fn conn(&self) -> Result<ConnectionManager, StrategyError> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(2);
+    pub async fn conn(&self) -> Result<RedisConnection, StrategyError> {
         self.conn
-            .get_or_try_init(|| self.client.get_connection_manager_with_config(config))
+            .get_or_try_init(|| async {
+                let (connect, respond) = (Duration::from_secs(1), Duration::from_secs(2));
+                match &self.client {
+                    // Connects now: a node that is down answers
+                    // `Unavailable` here rather than on the first command.
+                    RedisClient::Node(client) => {
+                        let config = ConnectionManagerConfig::new()
+                            .set_connection_timeout(Some(connect))
+                            .set_response_timeout(Some(respond))
+                            .set_number_of_retries(2);
+                        let manager = client.get_connection_manager_with_config(config).await?;
+                        Ok(RedisConnection::Node(manager))
+                    }
+                    cluster => cluster.connection(connect, respond, 2).await,
+                }
+            })
             .await
             .cloned()
             .map_err(redis_unavailable)
     }
 
     /// `PREFIX:{sale:ID}:suffix` — all keys of one sale share the hash tag
-    /// `{sale:ID}`, so one Lua script may touch them on Redis Cluster.
+    /// `{sale:ID}`, so they live in one hash slot and one Lua script may
+    /// touch them on Redis Cluster; different sales spread over the slots.
     pub fn sale_key(&self, sale: i64, suffix: &str) -> String {
         format!("{}:{{sale:{sale}}}:{suffix}", self.prefix)
     }

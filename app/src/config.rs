@@ -124,7 +124,10 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub db_pool_size: u32,
 
-    /// Redis connection URL (lock and redis-decr strategies).
+    /// Redis connection URL (lock and redis-decr strategies): one node,
+    /// `redis://[user:pass@]host:port[/db]`, or a Redis Cluster by its seed
+    /// nodes, `redis+cluster://[user:pass@]h1:p1,h2:p2,...` (every key of a
+    /// sale shares one hash slot; docs/scaling.md).
     #[arg(
         long,
         env = "REDIS_URL",
@@ -273,7 +276,8 @@ pub struct Config {
     pub failpoints: Option<String>,
 
     /// Independent Redis nodes of the `lock/redlock` strategy, comma-separated
-    /// (quorum = N/2 + 1).
+    /// (quorum = N/2 + 1): plain `redis://` masters, never a cluster (a
+    /// `redis+cluster://` URL is refused; `REDIS_URL` may still be one).
     #[arg(
         long,
         env = "REDLOCK_URLS",

@@ -56,7 +56,10 @@ pub async fn run(mut args: CompareArgs) -> anyhow::Result<bool> {
     if owned {
         progress.stage("starting the Redis and RabbitMQ node the faults restart");
     }
-    let servers = fault::OwnedServers::start(&dimension).await?;
+    if args.redis_cluster {
+        progress.stage("starting a local Redis Cluster of 3 masters");
+    }
+    let servers = fault::OwnedServers::start(&dimension, args.redis_cluster).await?;
     if let Some(url) = servers.redis_url().await {
         args.redis_url = url;
     }
@@ -264,12 +267,19 @@ async fn compare(
         Some(balancer) => Some(balancer.report().await.context("reading HAProxy's statistics")?),
         None => None,
     };
+    let redis_cluster = match &servers.cluster {
+        Some(cluster) => Some(
+            report::RedisClusterReport::read(cluster).await.context("reading the Redis Cluster")?,
+        ),
+        None => None,
+    };
     Ok(Report {
         schema_version: SCHEMA_VERSION,
         generated_at: Utc::now(),
         machine: Machine::this(),
         config: serde_json::to_value(args)?,
         balancer,
+        redis_cluster,
         ceilings,
         runs,
         summary,

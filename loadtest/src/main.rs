@@ -240,7 +240,8 @@ pub struct CompareArgs {
     #[serde(serialize_with = "password_hidden")]
     pub database_url: String,
 
-    /// Redis URL passed to the instances.
+    /// Redis URL passed to the instances: one node (`redis://host:port`) or
+    /// a Redis Cluster (`redis+cluster://h1:p1,h2:p2,…`).
     #[arg(
         long,
         env = "REDIS_URL",
@@ -249,6 +250,16 @@ pub struct CompareArgs {
     )]
     #[serde(serialize_with = "password_hidden")]
     pub redis_url: String,
+
+    /// Start a local Redis Cluster of 3 masters for this invocation
+    /// (`redis-server --cluster-enabled yes` on free ports, joined with
+    /// `redis-cli --cluster create`) and point the instances at it instead of
+    /// --redis-url; report.json's `redis_cluster` names its masters and the
+    /// keys each held at the end. Needs `redis-server` and `redis-cli`; not
+    /// with --target or the redis-restart fault. `lock/redlock` keeps its own
+    /// independent nodes.
+    #[arg(long, conflicts_with = "target")]
+    pub redis_cluster: bool,
 
     /// RabbitMQ URL passed to the instances.
     #[arg(

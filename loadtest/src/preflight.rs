@@ -22,7 +22,9 @@ pub async fn check(args: &CompareArgs) -> anyhow::Result<()> {
     for backend in needed {
         match backend {
             Backend::Postgres => postgres(&args.database_url).await?,
-            Backend::Redis => tcp("Redis", "REDIS_URL", &args.redis_url, 6379).await?,
+            // --redis-cluster: the comparison starts its own.
+            Backend::Redis if args.redis_cluster => {}
+            Backend::Redis => redis(&args.redis_url).await?,
             Backend::Rabbitmq => tcp("RabbitMQ", "AMQP_URL", &args.amqp_url, 5672).await?,
         }
     }
@@ -38,6 +40,19 @@ async fn postgres(url: &str) -> anyhow::Result<()> {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(err)) => bail!("Postgres is not answering at --database-url ({err}); {HINT}"),
         Err(_) => bail!("Postgres did not answer within 5 s at --database-url; {HINT}"),
+    }
+}
+
+/// Every seed of a `redis+cluster://` URL, else the one node.
+async fn redis(url: &str) -> anyhow::Result<()> {
+    match redis_lock::cluster_seed_urls(url) {
+        Some(seeds) => {
+            for seed in seeds.map_err(|err| anyhow::anyhow!("REDIS_URL: {err}"))? {
+                tcp("Redis", "REDIS_URL", &seed, 6379).await?;
+            }
+            Ok(())
+        }
+        None => tcp("Redis", "REDIS_URL", url, 6379).await,
     }
 }
 

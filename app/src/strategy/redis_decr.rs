@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
+use redis_lock::RedisConnection;
 use sqlx::PgPool;
 
 use super::sql::Sql;
@@ -173,7 +173,7 @@ impl Core {
     /// here. Returns the number of Redis round trips made.
     async fn warm(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         counter: &SaleCounter,
         sale: SaleId,
         origin: i64,
@@ -206,7 +206,7 @@ impl Core {
     /// Returns the answer and the Redis round trips made.
     async fn reserve(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         counter: &SaleCounter,
         sale: &Sale,
         user: UserId,
@@ -364,7 +364,7 @@ fn origin(sale: &Sale) -> i64 {
 /// needs, so that it can finish in its own task.
 struct Pending {
     sql: Arc<Sql>,
-    conn: ConnectionManager,
+    conn: RedisConnection,
     counter: SaleCounter,
     sale: Sale,
     user: UserId,
@@ -518,7 +518,7 @@ impl Strategy for RedisDecr {
     /// when the strategy is dropped.
     fn start_background(self: Arc<Self>) {
         tokio::spawn(sold_out_pubsub::listen(
-            self.redis.client().clone(),
+            self.redis.client().pubsub_client().clone(),
             counter::stock_returned_channel(&self.redis),
             Arc::downgrade(&self.flags),
         ));

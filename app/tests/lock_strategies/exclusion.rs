@@ -5,20 +5,27 @@
 use serde_json::{Value, json};
 use test_support::RedisServer;
 
-use crate::harness::{lock_stats_of_all, sale_with, spawn, spawn_on_nodes, unique_prefix};
+use crate::harness::{
+    REDIS_URL, lock_stats_of_all, sale_with, spawn, spawn_on, spawn_on_nodes, unique_prefix,
+};
 use crate::support::TestApp;
 
 /// Two instances on one Redis prefix sell `strategy`'s sale to 16 buyers.
 async fn one_holder_at_a_time_across_two_instances(strategy: &str) {
+    one_holder_at_a_time_across_two_instances_on(&REDIS_URL, strategy).await;
+}
+
+/// The same on the Redis at `url` (one node or a `redis+cluster://` URL).
+pub async fn one_holder_at_a_time_across_two_instances_on(url: &str, strategy: &str) {
     let prefix = unique_prefix();
-    let (one, two) = (spawn(&prefix, 5000).await, spawn(&prefix, 5000).await);
+    let (one, two) = (spawn_on(url, &prefix, 5000).await, spawn_on(url, &prefix, 5000).await);
     exclusive_on(&one, &two, strategy, 6, json!({ "work_ms": 4 })).await;
 }
 
 /// Sells a sale of `stock` units of `strategy` with `knobs` to `stock + 2`
 /// buyers on each of `one` and `two`; asserts exact books and one holder at a
 /// time.
-async fn exclusive_on(one: &TestApp, two: &TestApp, strategy: &str, stock: i64, knobs: Value) {
+pub async fn exclusive_on(one: &TestApp, two: &TestApp, strategy: &str, stock: i64, knobs: Value) {
     let sale = sale_with(one, strategy, stock, knobs).await;
     tokio::join!(one.burst(sale, 1, stock + 2), two.burst(sale, 101, stock + 2));
     let audit = one.audit(sale).await;

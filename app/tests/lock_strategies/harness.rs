@@ -29,9 +29,14 @@ pub fn unique_prefix() -> String {
 /// A service on the shared Redis under `prefix`, waiting at most `wait_ms`
 /// for a lock.
 pub async fn spawn(prefix: &str, wait_ms: u64) -> TestApp {
-    let prefix = prefix.to_owned();
+    spawn_on(&REDIS_URL, prefix, wait_ms).await
+}
+
+/// [`spawn`] on the Redis at `url` (one node or a `redis+cluster://` URL).
+pub async fn spawn_on(url: &str, prefix: &str, wait_ms: u64) -> TestApp {
+    let (url, prefix) = (url.to_owned(), prefix.to_owned());
     TestApp::spawn_with(move |config| {
-        config.redis_url = REDIS_URL.to_owned();
+        config.redis_url = url;
         config.redis_key_prefix = prefix;
         config.lock_wait_ms = wait_ms;
     })
@@ -41,9 +46,20 @@ pub async fn spawn(prefix: &str, wait_ms: u64) -> TestApp {
 /// A service as [`spawn`] does, whose `lock/redlock` takes its quorum over
 /// `nodes`.
 pub async fn spawn_on_nodes(prefix: &str, wait_ms: u64, nodes: &[RedisServer]) -> TestApp {
-    let (prefix, urls) = (prefix.to_owned(), nodes.iter().map(RedisServer::url).collect());
+    spawn_on_nodes_with(&REDIS_URL, prefix, wait_ms, nodes).await
+}
+
+/// [`spawn_on_nodes`] with `REDIS_URL` = `url` (one node or a cluster).
+pub async fn spawn_on_nodes_with(
+    url: &str,
+    prefix: &str,
+    wait_ms: u64,
+    nodes: &[RedisServer],
+) -> TestApp {
+    let (url, prefix) = (url.to_owned(), prefix.to_owned());
+    let urls = nodes.iter().map(RedisServer::url).collect();
     TestApp::spawn_with(move |config| {
-        config.redis_url = REDIS_URL.to_owned();
+        config.redis_url = url;
         config.redis_key_prefix = prefix;
         config.lock_wait_ms = wait_ms;
         config.redlock_urls = urls;

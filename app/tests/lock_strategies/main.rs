@@ -1,8 +1,8 @@
 //! The `lock/*` strategies against real Redis and Postgres: what each lock
 //! generation is known to do (including how the broken ones break), mutual
 //! exclusion measured across instances, the failure timelines of
-//! `docs/locks.md` (T1, T2, T4, T5, T6) with fencing, and the bound on a
-//! critical section.
+//! `docs/locks.md` (T1, T2, T4, T5, T6) with fencing, the bound on a
+//! critical section, and every `lock/*` strategy on a 3-master Redis Cluster.
 //!
 //! Every test uses its own Redis key prefix and its own sales; extra Redis
 //! nodes and app processes are children of the test, stopped when it ends.
@@ -10,6 +10,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cluster;
 mod exclusion;
 mod generations;
 mod harness;

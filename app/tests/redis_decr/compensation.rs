@@ -14,7 +14,11 @@ const SALE: i64 = 1;
 const ORIGIN: i64 = 1_700_000_000_000_000;
 
 async fn warmed_counter(prefix: &str, units: i64) -> RedisView {
-    let mut view = RedisView::new(&SHARED_REDIS, prefix, SALE).await;
+    warmed_counter_on(&SHARED_REDIS, prefix, units).await
+}
+
+async fn warmed_counter_on(url: &str, prefix: &str, units: i64) -> RedisView {
+    let mut view = RedisView::new(url, prefix, SALE).await;
     let (created, counter) = view.counter.warm(&mut view.conn, units, ORIGIN).await.unwrap();
     assert_eq!((created, counter), (true, units));
     view
@@ -22,8 +26,13 @@ async fn warmed_counter(prefix: &str, units: i64) -> RedisView {
 
 #[tokio::test]
 async fn the_compensation_script_run_twice_returns_the_units_once() {
+    the_compensation_script_run_twice_returns_the_units_once_on(&SHARED_REDIS).await;
+}
+
+/// The body of the test of that name on the Redis at `url` (one node or a cluster).
+pub async fn the_compensation_script_run_twice_returns_the_units_once_on(url: &str) {
     let prefix = unique_prefix();
-    let mut view = warmed_counter(&prefix, 5).await;
+    let mut view = warmed_counter_on(url, &prefix, 5).await;
     let user = UserId::parse(9).unwrap();
     let two = Quantity::parse(2, 2).unwrap();
     let Reserve::Reserved { id, left } =

@@ -1,8 +1,8 @@
 //! `redis-decr` against a real Redis and a real Postgres: exact books under
 //! concurrency, compensation, reconciliation after a crash, one background
 //! pass per period across instances, a Redis restart, the sold-out flag
-//! across instances, and Redis being down or asking for a password
-//! ([`credentials`], with a `lock/*` sale too).
+//! across instances, Redis being down or asking for a password
+//! ([`credentials`], with a `lock/*` sale too), and a 3-master Redis Cluster.
 //!
 //! Every test uses its own Redis key prefix, so runs never see each other's
 //! keys; tests that kill Redis own a `redis-server` of their own.
@@ -10,6 +10,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cluster;
 mod compensation;
 mod converge;
 mod crash;
@@ -25,7 +26,7 @@ mod sold_out;
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis_lock::RedisConnection;
 use reqwest::StatusCode;
 use seckill::backends::RedisHandle;
 use seckill::config::Config;
@@ -61,7 +62,7 @@ pub async fn spawn_app(url: &str, prefix: &str, tweak: impl FnOnce(&mut Config))
 
 /// A direct view of one sale's Redis keys, for assertions.
 pub struct RedisView {
-    pub conn: ConnectionManager,
+    pub conn: RedisConnection,
     pub counter: SaleCounter,
 }
 

@@ -15,8 +15,16 @@ use crate::{
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_decr_never_oversells_under_200_concurrent_buyers_with_resubmissions() {
+    redis_decr_never_oversells_under_200_concurrent_buyers_with_resubmissions_on(&SHARED_REDIS)
+        .await;
+}
+
+/// The body of the test of that name on the Redis at `url` (one node or a cluster).
+pub async fn redis_decr_never_oversells_under_200_concurrent_buyers_with_resubmissions_on(
+    url: &str,
+) {
     let prefix = unique_prefix();
-    let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
+    let app = spawn_app(url, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 100).await;
 
     // 200 buyers, each submitting twice at once (a double click).
@@ -57,7 +65,7 @@ async fn redis_decr_never_oversells_under_200_concurrent_buyers_with_resubmissio
     assert_eq!(audit.duplicate_orders, 0);
     assert_eq!(audit.redis_drift, Some(0));
     assert_eq!(audit.reconcile_fixes, Some(0));
-    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(url, &prefix, sale).await;
     assert_eq!(redis.stock().await, Some(0));
     assert_eq!(redis.open_reservations().await, 0);
 }
@@ -104,14 +112,19 @@ async fn a_repeated_buyer_does_not_consume_a_unit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_failure_after_the_decrement_returns_the_unit() {
+    a_postgres_failure_after_the_decrement_returns_the_unit_on(&SHARED_REDIS).await;
+}
+
+/// The body of the test of that name on the Redis at `url` (one node or a cluster).
+pub async fn a_postgres_failure_after_the_decrement_returns_the_unit_on(url: &str) {
     provoking("a Postgres failure after the decrement (an armed failpoint, 503)");
     let prefix = unique_prefix();
-    let failing = spawn_app(&SHARED_REDIS, &prefix, |config| {
+    let failing = spawn_app(url, &prefix, |config| {
         config.failpoints = Some("redis-decr-after-reserve=error".into());
     })
     .await;
     let sale = failing.sale("redis-decr", 3).await;
-    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(url, &prefix, sale).await;
 
     let (status, kind) = buy(&failing, sale, 1).await;
     assert_eq!((status, kind.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some(UNAVAILABLE)));
@@ -122,7 +135,7 @@ async fn a_postgres_failure_after_the_decrement_returns_the_unit() {
     assert_eq!((audit.orders, audit.redis_drift), (0, Some(0)));
 
     // The same buyer, on a healthy instance, gets the unit.
-    let healthy = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
+    let healthy = spawn_app(url, &prefix, |_| {}).await;
     assert_eq!(buy(&healthy, sale, 1).await.0, StatusCode::CREATED);
     assert_eq!(redis.stock().await, Some(2));
     let audit = healthy.audit(sale).await;

@@ -7,14 +7,19 @@ use crate::{RedisView, SHARED_REDIS, buy, reconcile, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciliation_corrects_a_counter_that_disagrees_with_postgres() {
+    reconciliation_corrects_a_counter_that_disagrees_with_postgres_on(&SHARED_REDIS).await;
+}
+
+/// The body of the test of that name on the Redis at `url` (one node or a cluster).
+pub async fn reconciliation_corrects_a_counter_that_disagrees_with_postgres_on(url: &str) {
     crate::support::provoking("a Redis counter that disagrees with Postgres (corrections)");
     let prefix = unique_prefix();
-    let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
+    let app = spawn_app(url, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 10).await;
     for user in 1..=2 {
         assert_eq!(buy(&app, sale, user).await.0, StatusCode::CREATED);
     }
-    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(url, &prefix, sale).await;
     assert_eq!(redis.stock().await, Some(8));
 
     // Too low: units Redis would never sell (undersell).

@@ -11,38 +11,59 @@ use crate::{
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance() {
+    let urls = [SHARED_REDIS.clone(), SHARED_REDIS.clone()];
+    restock_after_sell_out_clears_the_sold_out_flag_on_every_instance_on(&urls).await;
+}
+
+/// The body of the test of that name: instance A on `urls[0]` (it creates,
+/// sells and restocks the sale), one more instance on each other URL (the
+/// same Redis, one node or a cluster; on a cluster, a URL whose first seed
+/// is another node makes that instance listen for the broadcast there).
+pub async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance_on(urls: &[String]) {
     let prefix = unique_prefix();
     // Flags that outlive the test: only the broadcast can clear them.
     let long_flags = |config: &mut seckill::config::Config| config.sold_out_flag_ttl_ms = 60_000;
-    let a = spawn_app(&SHARED_REDIS, &prefix, long_flags).await;
-    let b = spawn_app(&SHARED_REDIS, &prefix, long_flags).await;
+    let a = spawn_app(&urls[0], &prefix, long_flags).await;
+    let mut others = Vec::new();
+    for url in &urls[1..] {
+        others.push(spawn_app(url, &prefix, long_flags).await);
+    }
     let sale = a.sale("redis-decr", 1).await;
-    let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
+    let mut redis = RedisView::new(&urls[0], &prefix, sale).await;
+    // Buyer 2 tries on A, buyers 3, 4, ... on the others.
+    let buyers = (3..).take(others.len());
 
     assert_eq!(buy(&a, sale, 1).await.0, StatusCode::CREATED);
     assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
-    assert_eq!(buy(&b, sale, 3).await.1.as_deref(), Some(SOLD_OUT));
+    for (b, user) in others.iter().zip(buyers.clone()) {
+        assert_eq!(buy(b, sale, user).await.1.as_deref(), Some(SOLD_OUT));
+    }
 
-    // Both instances now answer from their flag: stock that appears in Redis
+    // Every instance now answers from its flag: stock that appears in Redis
     // without a broadcast is not seen.
     redis.set_stock(1).await;
     assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
-    assert_eq!(buy(&b, sale, 3).await.1.as_deref(), Some(SOLD_OUT));
+    for (b, user) in others.iter().zip(buyers.clone()) {
+        assert_eq!(buy(b, sale, user).await.1.as_deref(), Some(SOLD_OUT));
+    }
     redis.set_stock(0).await;
 
-    // A restock through instance A clears the flag on B as well.
-    restock(&a, sale, 2).await;
-    let cleared = eventually(Duration::from_secs(5), || async {
-        buy(&b, sale, 3).await.0 == StatusCode::CREATED
-    })
-    .await;
-    assert!(cleared, "instance B sells the restocked units");
+    // A restock through instance A clears the flag on the others as well.
+    let units = i64::try_from(others.len()).unwrap() + 1;
+    restock(&a, sale, units).await;
+    for (b, user) in others.iter().zip(buyers) {
+        let cleared = eventually(Duration::from_secs(5), || async {
+            buy(b, sale, user).await.0 == StatusCode::CREATED
+        })
+        .await;
+        assert!(cleared, "the instance of buyer {user} sells the restocked units");
+    }
     assert_eq!(buy(&a, sale, 2).await.0, StatusCode::CREATED);
 
     let audit = a.audit(sale).await;
     assert_eq!(
         (audit.total_stock, audit.units_sold, audit.remaining_stock, audit.ledger_drift),
-        (3, 3, 0, 0)
+        (units + 1, units + 1, 0, 0)
     );
     assert_eq!(audit.redis_drift, Some(0));
 }

@@ -4,6 +4,8 @@
 //! - [`RedisServer`]: a `redis-server` child on a free port that persists
 //!   nothing, so a restart comes back empty; optionally a replica or a
 //!   cluster node;
+//! - [`RedisCluster`]: a Redis Cluster of N masters made of such servers
+//!   (`redis-cli --cluster create`);
 //! - [`RabbitMqNode`]: a RabbitMQ node of its own (name, ports, directories);
 //! - [`free_port`], [`eventually`], [`resume`]: what starting them needs.
 //!
@@ -14,6 +16,7 @@
 //! stopped, and their directories removed, when dropped.
 
 mod rabbitmq;
+mod redis_cluster;
 mod redis_server;
 
 use std::future::Future;
@@ -22,6 +25,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub use rabbitmq::RabbitMqNode;
+pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 
 /// A free TCP port on the loopback interface: bound, read, released.

@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 //!
 //! ## Modules
+//! - `connection`: [`RedisClient`] and [`RedisConnection`], one node or a
+//!   Redis Cluster (`redis+cluster://`);
 //! - `single`: [`LockClient`] and [`LockGuard`], the lock on one node, and
 //!   the acquire loop every primitive on one node shares;
 //! - `multi`: [`MultiLock`], several locks all or nothing;
@@ -19,6 +21,7 @@
 //! This file holds what they share: names, options, bounds, outcomes, errors,
 //! statistics, and the validity arithmetic.
 
+mod connection;
 #[cfg(feature = "failpoints")]
 pub mod failpoints;
 mod fair;
@@ -39,6 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub use connection::{CLUSTER_SCHEME, RedisClient, RedisConnection, cluster_seed_urls};
 pub use fair::FairLock;
 pub use multi::{MAX_MULTI_LOCK_MEMBERS, MultiGuard, MultiLock};
 pub use redlock::{Redlock, RedlockConfig, RedlockGuard, RedlockRelease};

@@ -22,10 +22,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
+use super::connection::{RedisClient, RedisConnection};
 use super::local::{LocalEntry, LocalQueues};
 use super::scripts::{
     self, AcquireMode, AcquireReply, Claim, ClaimKind, ExtendReply, ReleaseReply, Wake,
@@ -46,8 +46,9 @@ const RETRY_JITTER: Duration = Duration::from_millis(10);
 /// written by this library).
 const NO_LEASE_ROUND: Duration = Duration::from_millis(250);
 
-/// A lock client for one Redis node. Create one per process and Redis node
-/// and share it (cheap to clone): it owns the process's command connection,
+/// A lock client for one Redis node, or one Redis Cluster (every key of a
+/// lock shares its name's hash tag, so each script runs on the master of one
+/// slot). Create one per process and Redis deployment and share it (cheap to clone): it owns the process's command connection,
 /// its one pub/sub connection for wake-ups, and the local queues.
 #[derive(Clone)]
 pub struct LockClient {
@@ -57,15 +58,15 @@ pub struct LockClient {
 impl std::fmt::Debug for LockClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockClient")
-            .field("redis", &self.inner.client.get_connection_info().addr())
+            .field("redis", &self.inner.client)
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
     }
 }
 
 struct ClientInner {
-    client: redis::Client,
-    conn: OnceCell<ConnectionManager>,
+    client: RedisClient,
+    conn: OnceCell<RedisConnection>,
     config: LockConfig,
     telemetry: Arc<Telemetry>,
     queues: LocalQueues,
@@ -75,20 +76,25 @@ struct ClientInner {
 impl LockClient {
     /// A client with [`LockConfig::default`]. Connects lazily: nothing is
     /// sent before the first lock.
-    pub fn new(client: redis::Client) -> Self {
-        Self::build(client, LockConfig::default())
+    /// `client`: a `redis::Client` (one node) or a [`RedisClient`].
+    pub fn new(client: impl Into<RedisClient>) -> Self {
+        Self::build(client.into(), LockConfig::default())
     }
 
     /// A client with `config`. Errors: [`LockError::InvalidConfig`] when a
     /// timeout is zero or longer than 60 s.
-    pub fn with_config(client: redis::Client, config: LockConfig) -> Result<Self, LockError> {
+    pub fn with_config(
+        client: impl Into<RedisClient>,
+        config: LockConfig,
+    ) -> Result<Self, LockError> {
         config.validate()?;
-        Ok(Self::build(client, config))
+        Ok(Self::build(client.into(), config))
     }
 
-    fn build(client: redis::Client, config: LockConfig) -> Self {
+    fn build(client: RedisClient, config: LockConfig) -> Self {
         let telemetry = Telemetry::new(config.on_round_trip.clone());
-        let wakeups = Wakeups::new(client.clone(), config.connect_timeout, telemetry.clone());
+        let pubsub = client.pubsub_client().clone();
+        let wakeups = Wakeups::new(pubsub, config.connect_timeout, telemetry.clone());
         Self {
             inner: Arc::new(ClientInner {
                 client,
@@ -370,12 +376,7 @@ impl LockClient {
     /// line) after an acquisition whose outcome is unknown or unusable,
     /// waiting at most `timeout` for the reply; the outcome is ignored (at
     /// worst the lease runs out).
-    async fn release_unknown(
-        &self,
-        conn: &mut ConnectionManager,
-        claim: &Claim,
-        timeout: Duration,
-    ) {
+    async fn release_unknown(&self, conn: &mut RedisConnection, claim: &Claim, timeout: Duration) {
         if let Err(err) = self.call(timeout, scripts::abandon(conn, claim)).await {
             tracing::debug!(%err, lock = %claim.name, "release after a failed acquisition failed");
         }
@@ -392,16 +393,12 @@ impl LockClient {
     }
 
     /// The command connection, created (lazily connecting) on first use.
-    pub(crate) async fn conn(&self) -> Result<ConnectionManager, LockError> {
+    pub(crate) async fn conn(&self) -> Result<RedisConnection, LockError> {
         let config = &self.inner.config;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.command_timeout))
-            .set_number_of_retries(1);
         self.inner
             .conn
-            .get_or_try_init(|| async {
-                ConnectionManager::new_lazy_with_config(self.inner.client.clone(), manager_config)
+            .get_or_try_init(|| {
+                self.inner.client.connection(config.connect_timeout, config.command_timeout, 1)
             })
             .await
             .cloned()

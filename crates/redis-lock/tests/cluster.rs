@@ -1,16 +1,18 @@
 //! Redis Cluster readiness (T15): every key of a lock hashes to the slot of
 //! its hash tag, and the scripts of every primitive of the family run on a
-//! cluster node that rejects cross-slot scripts.
+//! cluster node that rejects cross-slot scripts — and through a
+//! `redis+cluster://` client on a cluster of 3 masters, where a waiter is
+//! woken by a release broadcast from another master.
 
 use std::time::Duration;
 
 use std::sync::Arc;
 
 use redis_lock::{
-    FairLock, LockClient, LockOptions, MultiLock, PeriodicJob, ReleaseOutcome, RunOutcome, RwLock,
-    Scheduler, Semaphore, SystemClock,
+    FairLock, LockClient, LockOptions, MultiLock, PeriodicJob, RedisClient, ReleaseOutcome,
+    RunOutcome, RwLock, Scheduler, Semaphore, SystemClock,
 };
-use test_support::{RedisServer, eventually};
+use test_support::{RedisCluster, RedisServer, eventually};
 
 use crate::harness::{client_with, raw, unique_name, unique_names};
 
@@ -97,4 +99,30 @@ async fn the_rest_of_the_family_runs_on_a_cluster_node(client: &LockClient) {
     let scheduler = Scheduler::new(client, Arc::new(SystemClock));
     let ran = scheduler.run_once(&job, |_| async { Ok::<(), ()>(()) }).await.unwrap();
     assert!(matches!(ran, RunOutcome::Ran { .. }), "{ran:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t15_every_primitive_runs_through_a_cluster_client_on_three_masters() {
+    let cluster = RedisCluster::start(3).await;
+    let client = || LockClient::new(RedisClient::open(&cluster.url()).expect("a cluster URL"));
+    let (holder, waiter) = (client(), client());
+    the_rest_of_the_family_runs_on_a_cluster_node(&holder).await;
+
+    // Locks of 12 names, whose slots fall on the three masters: a waiter
+    // (its pub/sub on the first seed) is woken by the release broadcast of
+    // a lock held on whichever master.
+    for name in unique_names("t15-spread", 12) {
+        let options = LockOptions::new(Duration::ZERO, Duration::from_secs(30));
+        let held = holder.try_lock_with(&name, options).await.expect("acquire on the cluster");
+        let waiting = LockOptions::new(Duration::from_secs(20), Duration::from_secs(2));
+        let (next, released) = tokio::join!(waiter.try_lock_with(&name, waiting), async {
+            // Released once the waiter has tried and is waiting.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            held.release().await
+        });
+        assert_eq!(released.unwrap(), ReleaseOutcome::Released);
+        // Woken by the broadcast well before the 30 s lease would let it in.
+        let next = next.expect("the waiter takes the released lock");
+        assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+    }
 }

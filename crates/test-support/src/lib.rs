@@ -6,8 +6,9 @@
 //! - [`RedisServer`]: a `redis-server` child on a free port that persists
 //!   nothing, so a restart comes back empty; optionally a replica or a
 //!   cluster node;
+//! - [`RedisCluster`]: a 3-master (or larger) Redis Cluster of such servers;
 //! - [`RabbitMqNode`]: a RabbitMQ node of its own beside the shared broker
-//!   (these three and [`eventually`] are `owned-servers`', re-exported: the
+//!   (these four and [`eventually`] are `owned-servers`', re-exported: the
 //!   load test restarts the same servers in its fault runs);
 //! - [`ServiceLauncher`] → [`ChildService`]: any HTTP service binary (the
 //!   caller passes its path) on a free port, ready once its health route
@@ -32,7 +33,7 @@ use std::process::Command;
 
 pub use browser::{Browser, HEADLESS_FLAGS, chromium};
 pub use cut_proxy::CutProxy;
-pub use owned_servers::{RabbitMqNode, RedisServer, eventually, free_port};
+pub use owned_servers::{RabbitMqNode, RedisCluster, RedisServer, eventually, free_port};
 pub use service::{ChildService, ServiceLauncher};
 
 /// Sends `signal` (a `kill` name such as `STOP`, `CONT`, `TERM`) to process

@@ -63,8 +63,9 @@ fn hand_rolled_key(prefix: &str, sale: i64, variant: &str) -> Option<String> {
 /// Leaves instance 0 stopped at a moment its lock key exists (or after
 /// [`HOLDER_WAIT`], stopped all the same).
 async fn stop_while_holding(on: &Target<'_>, key: &str) -> anyhow::Result<()> {
-    let client = redis::Client::open(on.redis_url)?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
+    let client = redis_lock::RedisClient::open(on.redis_url)?;
+    let timeout = Duration::from_secs(5);
+    let mut conn = client.connection(timeout, timeout, 1).await?;
     let deadline = Instant::now() + HOLDER_WAIT;
     loop {
         on.instances.signal(0, "STOP").await?;

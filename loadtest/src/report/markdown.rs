@@ -217,6 +217,22 @@ pub fn fault_matrices(report: &Report) -> String {
     out
 }
 
+/// The Redis Cluster sentence of report.md (`--redis-cluster`); empty
+/// without one.
+pub fn cluster_line(report: &Report) -> String {
+    let Some(cluster) = &report.redis_cluster else { return String::new() };
+    let masters: Vec<String> = cluster
+        .masters
+        .iter()
+        .map(|m| format!("{} (slots {}, keys at the end: {})", m.addr, m.slots, m.keys))
+        .collect();
+    format!(
+        "Redis: a local Redis Cluster of {} masters started for this comparison: {}.\n\n",
+        masters.len(),
+        masters.join("; ")
+    )
+}
+
 /// report.md: machine, ceilings, the verdict over repeats, the fault
 /// matrices, the summary table, every run and the parameters (charts are in
 /// report.html).
@@ -231,6 +247,7 @@ pub fn render(report: &Report) -> String {
         ),
         None => String::new(),
     };
+    let balancer = balancer + &cluster_line(report);
     let flood = flood_lines(report);
     let flood = if flood.is_empty() {
         String::new()

@@ -39,12 +39,50 @@ pub struct Report {
     /// when they were sent to the instances directly.
     #[serde(default)]
     pub balancer: Option<BalancerReport>,
+    /// The local Redis Cluster the instances used (`--redis-cluster`);
+    /// `null` when they used --redis-url.
+    #[serde(default)]
+    pub redis_cluster: Option<RedisClusterReport>,
     pub ceilings: Ceilings,
     pub runs: Vec<Run>,
     /// One aggregate per (strategy, profile) over its repeats, in the order
     /// of `runs` (see [`summary::summarize`]).
     #[serde(default)]
     pub summary: Vec<summary::Summary>,
+}
+
+/// The Redis Cluster of `--redis-cluster`, read once the runs are done.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RedisClusterReport {
+    pub masters: Vec<ClusterMaster>,
+}
+
+/// One master of the cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterMaster {
+    /// `127.0.0.1:port`.
+    pub addr: String,
+    /// Its hash slots, as `CLUSTER NODES` lists them (e.g. `0-5460`).
+    pub slots: String,
+    /// Keys it held at the end of the comparison (`DBSIZE`): every key of
+    /// one sale is on one master, different sales spread over them.
+    pub keys: u64,
+}
+
+impl RedisClusterReport {
+    /// Asks every master for its slots and its key count.
+    pub async fn read(cluster: &owned_servers::RedisCluster) -> anyhow::Result<Self> {
+        let mut masters = Vec::new();
+        for node in &cluster.nodes {
+            let mut conn = node.client().get_multiplexed_async_connection().await?;
+            let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut conn).await?;
+            let myself = nodes.lines().find(|line| line.contains("myself")).unwrap_or_default();
+            let slots = myself.split_whitespace().skip(8).collect::<Vec<_>>().join(",");
+            let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+            masters.push(ClusterMaster { addr: format!("127.0.0.1:{}", node.port), slots, keys });
+        }
+        Ok(Self { masters })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
-use redis_lock::{LockError, LockOptions, Redlock, RedlockConfig, RedlockGuard};
+use redis_lock::{CLUSTER_SCHEME, LockError, LockOptions, Redlock, RedlockConfig, RedlockGuard};
 
 use tokio_util::sync::CancellationToken;
 
@@ -60,13 +60,23 @@ impl RedlockLock {
     /// `prefix`, counting round trips (one per node contacted) for `strategy`,
     /// renewed for at most `max_hold` (`SECKILL_LOCK_HOLD_MS`) per hold.
     ///
-    /// Errors: a malformed URL, no node, or more than the library accepts.
+    /// Errors: a malformed URL, a Redis Cluster URL (`redis+cluster://`: its
+    /// masters are not independent nodes, each owns only its slots), no
+    /// node, or more than the library accepts. `REDIS_URL` may name a cluster
+    /// all the same: this strategy does not use it.
     pub fn new(
         urls: &[String],
         prefix: &str,
         strategy: StrategyName,
         max_hold: Duration,
     ) -> anyhow::Result<Self> {
+        if let Some(url) = urls.iter().find(|url| url.trim().starts_with(CLUSTER_SCHEME)) {
+            anyhow::bail!(
+                "REDLOCK_URLS: {} names a Redis Cluster; Redlock needs independent masters, each \
+                 a plain redis:// URL (a cluster's master owns only its own slots)",
+                crate::config::redacted(url)
+            );
+        }
         let nodes = urls
             .iter()
             .map(|url| {

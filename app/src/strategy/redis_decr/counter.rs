@@ -33,7 +33,7 @@
 use std::sync::LazyLock;
 
 use redis::Script;
-use redis::aio::ConnectionManager;
+use redis_lock::RedisConnection;
 use serde::Serialize;
 
 use crate::backends::RedisHandle;
@@ -180,7 +180,7 @@ impl SaleCounter {
     /// microseconds since the Unix epoch). Returns `(created, counter)`.
     pub async fn warm(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         remaining: i64,
         origin: i64,
     ) -> redis::RedisResult<(bool, i64)> {
@@ -201,7 +201,7 @@ impl SaleCounter {
     /// De-duplicates `user` and takes `qty` units in one step (`reserve.lua`).
     pub async fn reserve(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         user: UserId,
         qty: Quantity,
         id: ReservationId,
@@ -230,7 +230,7 @@ impl SaleCounter {
     /// buyer stays in the buyers set). Idempotent.
     pub async fn confirm(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         ids: &[&ReservationId],
     ) -> redis::RedisResult<()> {
         if ids.is_empty() {
@@ -248,7 +248,7 @@ impl SaleCounter {
     /// Returns the units returned: 0 when the reservation is unknown.
     pub async fn compensate(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         id: &ReservationId,
         buyer: Buyer,
     ) -> redis::RedisResult<i64> {
@@ -269,7 +269,7 @@ impl SaleCounter {
 
     /// Counter, sequence, server time and open reservations at one instant
     /// (`inspect.lua`).
-    pub async fn snapshot(&self, conn: &mut ConnectionManager) -> redis::RedisResult<Snapshot> {
+    pub async fn snapshot(&self, conn: &mut RedisConnection) -> redis::RedisResult<Snapshot> {
         let (head, pairs, returning): (Vec<i64>, Vec<String>, Vec<String>) = INSPECT
             .key(&self.stock_key)
             .key(&self.reservations_key)
@@ -304,7 +304,7 @@ impl SaleCounter {
     /// stays ≥ 0), or `None` when the sequence moved on.
     pub async fn correct(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         seq: i64,
         delta: i64,
     ) -> redis::RedisResult<Option<i64>> {
@@ -324,7 +324,7 @@ impl SaleCounter {
     /// Returns false when there is no counter.
     pub async fn restock(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         units: i64,
     ) -> redis::RedisResult<bool> {
         let raised: i64 = RESTOCK
@@ -349,7 +349,7 @@ impl SaleCounter {
     /// reconciler holds it.
     pub async fn close_gate(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         token: &str,
         hold: std::time::Duration,
     ) -> redis::RedisResult<bool> {
@@ -363,7 +363,7 @@ impl SaleCounter {
     /// by another token is left alone.
     pub async fn open_gate(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         token: &str,
     ) -> redis::RedisResult<()> {
         GATE_OPEN.key(&self.gate_key).arg(token).invoke_async::<i64>(conn).await.map(drop)
@@ -374,7 +374,7 @@ impl SaleCounter {
     /// did.
     pub async fn retire(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         seq: i64,
         ttl: std::time::Duration,
     ) -> redis::RedisResult<bool> {
@@ -398,7 +398,7 @@ impl SaleCounter {
     /// back, before Postgres commits their return (`return_begin.lua`).
     pub async fn begin_return(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         order: i64,
         user: UserId,
         qty: i32,
@@ -420,7 +420,7 @@ impl SaleCounter {
     /// was no such return in progress.
     pub async fn complete_return(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         order: i64,
     ) -> redis::RedisResult<i64> {
         RETURN_COMPLETE
@@ -441,7 +441,7 @@ impl SaleCounter {
     /// did not commit it (`HDEL`).
     pub async fn abort_return(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         order: i64,
     ) -> redis::RedisResult<()> {
         redis::cmd("HDEL")

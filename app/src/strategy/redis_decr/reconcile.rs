@@ -49,10 +49,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use metrics::counter;
-use redis::aio::ConnectionManager;
 use redis_lock::{
-    JobRun, LockClient, LockError, LockName, MIN_WATCHDOG_LEASE, PeriodicJob, RunOutcome,
-    Scheduler, SystemClock,
+    JobRun, LockClient, LockError, LockName, MIN_WATCHDOG_LEASE, PeriodicJob, RedisConnection,
+    RunOutcome, Scheduler, SystemClock,
 };
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -147,7 +146,7 @@ pub const AFTER_SNAPSHOT: &str = "redis-decr/after-snapshot";
 /// (an index entry or keys written by instances on another database).
 pub(super) async fn measure(
     db: &PgPool,
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConnection,
     counter: &SaleCounter,
     sale: SaleId,
 ) -> Result<Option<Measurement>, StrategyError> {
@@ -291,7 +290,7 @@ impl RedisDecr {
     /// truth and a later pass corrects it.
     async fn finish_returns(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         counter: &SaleCounter,
         measurement: &Measurement,
         report: &mut Reconciliation,
@@ -323,7 +322,7 @@ impl RedisDecr {
     /// what happened goes into `report`.
     async fn correct_drift(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         counter: &SaleCounter,
         measurement: &Measurement,
         drift: i64,
@@ -360,7 +359,7 @@ impl RedisDecr {
     /// warm-up).
     async fn correct_behind_gate(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         counter: &SaleCounter,
         sale: SaleId,
     ) -> Result<Option<i64>, StrategyError> {
@@ -395,7 +394,7 @@ impl RedisDecr {
     /// since `seq`).
     async fn retire(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut RedisConnection,
         counter: &SaleCounter,
         sale: SaleId,
         seq: i64,
