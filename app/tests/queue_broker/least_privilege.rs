@@ -13,8 +13,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use test_support::RabbitMqNode;
 
-use crate::support::{TestApp, eventually, provoking};
-use crate::{assert_every_request_resolved_once, wait_until_resolved};
+use crate::assert_every_request_resolved_once;
+use crate::support::{TestApp, drained, eventually, provoking};
 
 const PASSWORD: &str = "the-broker-password-of-this-test";
 
@@ -90,7 +90,7 @@ async fn a_queue_sale_runs_through_a_broker_user_limited_to_the_services_prefix(
     // Buyers after the third may be told `sold-out` at once, or accepted and
     // resolved `sold_out`, depending on when the consumer settled the first.
     assert!(accepted.len() >= 3, "{accepted:?}");
-    wait_until_resolved(&app, sale).await;
+    drained(&app, sale, Duration::from_secs(60)).await;
     assert_every_request_resolved_once(&app, sale, &accepted).await;
     let audit = app.audit(sale).await;
     assert_eq!((audit.orders, audit.oversold), (3, 0), "{audit:?}");
