@@ -361,7 +361,13 @@ async fn run_phases(
     let tally = Arc::new(OutcomeCounters::default());
     progress.phase("settling statistics");
     let (xacts_before, counters_before) = readings(bench).await?;
-    progress.phase(&sale_phase_label(prepared.buyers, buyers.len() as u64, plan.flood));
+    progress.phase(&match plan.payment {
+        Some(_) => format!(
+            "sale phase ({} buyers, then later ones until every unit is paid)",
+            prepared.buyers
+        ),
+        None => sale_phase_label(prepared.buyers, buyers.len() as u64, plan.flood),
+    });
     let mut meter = bench.args.target.is_empty().then(|| CpuMeter::new(bench.instances.pids()));
     let cpu_before = meter.as_mut().map(|m| (m.snapshot(), std::time::Instant::now()));
     let sampler = progress.live().map(|live| {
