@@ -169,8 +169,14 @@ pub async fn run_one(
     let audits = audit_all(bench, &prepared.sales).await?;
     let demand = demand(&prepared, phases.payment.as_ref());
     let undersold = undersold(&audits, &split_demand(demand, prepared.sales.len()));
-    let resale_ms =
-        if phases.payment.is_some() { resale_delays(bench.db, &audits).await? } else { Vec::new() };
+    // The pairing of returns with resales assumes exact books: with an
+    // oversell or drift, placements beyond the stock are not resales.
+    let exact = audits.iter().all(|a| a.oversold == 0 && a.ledger_drift == 0);
+    let resale_ms = if phases.payment.is_some() && exact {
+        resale_delays(bench.db, &audits).await?
+    } else {
+        Vec::new()
+    };
     let mut counted = Counted::of(key.strategy, &phases.counters)?;
     if let Some(lock) = &mut counted.lock {
         lock.max_concurrency = max_concurrency(bench, &prepared.sales).await?;

@@ -265,7 +265,9 @@ pub struct PaymentRecord {
     /// `broke` (an unpaid order that never expired).
     pub units_pending: i64,
     /// From the expiry of each resold unit to its resale (see
-    /// [`ResaleDelays`]); `null` when no unit was resold.
+    /// [`ResaleDelays`]); `null` when no unit was resold, or when the books
+    /// oversold or drifted (placements beyond the stock are then not
+    /// resales, and the pairing means nothing).
     pub expiry_to_resale_ms: Option<ResaleDelays>,
     /// Buyers who came after the first `demand × stock` ones.
     pub later_buyers: u64,
