@@ -151,9 +151,111 @@ pub async fn audit(conn: &mut PgConnection, id: SaleId) -> Result<Option<Audit>,
     }))
 }
 
+/// One order of a sale, as [`resale_delays_ms`] reads it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct OrderTimes {
+    pub id: i64,
+    pub quantity: i32,
+    /// When the order was written (`clock_timestamp()` at insert).
+    pub created_at: DateTime<Utc>,
+    /// `pending_payment`, `paid`, `cancelled` or `expired`.
+    pub status: String,
+    /// The end of its payment window; `None` without one.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was cancelled or expired (its units came back).
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+/// Milliseconds from the expiry of each resold unit to its resale, in the
+/// order the units came back; as many as [`resold`] counts on books that did
+/// not oversell.
+///
+/// Units are interchangeable, so the pairing follows the convention of
+/// [`resold`]: the unit placements of the sale in the order they were
+/// written (`created_at`, then order id) take never-sold units while there
+/// are any, so placement `total_stock + k` is the resale of the `k`-th unit
+/// that came back (returns ordered by `ended_at`, then order id). Its delay
+/// is that placement's `created_at` minus the returned order's `expires_at`
+/// (the moment the unit was due back, so the sweep's lag counts), or its
+/// `ended_at` for a cancelled order. Placements beyond the returns (an
+/// oversell) pair with nothing.
+pub fn resale_delays_ms(total_stock: i64, orders: &[OrderTimes]) -> Vec<f64> {
+    let mut placed: Vec<&OrderTimes> =
+        orders.iter().flat_map(|o| std::iter::repeat_n(o, o.quantity.max(0) as usize)).collect();
+    placed.sort_by_key(|o| (o.created_at, o.id));
+    let mut returned: Vec<(DateTime<Utc>, i64, DateTime<Utc>)> = orders
+        .iter()
+        .filter(|o| o.status == "cancelled" || o.status == "expired")
+        .filter_map(|o| {
+            let ended = o.ended_at?;
+            let due = if o.status == "expired" { o.expires_at.unwrap_or(ended) } else { ended };
+            Some(std::iter::repeat_n((ended, o.id, due), o.quantity.max(0) as usize))
+        })
+        .flatten()
+        .collect();
+    returned.sort_by_key(|&(ended, id, _)| (ended, id));
+    let resales = placed.iter().skip(usize::try_from(total_stock).unwrap_or(0));
+    returned
+        .iter()
+        .zip(resales)
+        .map(|(&(_, _, due), resale)| (resale.created_at - due).num_microseconds().unwrap_or(0))
+        .map(|us| us as f64 / 1000.0)
+        .collect()
+}
+
+/// The orders of sale `id`, for [`resale_delays_ms`].
+pub async fn order_times(
+    conn: &mut PgConnection,
+    id: SaleId,
+) -> Result<Vec<OrderTimes>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, quantity, created_at, status, expires_at, ended_at \
+         FROM orders WHERE sale_id = $1",
+    )
+    .bind(id.0)
+    .fetch_all(conn)
+    .await
+}
+
 #[cfg(test)]
 mod tests {
-    use super::resold;
+    use super::{OrderTimes, resale_delays_ms, resold};
+    use chrono::{DateTime, TimeZone, Utc};
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap()
+    }
+
+    fn order(id: i64, created: i64, status: &str, ended: Option<i64>) -> OrderTimes {
+        OrderTimes {
+            id,
+            quantity: 1,
+            created_at: at(created),
+            status: status.to_owned(),
+            expires_at: Some(at(created + 1000)),
+            ended_at: ended.map(at),
+        }
+    }
+
+    #[test]
+    fn the_kth_unit_back_is_resold_by_the_kth_placement_beyond_the_stock() {
+        // 2 units: orders 1 and 2 take them; 1 expires (due at 1000, swept at
+        // 1200), 2 expires (due at 1010, swept at 1300); order 3 at 1500
+        // resells the first back, order 4 at 2000 the second.
+        let orders = [
+            order(1, 0, "expired", Some(1200)),
+            order(2, 10, "expired", Some(1300)),
+            order(4, 2000, "paid", None),
+            order(3, 1500, "pending_payment", None),
+        ];
+        assert_eq!(resale_delays_ms(2, &orders), vec![500.0, 990.0]);
+        // A cancelled order's unit is due back when it was cancelled.
+        let cancelled = [order(1, 0, "cancelled", Some(300)), order(2, 700, "paid", None)];
+        assert_eq!(resale_delays_ms(1, &cancelled), vec![400.0]);
+        // Returned but not resold (stock left): no delay.
+        assert!(resale_delays_ms(5, &orders).is_empty());
+        assert_eq!(resale_delays_ms(2, &orders).len() as i64, resold(2, 2, 2));
+    }
 
     #[test]
     fn returned_units_count_as_resold_only_beyond_the_stock_ever_put_on_sale() {

@@ -165,6 +165,9 @@ impl Application {
                 catalog: self.state.catalog.clone(),
                 strategies: self.state.strategies.clone(),
                 period: Duration::from_millis(config.expiry_sweep_interval_ms),
+                failpoint: crate::lifecycle::sweep::Failpoint::from_config(
+                    config.failpoints.as_deref(),
+                ),
             };
             tokio::spawn(sweeper.run(stop_sweep.clone()));
         }

@@ -63,6 +63,10 @@ pub struct Claim {
     tx: Transaction<'static, Postgres>,
     pub order: PendingOrder,
     pub ending: Ending,
+    /// Test-only: [`Claim::commit`] never commits, holding the order's row
+    /// lock and the uncommitted return until the process dies
+    /// ([`Claim::holding_before_commit`]).
+    hold_before_commit: bool,
 }
 
 /// What a return did: the order's id and the units that came back.
@@ -83,7 +87,16 @@ impl Claim {
     /// A claim over `order`, whose row `tx` has locked while it was
     /// `pending_payment`.
     pub fn new(tx: Transaction<'static, Postgres>, order: PendingOrder, ending: Ending) -> Self {
-        Self { tx, order, ending }
+        Self { tx, order, ending, hold_before_commit: false }
+    }
+
+    /// This claim, armed to hang in [`Claim::commit`] instead of committing:
+    /// the expiry sweep's test-only failpoint `expiry-sweep-before-commit=hang`
+    /// (docs/testing.md), to kill an instance while it holds a swept order
+    /// with its units returned and its status changed, uncommitted.
+    pub fn holding_before_commit(mut self) -> Self {
+        self.hold_before_commit = true;
+        self
     }
 
     /// The claim's transaction, for the strategy's return statement.
@@ -116,6 +129,13 @@ impl Claim {
 
     /// Commits the return and the status change together.
     pub async fn commit(self) -> Result<Returned, sqlx::Error> {
+        if self.hold_before_commit {
+            tracing::warn!(
+                order_id = self.order.id,
+                "failpoint: holding a return before its commit"
+            );
+            std::future::pending::<()>().await;
+        }
         self.tx.commit().await?;
         Ok(Returned { order: self.order, ending: self.ending })
     }

@@ -15,6 +15,14 @@
 //! that moment), the cell is [`Expectation::MayBreak`]: either outcome is
 //! `ok`, and the report counts how often it broke.
 //!
+//! The `payment` profile (orders that expire unpaid and return their units)
+//! keeps every cell of `burst`: a correct strategy returns each unit once
+//! through its own path, so its books stay exact; `naive` returns with a
+//! relative update that its own absolute write can overwrite, and breaks as
+//! in every profile. A correct `payment` run must besides show the lifecycle
+//! at work: units returned and resold, and no order left pending once the
+//! phase settled (`crate::report::Run::is_broken`).
+//!
 //! The table is data, not a `match` over an enum of strategies: a strategy
 //! without a row is an error of the comparison (and of a unit test), never a
 //! silent guess.
@@ -145,7 +153,11 @@ fn stalls_outlive_the_lease(on: &Conditions) -> Expectation {
     }
     match on.profile {
         Profile::Slow => Breaks,
-        Profile::Burst | Profile::RetryStorm | Profile::MultiSale | Profile::Flood => Correct,
+        Profile::Burst
+        | Profile::RetryStorm
+        | Profile::MultiSale
+        | Profile::Flood
+        | Profile::Payment => Correct,
     }
 }
 
@@ -266,9 +278,13 @@ mod tests {
         for strategy in ["lock/ttl", "lock/token"] {
             for instances in [1, 2] {
                 assert_eq!(cell(strategy, on(Profile::Slow, instances)), Breaks);
-                for profile in
-                    [Profile::Burst, Profile::RetryStorm, Profile::MultiSale, Profile::Flood]
-                {
+                for profile in [
+                    Profile::Burst,
+                    Profile::RetryStorm,
+                    Profile::MultiSale,
+                    Profile::Flood,
+                    Profile::Payment,
+                ] {
                     assert_eq!(cell(strategy, on(profile, instances)), Correct, "{profile}");
                 }
             }

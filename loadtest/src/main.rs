@@ -92,7 +92,7 @@ pub struct CompareArgs {
 
     /// Units of stock of a run, over all its sales (default: the profile's own
     /// stock — burst 5000, retry-storm 2000, multi-sale 10000, slow 500,
-    /// flood 5000).
+    /// flood 5000, payment 1000).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub stock: Option<u64>,
 
@@ -125,6 +125,21 @@ pub struct CompareArgs {
     /// other buyers' sends.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub flood: u64,
+
+    /// `payment`: how long a buyer has to pay an order, milliseconds; unpaid
+    /// then, it expires and its unit returns to the sale.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(i32).range(1..=600_000))]
+    pub payment_window_ms: i32,
+
+    /// `payment`: fraction (0..=1) of buyers who never pay.
+    #[arg(long, default_value_t = 0.3, value_parser = parse_fraction)]
+    pub unpaid_share: f64,
+
+    /// `payment`: the sale closes this many seconds after it is created;
+    /// must outlast the payment window. A run stops earlier, as soon as
+    /// every unit is paid.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub sale_window_s: u64,
 
     /// `multi-sale`: sales at once, each with stock/N units.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=64))]
@@ -349,6 +364,10 @@ async fn main() -> std::process::ExitCode {
         Command::Compare(mut args) => {
             if args.strategies.is_empty() {
                 args.strategies = StrategyName::ALL.to_vec();
+            }
+            if args.sale_window_s * 1000 <= args.payment_window_ms as u64 {
+                eprintln!("error: --sale-window-s must outlast --payment-window-ms");
+                return std::process::ExitCode::from(2);
             }
             if !args.target.is_empty() && !database_given {
                 args.database_url = std::env::var("DATABASE_URL")

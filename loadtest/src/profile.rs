@@ -50,6 +50,15 @@ pub enum Profile {
     /// to see what one hammering client costs everyone else. Default stock
     /// 5000, as `burst`.
     Flood,
+    /// A payment window: orders start `pending_payment` and must be paid
+    /// within `--payment-window-ms` (default 2000); a share `--unpaid-share`
+    /// of buyers (default 0.30) never pays, the others pay at once (`POST
+    /// /orders/{id}/pay` with an `Idempotency-Key`). The sale closes
+    /// `--sale-window-s` after it opens (default 120), well after the
+    /// payment window, so expired units are sold again: a buyer refused as
+    /// sold out is followed, after a pause, by a later buyer, until every
+    /// unit is paid. Default stock 1000.
+    Payment,
 }
 
 /// The demonstration knobs a profile sets on each of its sales; `None`
@@ -68,6 +77,9 @@ pub struct SaleKnobs {
     /// Fraction (0..=1) of purchases that stall for `pause_ms`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause_ratio: Option<f64>,
+    /// Payment window of the sale's orders, milliseconds (`payment`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payment_window_ms: Option<i32>,
 }
 
 /// What one run of a profile does, with the flags applied.
@@ -88,12 +100,30 @@ pub struct Plan {
     /// `flood` profile; 0 for the others).
     pub flood: u64,
     pub knobs: SaleKnobs,
+    /// The buyers' payment behaviour (`payment` profile); `None` otherwise.
+    pub payment: Option<Payment>,
+}
+
+/// How the buyers of a `payment` run pay, and how long its sale is open.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Payment {
+    /// Fraction (0..=1) of buyers who never pay their order.
+    pub unpaid_share: f64,
+    /// The sale closes this long after it is created, seconds; longer than
+    /// the payment window.
+    pub sale_window_s: u64,
 }
 
 impl Profile {
     /// Every profile, in the order reports list them.
-    pub const ALL: &'static [Profile] =
-        &[Profile::Burst, Profile::RetryStorm, Profile::MultiSale, Profile::Slow, Profile::Flood];
+    pub const ALL: &'static [Profile] = &[
+        Profile::Burst,
+        Profile::RetryStorm,
+        Profile::MultiSale,
+        Profile::Slow,
+        Profile::Flood,
+        Profile::Payment,
+    ];
 
     /// The wire name, as in `--profile` and the report's `profile`.
     pub fn name(self) -> &'static str {
@@ -103,6 +133,7 @@ impl Profile {
             Profile::MultiSale => "multi-sale",
             Profile::Slow => "slow",
             Profile::Flood => "flood",
+            Profile::Payment => "payment",
         }
     }
 
@@ -113,27 +144,32 @@ impl Profile {
             Profile::MultiSale => 10_000,
             Profile::RetryStorm => 2_000,
             Profile::Slow => 500,
+            Profile::Payment => 1_000,
         }
     }
 
     /// Knobs of the profile's sales.
     pub fn knobs(self) -> SaleKnobs {
         match self {
-            Profile::Burst | Profile::RetryStorm | Profile::MultiSale | Profile::Flood => {
-                SaleKnobs::default()
-            }
+            Profile::Burst
+            | Profile::RetryStorm
+            | Profile::MultiSale
+            | Profile::Flood
+            | Profile::Payment => SaleKnobs::default(),
             Profile::Slow => SaleKnobs {
                 lock_lease_ms: Some(200),
                 work_ms: Some(5),
                 pause_ms: Some(600),
                 pause_ratio: Some(0.01),
+                payment_window_ms: None,
             },
         }
     }
 
     /// The run this profile asks for under `args`: the knob flags
     /// (`--lock-lease-ms`, `--work-ms`, `--pause-ms`, `--pause-ratio`)
-    /// override the profile's knobs.
+    /// override the profile's knobs; `payment` takes its window from
+    /// `--payment-window-ms`.
     pub fn plan(self, args: &CompareArgs) -> Plan {
         let stock = args.stock.unwrap_or_else(|| self.default_stock());
         let (sales, submissions, resubmit) = match self {
@@ -141,6 +177,8 @@ impl Profile {
             Profile::RetryStorm => (1, args.storm, 0.0),
             Profile::MultiSale => (args.sales, 1, args.resubmit),
             Profile::Slow | Profile::Flood => (1, 1, args.resubmit),
+            // Later buyers replace the refused ones; none resubmits.
+            Profile::Payment => (1, 1, 0.0),
         };
         let flood = if self == Profile::Flood { args.flood } else { 0 };
         // Never more sales than units: every sale gets at least one.
@@ -151,8 +189,13 @@ impl Profile {
             work_ms: args.work_ms.or(profile.work_ms),
             pause_ms: args.pause_ms.or(profile.pause_ms),
             pause_ratio: args.pause_ratio.or(profile.pause_ratio),
+            payment_window_ms: (self == Profile::Payment).then_some(args.payment_window_ms),
         };
-        Plan { stock, sales, submissions, resubmit, flood, knobs }
+        let payment = (self == Profile::Payment).then_some(Payment {
+            unpaid_share: args.unpaid_share,
+            sale_window_s: args.sale_window_s,
+        });
+        Plan { stock, sales, submissions, resubmit, flood, knobs, payment }
     }
 }
 
@@ -231,7 +274,18 @@ mod tests {
             resubmit: 0.0,
             flood: 0,
             knobs: SaleKnobs::default(),
+            payment: None,
         };
         assert_eq!(plan.stock_per_sale(), vec![3, 3, 2, 2]);
+    }
+
+    #[test]
+    fn the_payment_profile_sets_the_window_and_the_buyers_payment() {
+        let plan = Profile::Payment.plan(&compare_args(&["--unpaid-share", "0.5"]));
+        assert_eq!(plan.knobs.payment_window_ms, Some(2000));
+        assert_eq!(plan.payment, Some(Payment { unpaid_share: 0.5, sale_window_s: 120 }));
+        assert_eq!((plan.stock, plan.sales, plan.resubmit), (1000, 1, 0.0));
+        let burst = Profile::Burst.plan(&compare_args(&["--payment-window-ms", "500"]));
+        assert_eq!((burst.knobs.payment_window_ms, burst.payment), (None, None));
     }
 }

@@ -31,6 +31,7 @@ use crate::instances::Instances;
 use crate::profile::{Plan, Profile};
 use crate::progress::Progress;
 use crate::report::{self, BatchSizes, Cost, LockStats, Ratio, Run};
+use crate::scenario::payment;
 use crate::scenario::{self, Answer, AnswerLog, Latency, OutcomeCounters, PhaseResult, per_second};
 use crate::scrape::{self, Counters, Figure};
 use crate::series;
@@ -99,6 +100,16 @@ struct Phases {
     peak_rss_mb: Option<f64>,
     /// What the fault did, when the run had one.
     fault: Option<FaultPhase>,
+    /// The buyers' payments and arrivals (`payment` profile).
+    payment: Option<PaymentPhase>,
+}
+
+/// What a `payment` run's sale phase did besides selling.
+struct PaymentPhase {
+    outcome: payment::Outcome,
+    /// Seconds from the phase's start until every unit was paid; `None`
+    /// when that did not happen within the phase.
+    settled_s: Option<f64>,
 }
 
 /// The readings of a fault run's phases.
@@ -136,6 +147,8 @@ struct Measured {
     undersold: i64,
     counted: Counted,
     fault: Option<FaultRecord>,
+    /// Expiry → resale of every resold unit, milliseconds (`payment`).
+    resale_ms: Vec<f64>,
 }
 
 /// Runs `key` on the bench and answers its record, verdict included.
@@ -150,8 +163,20 @@ pub async fn run_one(
     let prepared = prepare(bench, key).await?;
     let phases = run_phases(bench, key, &prepared, progress).await?;
     progress.phase("audit");
+    if let Some(window) = prepared.plan.knobs.payment_window_ms {
+        pending_ended(bench, &prepared.sales, window).await?;
+    }
     let audits = audit_all(bench, &prepared.sales).await?;
-    let undersold = undersold(&audits, &split_demand(prepared.buyers, prepared.sales.len()));
+    let demand = demand(&prepared, phases.payment.as_ref());
+    let undersold = undersold(&audits, &split_demand(demand, prepared.sales.len()));
+    // The pairing of returns with resales assumes exact books: with an
+    // oversell or drift, placements beyond the stock are not resales.
+    let exact = audits.iter().all(|a| a.oversold == 0 && a.ledger_drift == 0);
+    let resale_ms = if phases.payment.is_some() && exact {
+        resale_delays(bench.db, &audits).await?
+    } else {
+        Vec::new()
+    };
     let mut counted = Counted::of(key.strategy, &phases.counters)?;
     if let Some(lock) = &mut counted.lock {
         lock.max_concurrency = max_concurrency(bench, &prepared.sales).await?;
@@ -161,8 +186,18 @@ pub async fn run_one(
         Some(phase) => Some(fault_record(bench, phase, &prepared, undersold).await?),
         None => None,
     };
-    let measured =
-        Measured { key, conditions, expected, prepared, phases, audit, undersold, counted, fault };
+    let measured = Measured {
+        key,
+        conditions,
+        expected,
+        prepared,
+        phases,
+        audit,
+        undersold,
+        counted,
+        fault,
+        resale_ms,
+    };
     Ok(assemble(measured, bench.round))
 }
 
@@ -213,13 +248,88 @@ fn round_ms(duration: Duration) -> f64 {
     duration.as_millis() as f64 / 1000.0
 }
 
+/// Units the buyers wanted: one each, of the paying buyers only in a
+/// `payment` run (first and later ones: a buyer who never pays wants no
+/// unit for good).
+fn demand(prepared: &Prepared, payment: Option<&PaymentPhase>) -> u64 {
+    payment.map_or(prepared.buyers, |p| p.outcome.paying_buyers)
+}
+
+/// Expiry → resale of every resold unit of the run's sales, milliseconds
+/// (`seckill::audit::resale_delays_ms` over each sale's orders).
+async fn resale_delays(db: &sqlx::PgPool, audits: &[Audit]) -> anyhow::Result<Vec<f64>> {
+    let mut conn = db.acquire().await?;
+    let mut delays = Vec::new();
+    for audit in audits {
+        let orders = seckill::audit::order_times(&mut conn, audit.sale_id).await?;
+        delays.extend(seckill::audit::resale_delays_ms(audit.total_stock, &orders));
+    }
+    Ok(delays)
+}
+
+/// How often a `payment` run looks at the books while it waits.
+const PAYMENT_POLL: Duration = Duration::from_millis(200);
+
+/// Margin past the payment window for the last pending orders to be swept:
+/// the sweep's period (500 ms) many times over.
+const SWEEP_MARGIN: Duration = Duration::from_secs(10);
+
+/// Waits until no order of `sales` is pending payment any more — each
+/// expired by the sweep and its units returned — or until the payment
+/// window and [`SWEEP_MARGIN`] have passed (the audit then counts what is
+/// left as live units, and the run's `payment.units_pending` shows them).
+async fn pending_ended(bench: &Bench<'_>, sales: &[SaleId], window_ms: i32) -> anyhow::Result<()> {
+    let bound = Duration::from_millis(window_ms.max(0) as u64) + SWEEP_MARGIN;
+    let start = std::time::Instant::now();
+    loop {
+        let mut pending = 0;
+        for &sale in sales {
+            pending += bench.admin.audit(sale).await?.units_pending;
+        }
+        if pending == 0 || start.elapsed() >= bound {
+            return Ok(());
+        }
+        tokio::time::sleep(PAYMENT_POLL).await;
+    }
+}
+
+/// Watches the books of `sales` until every unit is paid (nothing left, no
+/// order pending) or `done` is set; sets `settled` then and answers how
+/// long it took, `None` if it did not happen.
+async fn watch_settled(
+    admin: &Admin,
+    sales: &[SaleId],
+    settled: &AtomicBool,
+    done: &AtomicBool,
+) -> anyhow::Result<Option<f64>> {
+    let start = std::time::Instant::now();
+    while !done.load(Ordering::Relaxed) {
+        let mut paid_out = true;
+        for &sale in sales {
+            let audit = admin.audit(sale).await?;
+            paid_out &= audit.remaining_stock <= 0 && audit.units_pending == 0;
+        }
+        if paid_out {
+            settled.store(true, Ordering::Relaxed);
+            return Ok(Some(round_ms(start.elapsed())));
+        }
+        tokio::time::sleep(PAYMENT_POLL).await;
+    }
+    Ok(None)
+}
+
 /// Creates the run's sales with the profile's plan and knobs.
 async fn prepare(bench: &Bench<'_>, key: RunKey) -> anyhow::Result<Prepared> {
     let plan = key.profile.plan(bench.args);
     let knobs = serde_json::to_value(plan.knobs)?;
     let mut sales = Vec::new();
     for (i, stock) in plan.stock_per_sale().into_iter().enumerate() {
-        sales.push(bench.admin.create_sale(sale_body(key, i, stock, &knobs)).await?);
+        let mut body = sale_body(key, i, stock, &knobs);
+        if let Some(payment) = plan.payment {
+            let ends_at = Utc::now() + chrono::Duration::seconds(payment.sale_window_s as i64);
+            body["ends_at"] = json!(ends_at);
+        }
+        sales.push(bench.admin.create_sale(body).await?);
     }
     let buyers = ((plan.stock as f64) * bench.args.demand).round().max(1.0) as u64;
     Ok(Prepared { plan, sales, buyers })
@@ -257,7 +367,13 @@ async fn run_phases(
     let tally = Arc::new(OutcomeCounters::default());
     progress.phase("settling statistics");
     let (xacts_before, counters_before) = readings(bench).await?;
-    progress.phase(&sale_phase_label(prepared.buyers, buyers.len() as u64, plan.flood));
+    progress.phase(&match plan.payment {
+        Some(_) => format!(
+            "sale phase ({} buyers, then later ones until every unit is paid)",
+            prepared.buyers
+        ),
+        None => sale_phase_label(prepared.buyers, buyers.len() as u64, plan.flood),
+    });
     let mut meter = bench.args.target.is_empty().then(|| CpuMeter::new(bench.instances.pids()));
     let cpu_before = meter.as_mut().map(|m| (m.snapshot(), std::time::Instant::now()));
     let sampler = progress.live().map(|live| {
@@ -265,7 +381,7 @@ async fn run_phases(
     });
     let buyer_key = bench.instances.buyer_key.as_deref();
     let tokens = buyer_key.map(|k| scenario::Tokens::new(k, buyers.iter().map(|b| b.user)));
-    let SalePhase { result: sale, fault: injected } =
+    let SalePhase { result: sale, fault: injected, payment } =
         sale_phase(bench, key, prepared, buyers, tally, tokens.clone()).await?;
     let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
         progress.phase("waiting for the queue to drain");
@@ -273,6 +389,10 @@ async fn run_phases(
     } else {
         None
     };
+    if let Some(window) = plan.knobs.payment_window_ms {
+        progress.phase("waiting for the unpaid orders to expire");
+        pending_ended(bench, &prepared.sales, window).await?;
+    }
     let group_commit = if key.strategy == seckill::strategy::sql_batched::NAME {
         Some(batch_stats(bench, &prepared.sales).await?)
     } else {
@@ -291,12 +411,14 @@ async fn run_phases(
     let audits = audit_all(bench, &prepared.sales).await?;
     let fault = match injected {
         Some(injected) => {
-            Some(settle_fault(bench, key.strategy, prepared, injected, &audits, progress).await?)
+            let settling = (injected, &audits[..], payment.as_ref());
+            Some(settle_fault(bench, key.strategy, prepared, settling, progress).await?)
         }
         None => None,
     };
     progress.phase("rejection phase");
-    let first_fresh = prepared.buyers as i64 + 1;
+    let later = payment.as_ref().map_or(0, |p| p.outcome.later_buyers);
+    let first_fresh = (prepared.buyers + later) as i64 + 1;
     let args = bench.args;
     let rejection = scenario::rejection_phase(
         &bench.instances.buyer_urls,
@@ -320,6 +442,7 @@ async fn run_phases(
         cpu,
         peak_rss_mb: rss.stop().await,
         fault,
+        payment,
     })
 }
 
@@ -342,6 +465,8 @@ fn goose_report_path(out: &std::path::Path, key: RunKey) -> std::path::PathBuf {
 struct SalePhase {
     result: PhaseResult,
     fault: Option<InjectedFault>,
+    /// The buyers' payments (`payment` profile).
+    payment: Option<PaymentPhase>,
 }
 
 /// A fault the sale phase injected (or missed), and every answer of the
@@ -371,23 +496,15 @@ async fn sale_phase(
     let log = key.fault.map(|_| Arc::new(AnswerLog::default()));
     let phase_done = Arc::new(AtomicBool::new(false));
     let sale_phase = async {
-        let result = scenario::sale_phase(
-            &bench.instances.buyer_urls,
-            &ids,
-            args.users,
-            args.retries,
-            buyers,
-            goose_report_path(&args.out, key),
-            tally,
-            tokens,
-            log.clone(),
-        )
-        .await;
+        let report = goose_report_path(&args.out, key);
+        let result =
+            buyers_phase(bench, prepared, &ids, buyers, report, tally, tokens, log.clone()).await;
         phase_done.store(true, Ordering::Relaxed);
         result
     };
     let Some(kind) = key.fault else {
-        return Ok(SalePhase { result: sale_phase.await?, fault: None });
+        let (result, payment) = sale_phase.await?;
+        return Ok(SalePhase { result, fault: None, payment });
     };
     let target = fault::Target {
         instances: bench.instances,
@@ -404,23 +521,73 @@ async fn sale_phase(
     let injector = fault::inject_when_sold(kind, &target, threshold, phase_done.clone());
     let (result, hit) = tokio::join!(sale_phase, injector);
     let hit = hit.with_context(|| format!("injecting {kind}"))?;
-    let (result, answers) = (result?, log.map(|log| log.answers()).unwrap_or_default());
+    let ((result, payment), answers) = (result?, log.map(|log| log.answers()).unwrap_or_default());
     let fault = InjectedFault { kind, hit, answers, first_send: result.first_send };
-    Ok(SalePhase { result, fault: Some(fault) })
+    Ok(SalePhase { result, fault: Some(fault), payment })
+}
+
+/// The sale phase of the run's profile: [`scenario::sale_phase`], or for
+/// `payment` [`payment::payment_phase`] with a watch on the books that ends
+/// it once every unit is paid.
+#[allow(clippy::too_many_arguments)]
+async fn buyers_phase(
+    bench: &Bench<'_>,
+    prepared: &Prepared,
+    ids: &[i64],
+    buyers: Vec<scenario::Buyer>,
+    report: std::path::PathBuf,
+    tally: Arc<OutcomeCounters>,
+    tokens: Option<scenario::Tokens>,
+    log: Option<Arc<AnswerLog>>,
+) -> anyhow::Result<(PhaseResult, Option<PaymentPhase>)> {
+    let (urls, args) = (&bench.instances.buyer_urls, bench.args);
+    let (users, retries) = (args.users, args.retries);
+    let Some(plan) = prepared.plan.payment else {
+        let sale =
+            scenario::sale_phase(urls, ids, users, retries, buyers, report, tally, tokens, log);
+        return Ok((sale.await?, None));
+    };
+    let window_ms = prepared.plan.knobs.payment_window_ms.unwrap_or(0).max(0) as u64;
+    let (settled, done) = (Arc::new(AtomicBool::new(false)), AtomicBool::new(false));
+    let settings = payment::Settings {
+        unpaid_share: plan.unpaid_share,
+        come_back: come_back(Duration::from_millis(window_ms)),
+        settled: settled.clone(),
+        deadline: std::time::Instant::now() + Duration::from_secs(plan.sale_window_s),
+    };
+    let phase = async {
+        let result = payment::payment_phase(
+            urls, ids, users, retries, buyers, report, tally, tokens, settings,
+        )
+        .await;
+        done.store(true, Ordering::Relaxed);
+        result
+    };
+    let watch = watch_settled(bench.admin, &prepared.sales, &settled, &done);
+    let (phase, settled_s) = tokio::join!(phase, watch);
+    let (sale, outcome) = phase?;
+    Ok((sale, Some(PaymentPhase { outcome, settled_s: settled_s? })))
+}
+
+/// How long a `payment` buyer refused waits before the next one comes: an
+/// eighth of the payment window, between 50 ms and 1 s — often enough that
+/// an expired unit finds a buyer well within a window, seldom enough that
+/// the refusals stay a small load beside the purchases.
+fn come_back(window: Duration) -> Duration {
+    (window / 8).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
 /// The settle period after a fault run's sale phase, given the audits taken
-/// when the phase ended.
+/// when the phase ended (and a `payment` run's payments, for its demand).
 async fn settle_fault(
     bench: &Bench<'_>,
     strategy: StrategyName,
     prepared: &Prepared,
-    fault: InjectedFault,
-    audits: &[Audit],
+    (fault, audits, payment): (InjectedFault, &[Audit], Option<&PaymentPhase>),
     progress: &mut Progress,
 ) -> anyhow::Result<FaultPhase> {
     progress.phase(&format!("settling after {}", fault.kind));
-    let demand = split_demand(prepared.buyers, prepared.sales.len());
+    let demand = split_demand(demand(prepared, payment), prepared.sales.len());
     let settle = settle(bench, strategy, &prepared.sales).await?;
     Ok(FaultPhase {
         kind: fault.kind,
@@ -666,8 +833,24 @@ impl QueueFigures {
 /// by [`report::relate_to_sql`]).
 fn assemble(m: Measured, round: &Round) -> Run {
     let cost = cost(&m.counted, &m.phases);
-    let Measured { key, conditions, expected, prepared, phases, audit, undersold, counted, fault } =
-        m;
+    let Measured {
+        key,
+        conditions,
+        expected,
+        prepared,
+        phases,
+        audit,
+        undersold,
+        counted,
+        fault,
+        resale_ms,
+    } = m;
+    let later = phases.payment.as_ref().map_or(0, |p| p.outcome.later_buyers);
+    let demanded_units = demand(&prepared, phases.payment.as_ref());
+    let payment = phases
+        .payment
+        .as_ref()
+        .map(|phase| payment_record(&prepared.plan, phase, audit.units_pending, &resale_ms));
     let (sale, rejection) = (phases.sale, phases.rejection);
     let sell_through_whole_per_s =
         sell_through_whole(audit.units_sold, sale.first_send, audit.last_order_at);
@@ -689,8 +872,8 @@ fn assemble(m: Measured, round: &Round) -> Run {
         instances: conditions.instances,
         sales: prepared.plan.sales,
         total_stock: audit.total_stock,
-        buyers: prepared.buyers,
-        demanded_units: prepared.buyers,
+        buyers: prepared.buyers + later,
+        demanded_units,
         requests: sale.requests,
         duration_s: sale.duration_s,
         throughput_rps: per_second(sale.requests, sale.duration_s),
@@ -728,9 +911,36 @@ fn assemble(m: Measured, round: &Round) -> Run {
         cost,
         sold_per_second: phases.sold_per_second,
         fault,
+        units_returned: audit.units_returned,
+        units_resold: audit.units_resold,
+        payment,
     };
     run.verdict = run.judge();
     run
+}
+
+/// The `payment` record of a run: the plan's settings, what the buyers did,
+/// the units still pending at the final audit and the expiry → resale
+/// delays.
+fn payment_record(
+    plan: &Plan,
+    phase: &PaymentPhase,
+    units_pending: i64,
+    resale_ms: &[f64],
+) -> report::PaymentRecord {
+    let settings =
+        plan.payment.unwrap_or(crate::profile::Payment { unpaid_share: 0.0, sale_window_s: 0 });
+    report::PaymentRecord {
+        payment_window_ms: plan.knobs.payment_window_ms.unwrap_or(0),
+        unpaid_share: settings.unpaid_share,
+        sale_window_s: settings.sale_window_s,
+        units_pending,
+        expiry_to_resale_ms: report::ResaleDelays::of(resale_ms),
+        later_buyers: phase.outcome.later_buyers,
+        paying_buyers: phase.outcome.paying_buyers,
+        payments: phase.outcome.payments.clone(),
+        settled_s: phase.settled_s,
+    }
 }
 
 #[cfg(test)]
@@ -930,6 +1140,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             resubmit: 0.0,
             flood: 0,
             knobs: SaleKnobs::default(),
+            payment: None,
         };
         let mut total = audit(100, sold);
         total.first_order_at = Some(at(0));
@@ -959,11 +1170,13 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                 }),
                 peak_rss_mb: Some(40.0),
                 fault: None,
+                payment: None,
             },
             undersold: undersold(std::slice::from_ref(&total), &[300]),
             audit: total,
             counted: Counted { redis_round_trips: Some(250.0), ..Counted::default() },
             fault: None,
+            resale_ms: Vec::new(),
         }
     }
 
@@ -996,6 +1209,61 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         let run = assemble(m, &ceilings());
         assert!(run.ceiling_undershot, "1 100 answers/s against http_rps 1 000");
         assert_eq!((run.sell_through_per_s, run.too_short_to_rank), (Some(200.0), true));
+    }
+
+    fn paid_out(later: u64, paying: u64) -> PaymentPhase {
+        let outcome = payment::Outcome {
+            later_buyers: later,
+            paying_buyers: paying,
+            payments: payment::Payments { paid: 100, refused: 2, failed: 0 },
+        };
+        PaymentPhase { outcome, settled_s: Some(9.5) }
+    }
+
+    #[test]
+    fn a_payment_run_counts_its_later_buyers_and_wants_the_paying_ones_units() {
+        let mut m = measured("sql", 100);
+        m.key.profile = Profile::Payment;
+        m.prepared.plan.knobs.payment_window_ms = Some(2000);
+        m.prepared.plan.payment =
+            Some(crate::profile::Payment { unpaid_share: 0.3, sale_window_s: 120 });
+        m.phases.payment = Some(paid_out(40, 250));
+        m.audit.units_returned = 45;
+        m.audit.units_resold = 45;
+        m.resale_ms = vec![900.0, 500.0, 700.0];
+        let run = assemble(m, &ceilings());
+        assert_eq!((run.buyers, run.demanded_units), (340, 250));
+        assert_eq!((run.units_returned, run.units_resold), (45, 45));
+        let payment = run.payment.clone().expect("a payment record");
+        assert_eq!((payment.payment_window_ms, payment.units_pending), (2000, 0));
+        let delays = payment.expiry_to_resale_ms.expect("delays");
+        assert_eq!((delays.p50, delays.p90, delays.max, delays.units), (700.0, 900.0, 900.0, 3));
+        assert_eq!(run.verdict, Verdict::Ok);
+    }
+
+    #[test]
+    fn a_payment_run_with_nothing_resold_or_an_order_left_pending_is_judged_broke() {
+        let payment_run = |returned: i64, resold: i64, pending: i64| {
+            let mut m = measured("sql", 100);
+            m.prepared.plan.knobs.payment_window_ms = Some(2000);
+            m.prepared.plan.payment =
+                Some(crate::profile::Payment { unpaid_share: 0.3, sale_window_s: 120 });
+            m.phases.payment = Some(paid_out(0, 300));
+            (m.audit.units_returned, m.audit.units_resold) = (returned, resold);
+            m.audit.units_pending = pending;
+            assemble(m, &ceilings()).verdict
+        };
+        assert_eq!(payment_run(10, 10, 0), Verdict::Ok);
+        assert_eq!(payment_run(10, 0, 0), Verdict::Broke, "returned, never resold");
+        assert_eq!(payment_run(0, 0, 0), Verdict::Broke, "nothing returned");
+        assert_eq!(payment_run(10, 10, 1), Verdict::Broke, "an order never expired");
+    }
+
+    #[test]
+    fn a_refused_payment_buyer_comes_back_after_an_eighth_of_the_window_within_bounds() {
+        assert_eq!(come_back(Duration::from_millis(2000)), Duration::from_millis(250));
+        assert_eq!(come_back(Duration::from_millis(100)), Duration::from_millis(50));
+        assert_eq!(come_back(Duration::from_secs(60)), Duration::from_secs(1));
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! its buyer's token ([`Tokens`]) and an empty body, as a client of such a
 //! service would send it.
 
+pub mod payment;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -353,7 +355,20 @@ impl Attack {
         buyer: i64,
         name: &str,
     ) -> TransactionResult {
+        self.purchase_answer(user, sale, buyer, name).await.map(|_| ())
+    }
+
+    /// [`Attack::purchase`], answering the kind of the last answer and what
+    /// it promised.
+    async fn purchase_answer(
+        &self,
+        user: &mut GooseUser,
+        sale: i64,
+        buyer: i64,
+        name: &str,
+    ) -> Result<(Kind, Option<Receipt>), Box<TransactionError>> {
         let mut instance = user.weighted_users_index % self.urls.len();
+        let mut last = (Kind::Other, None);
         for attempt in 0..=self.retries {
             let (start, _) = *self.first_send.get_or_init(|| (Instant::now(), Utc::now()));
             let url = format!("{}/sales/{sale}/orders", self.urls[instance]);
@@ -375,13 +390,14 @@ impl Attack {
             self.answered(start);
             let kind = classify(status, &body);
             self.counters.count(kind, status);
+            let receipt = Receipt::of(status, &body);
             if let Some(log) = &self.log {
-                let receipt = Receipt::of(status, &body);
                 log.push(Answer { at: Instant::now(), status, receipt });
             }
             if kind.is_expected() {
                 user.set_success(&mut goose.request)?;
             }
+            last = (kind, receipt);
             if unanswered {
                 instance = (instance + 1) % self.urls.len();
             } else if kind != Kind::Busy {
@@ -393,7 +409,7 @@ impl Attack {
             let jittered = backoff_s(attempt, retry_after_s) * rand::rng().random_range(0.5..1.5);
             tokio::time::sleep(Duration::from_secs_f64(jittered)).await;
         }
-        Ok(())
+        Ok(last)
     }
 }
 

@@ -104,13 +104,18 @@ pub struct Sweeps {
 
 impl Sweeps {
     pub async fn new() -> Self {
+        Self::on(&test_database_url()).await
+    }
+
+    /// As [`Sweeps::new`], over the database at `url`.
+    pub async fn on(url: &str) -> Self {
         let mut config = Config::defaults();
-        config.database_url = test_database_url();
+        config.database_url = url.to_owned();
         config.redis_url = test_support::redis_url();
         config.amqp_url = test_support::amqp_url();
         config.redis_key_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
         config.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
-        let db = PgPool::connect(&test_database_url()).await.unwrap();
+        let db = PgPool::connect(url).await.unwrap();
         let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone()).unwrap();
         let amqp = AmqpHandle::new(config.amqp_url.clone(), config.amqp_prefix.clone());
         let catalog = SaleCatalog::default();

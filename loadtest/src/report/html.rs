@@ -386,6 +386,7 @@ pub fn render(report: &Report) -> String {
         );
     }
     warnings(&mut page, report);
+    payment(&mut page, report);
     let _ = write!(
         page,
         "<h2>Summary over repeats</h2><p>{}</p>",
@@ -403,6 +404,24 @@ pub fn render(report: &Report) -> String {
     parameters(&mut page, report);
     page.push_str("</body></html>\n");
     page
+}
+
+/// The `payment` runs' returned and resold units, one line each; nothing
+/// without a `payment` run.
+fn payment(page: &mut String, report: &Report) {
+    let lines = super::markdown::payment_lines(report);
+    if lines.is_empty() {
+        return;
+    }
+    let _ = write!(
+        page,
+        "<h2 id=\"payment\">Payment window</h2><p>{}</p><ul>",
+        escape(super::markdown::PAYMENT_NOTE)
+    );
+    for line in lines {
+        let _ = write!(page, "<li>{}</li>", escape(&line));
+    }
+    page.push_str("</ul>");
 }
 
 /// The document head, the title and the line about the machine.

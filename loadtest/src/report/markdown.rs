@@ -183,6 +183,53 @@ pub fn flood_lines(report: &Report) -> Vec<String> {
         .collect()
 }
 
+/// One line per `payment` run: the units returned and resold (from the
+/// audit), the expiry → resale delays, the orders left pending, when every
+/// unit was paid, and what the buyers did.
+pub fn payment_lines(report: &Report) -> Vec<String> {
+    report
+        .runs
+        .iter()
+        .filter_map(|run| Some((run, run.payment.as_ref()?)))
+        .map(|(run, p)| {
+            let delays = match &p.expiry_to_resale_ms {
+                Some(d) => format!(
+                    "expiry → resale p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms",
+                    d.p50, d.p90, d.max
+                ),
+                None => "no resale".to_owned(),
+            };
+            let settled = match p.settled_s {
+                Some(s) => format!("every unit paid {s:.1} s after the start"),
+                None => "not every unit paid within the phase".to_owned(),
+            };
+            format!(
+                "{} #{}: {} units returned, {} resold ({delays}); {} pending after the \
+                 windows; {settled}; {} later buyers; payments {} paid, {} refused, {} failed \
+                 (window {} ms, {:.0} % never pay)",
+                run.strategy,
+                run.repeat,
+                run.units_returned,
+                run.units_resold,
+                p.units_pending,
+                p.later_buyers,
+                p.payments.paid,
+                p.payments.refused,
+                p.payments.failed,
+                p.payment_window_ms,
+                p.unpaid_share * 100.0,
+            )
+        })
+        .collect()
+}
+
+/// What the payment lines mean.
+pub const PAYMENT_NOTE: &str = "Units returned and resold come from the audit of Postgres. \
+Expiry → resale: the k-th unit that came back is resold by the (total stock + k)-th unit \
+placed, and the delay runs from the returned order's expiry to that placement \
+(docs/report-format.md, \"Payment\"). The books stay `total = units never sold + live units + \
+units returned and not resold`.";
+
 /// `- line` per line, or "None." for none.
 fn bullets(lines: &[String]) -> String {
     if lines.is_empty() {
@@ -248,6 +295,12 @@ pub fn render(report: &Report) -> String {
         None => String::new(),
     };
     let balancer = balancer + &cluster_line(report);
+    let payment = payment_lines(report);
+    let payment = if payment.is_empty() {
+        String::new()
+    } else {
+        format!("## Payment window\n\n{PAYMENT_NOTE}\n\n{}\n", bullets(&payment))
+    };
     let flood = flood_lines(report);
     let flood = if flood.is_empty() {
         String::new()
@@ -263,6 +316,7 @@ pub fn render(report: &Report) -> String {
          ## Warnings\n\n{}\n\
          ## Summary over repeats\n\n{SUMMARY_NOTE}\n\n{}\n\n\
          {flood}\
+         {payment}\
          ## Every run\n\n{}\n\n\
          Verdict `ok`: the run matched its expectation (a `correct` strategy kept exact books, \
          a `breaks` baseline visibly broke them). Oversold, undersold and drift come from an \
@@ -310,5 +364,36 @@ mod tests {
         assert!(lines[0].contains("80.0 ms without the flood (burst, same round): × 1.50"));
         assert!(lines[0].contains("answered 10000 × 409 (p99 2.0 ms)"), "{}", lines[0]);
         assert!(render(&report).contains("## One buyer's flood"));
+    }
+
+    #[test]
+    fn a_payment_run_shows_its_returned_and_resold_units() {
+        use crate::report::{PaymentRecord, ResaleDelays};
+        let mut report = fixture::report();
+        assert!(payment_lines(&report).is_empty());
+        assert!(!render(&report).contains("## Payment window"));
+        let mut run = report.runs.iter().find(|r| r.strategy == "sql").unwrap().clone();
+        run.profile = "payment".to_owned();
+        (run.units_returned, run.units_resold) = (300, 290);
+        run.payment = Some(PaymentRecord {
+            payment_window_ms: 2000,
+            unpaid_share: 0.3,
+            expiry_to_resale_ms: ResaleDelays::of(&[400.0, 800.0]),
+            settled_s: Some(12.5),
+            later_buyers: 900,
+            ..PaymentRecord::default()
+        });
+        report.runs.push(run);
+        let lines = payment_lines(&report);
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].starts_with(
+                "sql #1: 300 units returned, 290 resold (expiry → resale p50 400 ms, p90 800 ms"
+            ),
+            "{}",
+            lines[0]
+        );
+        assert!(lines[0].contains("every unit paid 12.5 s after the start"), "{}", lines[0]);
+        assert!(render(&report).contains("## Payment window"));
     }
 }

@@ -236,6 +236,77 @@ pub struct Run {
     /// a fault, `undersold` is counted after the settle period.
     #[serde(default)]
     pub fault: Option<FaultRecord>,
+    /// Units of orders that ended unpaid (`cancelled`, `expired`) and came
+    /// back to the sale, from the audit; 0 for a sale without a payment
+    /// window.
+    #[serde(default)]
+    pub units_returned: i64,
+    /// Of `units_returned`, the units sold again, from the audit.
+    #[serde(default)]
+    pub units_resold: i64,
+    /// The payment window's figures (`payment` profile); `null` otherwise.
+    #[serde(default)]
+    pub payment: Option<PaymentRecord>,
+}
+
+/// What a `payment` run's buyers did and how fast returned units sold again
+/// (docs/report-format.md, "Payment").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PaymentRecord {
+    /// The sale's payment window, milliseconds.
+    pub payment_window_ms: i32,
+    /// Fraction of buyers who never pay.
+    pub unpaid_share: f64,
+    /// The sale closed this long after it was created, seconds.
+    pub sale_window_s: u64,
+    /// Units of orders still `pending_payment` at the final audit, after
+    /// the run waited the payment window (and the sweep's margin) out:
+    /// counted in `units_sold` as live; any above 0 makes a `correct` run
+    /// `broke` (an unpaid order that never expired).
+    pub units_pending: i64,
+    /// From the expiry of each resold unit to its resale (see
+    /// [`ResaleDelays`]); `null` when no unit was resold, or when the books
+    /// oversold or drifted (placements beyond the stock are then not
+    /// resales, and the pairing means nothing).
+    pub expiry_to_resale_ms: Option<ResaleDelays>,
+    /// Buyers who came after the first `demand × stock` ones.
+    pub later_buyers: u64,
+    /// Buyers, first and later, who would pay: the run's `demanded_units`.
+    pub paying_buyers: u64,
+    /// What the payments were answered (the load generator's count).
+    pub payments: crate::scenario::payment::Payments,
+    /// Seconds from the sale phase's start until the books showed every
+    /// unit paid; `null` when that did not happen before the phase ended.
+    pub settled_s: Option<f64>,
+}
+
+/// Expiry → resale, milliseconds, over the resold units
+/// (`seckill::audit::resale_delays_ms`): nearest-rank percentiles.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResaleDelays {
+    pub p50: f64,
+    pub p90: f64,
+    pub max: f64,
+    /// Resold units measured (`units_resold` of the run).
+    pub units: u64,
+}
+
+impl ResaleDelays {
+    /// The percentiles of `delays`; `None` for none.
+    pub fn of(delays: &[f64]) -> Option<ResaleDelays> {
+        let mut sorted = delays.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let rank = |q: f64| {
+            let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+            (sorted[i] * 10.0).round() / 10.0
+        };
+        (!sorted.is_empty()).then(|| ResaleDelays {
+            p50: rank(0.5),
+            p90: rank(0.9),
+            max: rank(1.0),
+            units: sorted.len() as u64,
+        })
+    }
 }
 
 /// What a lock strategy's lock did during a run.
@@ -316,6 +387,17 @@ impl Run {
             || (self.reconcile_fixes.is_some_and(|f| f != 0) && !faulted)
             || self.accepted_unresolved.is_some_and(|n| n > 0)
             || self.fault.as_ref().is_some_and(|f| f.accepted_lost > 0)
+            || self.payment_missing()
+    }
+
+    /// A `payment` run that did not show the lifecycle at work: an order
+    /// still pending once the windows passed, or — with buyers who never
+    /// pay — no unit returned or none resold.
+    pub fn payment_missing(&self) -> bool {
+        self.payment.as_ref().is_some_and(|p| {
+            p.units_pending > 0
+                || (p.unpaid_share > 0.0 && (self.units_returned == 0 || self.units_resold == 0))
+        })
     }
 
     /// Whether the books themselves show the break: oversold or drift, and
