@@ -213,22 +213,32 @@ impl LockClient {
         let lease = Duration::from_millis(claim.lease_ms);
         let attempt_timeout = attempt_timeout(lease, self.inner.config.command_timeout);
         let name = &claim.name;
+        // Whether Redis answered a claim of this acquisition: a last claim
+        // cut short by the end of the wait is then the wait running out, not
+        // Redis failing to answer.
+        let mut answered = false;
         loop {
             if waiting.cancel.is_cancelled() {
                 return Err(self.caller_gone(claim, started));
             }
             let round_started = Instant::now();
             let budget = attempt_budget(attempt_timeout, deadline + WAIT_SLACK, round_started);
-            let reply = match self.call(budget, scripts::claim(&mut conn, claim)).await {
-                Ok(reply) => Some(reply),
-                Err(LockError::CommandTimeout(_)) => None,
-                Err(err) => {
-                    // Redis failed: the caller fails fast, the release goes
-                    // on in the background.
-                    drop(self.abandon(claim));
-                    return Err(err);
+            let reply = if budget.is_zero() {
+                // The wait is over before this claim could be sent.
+                None
+            } else {
+                match self.call(budget, scripts::claim(&mut conn, claim)).await {
+                    Ok(reply) => Some(reply),
+                    Err(LockError::CommandTimeout(_)) => None,
+                    Err(err) => {
+                        // Redis failed: the caller fails fast, the release
+                        // goes on in the background.
+                        drop(self.abandon(claim));
+                        return Err(err);
+                    }
                 }
             };
+            answered |= reply.is_some();
             #[cfg(feature = "failpoints")]
             crate::failpoints::reached::<()>(crate::failpoints::CLAIM_REPLIED, name.key()).await;
             let subscribed = waiting.entry.subscribed();
@@ -274,7 +284,8 @@ impl LockClient {
                 }
                 Decision::GiveUp => {
                     self.abandon_by(claim, deadline).await;
-                    return Err(LockError::CommandTimeout(budget));
+                    return Err(given_up(answered, budget)
+                        .unwrap_or_else(|| self.inner.telemetry.timeout(name, started, None)));
                 }
                 Decision::Unexpected => return Err(reentry_reply_to_an_acquisition()),
             }
@@ -823,6 +834,17 @@ pub(crate) fn attempt_timeout(lease: Duration, command_timeout: Duration) -> Dur
     validity(lease, Duration::ZERO).unwrap_or(lease).min(command_timeout)
 }
 
+/// The error of an acquisition whose last claim got no reply before the
+/// wait (and its [`WAIT_SLACK`]) ended: [`LockError::CommandTimeout`] when
+/// Redis answered no claim of it (Redis is slow or gone, as far as the
+/// caller can tell), `None` — a plain wait timeout, the lock busy — when
+/// Redis did answer an earlier claim, or when the wait ended before the last
+/// claim could be sent (`budget` zero). Without this, a loaded machine turned
+/// a busy lock into "Redis did not answer within 0 ns".
+fn given_up(answered: bool, budget: Duration) -> Option<LockError> {
+    (!answered && !budget.is_zero()).then_some(LockError::CommandTimeout(budget))
+}
+
 /// How long a command sent at `now` may wait for its reply: `timeout`, and
 /// never past `until`.
 fn attempt_budget(timeout: Duration, until: Instant, now: Instant) -> Duration {
@@ -902,6 +924,16 @@ mod tests {
         assert_eq!(decide(held, &round(5, 5, true)), Decision::TimedOut { retry_after });
         let forever = Some(AcquireReply::Held { pttl_ms: -1 });
         assert_eq!(decide(forever, &round(5, 0, false)), Decision::TimedOut { retry_after: None });
+    }
+
+    #[test]
+    fn a_last_claim_cut_short_by_the_wait_is_a_timeout_unless_redis_never_answered() {
+        let budget = MS * 50;
+        assert!(
+            matches!(given_up(false, budget), Some(LockError::CommandTimeout(b)) if b == budget)
+        );
+        assert!(given_up(true, budget).is_none(), "Redis answered earlier: the wait ran out");
+        assert!(given_up(false, Duration::ZERO).is_none(), "no claim was sent");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use redis_lock::failpoints::{self, CLAIM_REPLIED};
 use redis_lock::{LockConfig, LockError, ReleaseOutcome};
 
 use crate::harness::{
@@ -86,4 +87,39 @@ async fn t9_an_acquire_retried_after_a_lost_reply_holds_once_and_one_release_fre
     assert_eq!(pttl(&mut conn, &name).await, -2, "one release frees it");
     cleanup(&mut conn, &name).await;
     cleanup(&mut conn, &warm_up).await;
+}
+
+/// A wait that runs out while its last claim is unanswered is a timeout (the
+/// lock busy), not a Redis failure, once Redis has answered a claim of the
+/// same wait: on a loaded machine the last claim, sent at the end of the
+/// wait, has only [`redis_lock::WAIT_SLACK`] for its reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_running_out_on_an_unanswered_last_claim_is_a_timeout_once_redis_answered() {
+    let name = unique_name("wait-runs-out");
+    let proxy = DelayProxy::start(shared_addr()).await;
+    let config = LockConfig { command_timeout: Duration::from_secs(2), ..LockConfig::default() };
+    let waiter = client_with(&proxy.url(), config);
+    let holder = shared_client()
+        .try_lock(&name, Duration::ZERO, Duration::from_secs(10))
+        .await
+        .expect("the holder takes the lock");
+
+    let mut replied = failpoints::arm::<()>(CLAIM_REPLIED, name.key());
+    let waiting = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move {
+            waiter.try_lock(&name, Duration::from_secs(1), Duration::from_secs(5)).await
+        })
+    };
+    // Redis answered the first claim (held by another); from now on the
+    // waiter hears nothing more, so its claim at the end of the wait goes
+    // unanswered.
+    replied.reached().await;
+    proxy.blackhole();
+    replied.resume(());
+
+    let outcome = waiting.await.unwrap();
+    assert!(matches!(outcome, Err(LockError::Timeout { .. })), "{outcome:?}");
+    assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }

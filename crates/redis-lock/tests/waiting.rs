@@ -220,8 +220,10 @@ async fn t16_a_wait_ends_on_time_when_redis_stops_answering_before_its_last_atte
     // (whose outcome is unknown) nor the release that cleans up after it.
     proxy.blackhole();
 
+    // Redis had answered (held by A): the wait ran out, Redis is not
+    // blamed for the last attempt's missing reply.
     let (refused, waited) = waiting.await.unwrap();
-    assert!(refused.as_ref().is_err_and(LockError::is_unavailable), "{refused:?}");
+    assert!(matches!(refused, Err(LockError::Timeout { .. })), "{refused:?}");
     assert_bounded(waited, wait);
     holder.release().await.unwrap();
     cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
