@@ -367,15 +367,9 @@ async fn run_phases(
     let tally = Arc::new(OutcomeCounters::default());
     progress.phase("settling statistics");
     let (xacts_before, counters_before) = readings(bench).await?;
-    progress.phase(&match plan.payment {
-        Some(_) => format!(
-            "sale phase ({} buyers, then later ones until every unit is paid)",
-            prepared.buyers
-        ),
-        None => sale_phase_label(prepared.buyers, buyers.len() as u64, plan.flood),
-    });
-    let mut meter = bench.args.target.is_empty().then(|| CpuMeter::new(bench.instances.pids()));
-    let cpu_before = meter.as_mut().map(|m| (m.snapshot(), std::time::Instant::now()));
+    let sent = buyers.len() as u64;
+    progress.phase(&sale_phase_label(prepared.buyers, sent, plan.flood, plan.payment.is_some()));
+    let cpu_watch = bench.args.target.is_empty().then(|| CpuWatch::start(bench.instances.pids()));
     let sampler = progress.live().map(|live| {
         live.sample_sale(bench.db.clone(), ids.clone(), plan.stock as i64, tally.clone())
     });
@@ -383,25 +377,8 @@ async fn run_phases(
     let tokens = buyer_key.map(|k| scenario::Tokens::new(k, buyers.iter().map(|b| b.user)));
     let SalePhase { result: sale, fault: injected, payment } =
         sale_phase(bench, key, prepared, buyers, tally, tokens.clone()).await?;
-    let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
-        progress.phase("waiting for the queue to drain");
-        Some(bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?)
-    } else {
-        None
-    };
-    if let Some(window) = plan.knobs.payment_window_ms {
-        progress.phase("waiting for the unpaid orders to expire");
-        pending_ended(bench, &prepared.sales, window).await?;
-    }
-    let group_commit = if key.strategy == seckill::strategy::sql_batched::NAME {
-        Some(batch_stats(bench, &prepared.sales).await?)
-    } else {
-        None
-    };
-    let cpu = meter.as_mut().zip(cpu_before).map(|(meter, (before, start))| {
-        let after = meter.snapshot();
-        meter.between(&before, &after, start.elapsed().as_secs_f64())
-    });
+    let (queue_stats, group_commit) = finish_sale_phase(bench, key, prepared, progress).await?;
+    let cpu = cpu_watch.map(CpuWatch::stop);
     if let Some(sampler) = sampler {
         sampler.stop().await;
     }
@@ -418,17 +395,7 @@ async fn run_phases(
     };
     progress.phase("rejection phase");
     let later = payment.as_ref().map_or(0, |p| p.outcome.later_buyers);
-    let first_fresh = (prepared.buyers + later) as i64 + 1;
-    let args = bench.args;
-    let rejection = scenario::rejection_phase(
-        &bench.instances.buyer_urls,
-        &ids,
-        args.users,
-        first_fresh,
-        args.rejection_phase,
-        tokens,
-    )
-    .await?;
+    let rejection = rejection_phase(bench, &ids, prepared.buyers + later, tokens).await?;
     Ok(Phases {
         window: steady::sale_window(&orders),
         sold_per_second: sale.first_send.map(|at| series::sold_per_second(&orders, at)),
@@ -446,9 +413,77 @@ async fn run_phases(
     })
 }
 
+/// What the sale phase leaves to finish before its readings: a `queue`
+/// run's drain, a payment run's unpaid orders expiring, a `sql/batched`
+/// run's batch statistics. Answers the queue's and the batches' figures
+/// where they apply.
+async fn finish_sale_phase(
+    bench: &Bench<'_>,
+    key: RunKey,
+    prepared: &Prepared,
+    progress: &mut Progress,
+) -> anyhow::Result<(Option<Vec<QueueStats>>, Option<BatchStats>)> {
+    let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
+        progress.phase("waiting for the queue to drain");
+        Some(bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?)
+    } else {
+        None
+    };
+    if let Some(window) = prepared.plan.knobs.payment_window_ms {
+        progress.phase("waiting for the unpaid orders to expire");
+        pending_ended(bench, &prepared.sales, window).await?;
+    }
+    let group_commit = if key.strategy == seckill::strategy::sql_batched::NAME {
+        Some(batch_stats(bench, &prepared.sales).await?)
+    } else {
+        None
+    };
+    Ok((queue_stats, group_commit))
+}
+
+/// The rejection phase: fresh buyers, numbered after the `used` ones the
+/// sale phase had, on the run's sold-out sales.
+async fn rejection_phase(
+    bench: &Bench<'_>,
+    sales: &[i64],
+    used: u64,
+    tokens: Option<scenario::Tokens>,
+) -> anyhow::Result<PhaseResult> {
+    let args = bench.args;
+    let urls = &bench.instances.buyer_urls;
+    let first_fresh = used as i64 + 1;
+    scenario::rejection_phase(urls, sales, args.users, first_fresh, args.rejection_phase, tokens)
+        .await
+}
+
+/// CPU seconds of the process groups from [`CpuWatch::start`] to
+/// [`CpuWatch::stop`].
+struct CpuWatch {
+    meter: CpuMeter,
+    before: crate::cpu::Snapshot,
+    started: std::time::Instant,
+}
+
+impl CpuWatch {
+    fn start(instances: Vec<u32>) -> CpuWatch {
+        let mut meter = CpuMeter::new(instances);
+        let before = meter.snapshot();
+        CpuWatch { meter, before, started: std::time::Instant::now() }
+    }
+
+    fn stop(mut self) -> Cpu {
+        let after = self.meter.snapshot();
+        self.meter.between(&self.before, &after, self.started.elapsed().as_secs_f64())
+    }
+}
+
 /// The progress label of a sale phase that sends `sent` purchases for
-/// `buyers` distinct buyers, `flood` of them by the flooding buyer.
-fn sale_phase_label(buyers: u64, sent: u64, flood: u64) -> String {
+/// `buyers` distinct buyers, `flood` of them by the flooding buyer; a
+/// payment run's goes on with later buyers until every unit is paid.
+fn sale_phase_label(buyers: u64, sent: u64, flood: u64, payment: bool) -> String {
+    if payment {
+        return format!("sale phase ({buyers} buyers, then later ones until every unit is paid)");
+    }
     let resubmissions = sent.saturating_sub(buyers + flood);
     let flood = if flood > 0 { format!(" + {flood} by one flooding buyer") } else { String::new() };
     format!("sale phase ({buyers} buyers + {resubmissions} resubmissions{flood})")
@@ -1031,9 +1066,16 @@ mod tests {
 
     #[test]
     fn the_sale_phase_label_counts_resubmissions_apart_from_the_flood() {
-        assert_eq!(sale_phase_label(100, 130, 0), "sale phase (100 buyers + 30 resubmissions)");
         assert_eq!(
-            sale_phase_label(100, 10_110, 10_000),
+            sale_phase_label(100, 130, 0, false),
+            "sale phase (100 buyers + 30 resubmissions)"
+        );
+        assert_eq!(
+            sale_phase_label(100, 100, 0, true),
+            "sale phase (100 buyers, then later ones until every unit is paid)"
+        );
+        assert_eq!(
+            sale_phase_label(100, 10_110, 10_000, false),
             "sale phase (100 buyers + 10 resubmissions + 10000 by one flooding buyer)"
         );
     }

@@ -223,21 +223,7 @@ impl LockClient {
             }
             let round_started = Instant::now();
             let budget = attempt_budget(attempt_timeout, deadline + WAIT_SLACK, round_started);
-            let reply = if budget.is_zero() {
-                // The wait is over before this claim could be sent.
-                None
-            } else {
-                match self.call(budget, scripts::claim(&mut conn, claim)).await {
-                    Ok(reply) => Some(reply),
-                    Err(LockError::CommandTimeout(_)) => None,
-                    Err(err) => {
-                        // Redis failed: the caller fails fast, the release
-                        // goes on in the background.
-                        drop(self.abandon(claim));
-                        return Err(err);
-                    }
-                }
-            };
+            let reply = self.attempt(&mut conn, claim, budget).await?;
             answered |= reply.is_some();
             #[cfg(feature = "failpoints")]
             crate::failpoints::reached::<()>(crate::failpoints::CLAIM_REPLIED, name.key()).await;
@@ -288,6 +274,30 @@ impl LockClient {
                         .unwrap_or_else(|| self.inner.telemetry.timeout(name, started, None)));
                 }
                 Decision::Unexpected => return Err(reentry_reply_to_an_acquisition()),
+            }
+        }
+    }
+
+    /// One claim of [`contend`](Self::contend), its reply awaited for
+    /// `budget`: `None` when none came in time, or when `budget` is zero (the
+    /// wait is over before the claim could be sent). Any other failure of
+    /// Redis fails the acquisition at once, the release of what the claim may
+    /// have taken going on in the background.
+    async fn attempt(
+        &self,
+        conn: &mut RedisConnection,
+        claim: &Claim,
+        budget: Duration,
+    ) -> Result<Option<AcquireReply>, LockError> {
+        if budget.is_zero() {
+            return Ok(None);
+        }
+        match self.call(budget, scripts::claim(conn, claim)).await {
+            Ok(reply) => Ok(Some(reply)),
+            Err(LockError::CommandTimeout(_)) => Ok(None),
+            Err(err) => {
+                drop(self.abandon(claim));
+                Err(err)
             }
         }
     }
