@@ -198,6 +198,17 @@ pub struct Config {
     #[arg(long, env = "SECKILL_QUEUE_RETENTION_MS", default_value_t = 604_800_000)]
     pub queue_retention_ms: u64,
 
+    /// `queue`: milliseconds a request may stay `pending` before a periodic
+    /// job publishes its message again — for a request whose instance died,
+    /// or lost Postgres' reply, between registering it and publishing it. The
+    /// consumer settles a request id once, so a request still queued costs a
+    /// second delivery, never a second order. Default: 10 s, twice the
+    /// publisher's 5 s confirm timeout, so a publish still waiting for its
+    /// confirm is not doubled.
+    #[arg(long, env = "SECKILL_QUEUE_REPUBLISH_AFTER_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    pub queue_republish_after_ms: u64,
+
     /// `queue`: whether this instance runs a consumer per partition (every
     /// instance does by default; single active consumer picks one).
     #[arg(long, env = "SECKILL_QUEUE_CONSUME", default_value_t = true,
@@ -598,6 +609,7 @@ impl std::fmt::Debug for Config {
             .field("queue_delivery_limit", &self.queue_delivery_limit)
             .field("queue_consume", &self.queue_consume)
             .field("queue_retention_ms", &self.queue_retention_ms)
+            .field("queue_republish_after_ms", &self.queue_republish_after_ms)
             .field("redis_key_ttl_ms", &self.redis_key_ttl_ms)
             .field("batch_max", &self.batch_max)
             .field("batch_window_us", &self.batch_window_us)

@@ -82,6 +82,10 @@ pub const QUEUE_DEAD_LETTERED_TOTAL: &str = "seckill_queue_dead_lettered_total";
 /// more than `SECKILL_QUEUE_RETENTION_MS` ago). No labels.
 pub const QUEUE_REQUESTS_EXPIRED_TOTAL: &str = "seckill_queue_requests_expired_total";
 
+/// Counter: `queue` requests whose message the republish job published again
+/// (pending for more than `SECKILL_QUEUE_REPUBLISH_AFTER_MS`). No labels.
+pub const QUEUE_REQUESTS_REPUBLISHED_TOTAL: &str = "seckill_queue_requests_republished_total";
+
 /// Gauge: sales the last background `redis-decr` reconciliation pass of this
 /// instance visited (the sales in the prefix's index: a sale that ended or
 /// sold out, with its books settled, leaves it and its keys expire). Labels:

@@ -134,17 +134,8 @@ async fn serve_replicas_runs_two_replicas_behind_haproxy_that_share_the_books() 
         assert!(out.contains("through HAProxy, 2 replicas"), "{out}");
         let client = reqwest::Client::new();
         let base = format!("http://127.0.0.1:{port}");
-        let sale: Value = client
-            .post(format!("{base}/admin/sales"))
-            .bearer_auth("dev-admin-token")
-            .json(&json!({ "name": "replicas", "stock": 3, "strategy": "sql" }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let sale = sale["id"].as_i64().expect("a sale id");
+        let body = json!({ "name": "replicas", "stock": 3, "strategy": "sql" });
+        let sale = support::create_sale_at(&base, "dev-admin-token", body).await;
         let mut statuses = Vec::new();
         for user in 1..=6 {
             let url = format!("{base}/sales/{sale}/orders");

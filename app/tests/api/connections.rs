@@ -222,20 +222,13 @@ async fn a_request_that_runs_past_the_request_timeout_is_504_timeout() {
 async fn sigterm_answers_the_request_in_progress_closes_idle_connections_and_exits() {
     let mut service = seckill_child(&[]).start().await;
     let client = reqwest::Client::new();
-    let sale: serde_json::Value = client
-        .post(format!("{}/admin/sales", service.base))
-        .bearer_auth(crate::support::ADMIN_TOKEN)
-        .json(&json!({ "name": "slow", "stock": 1, "strategy": "sql", "work_ms": 1000 }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = json!({ "name": "slow", "stock": 1, "strategy": "sql", "work_ms": 1000 });
+    let sale =
+        crate::support::create_sale_at(&service.base, crate::support::ADMIN_TOKEN, body).await;
     let mut idle = TcpStream::connect(addr_of(&service)).await.unwrap();
     healthz_on(&mut idle).await;
     // 0.5..1.5 s of work inside the purchase's transaction.
-    let url = format!("{}/sales/{}/orders", service.base, sale["id"]);
+    let url = format!("{}/sales/{sale}/orders", service.base);
     let purchase = tokio::spawn(async move {
         client.post(url).json(&json!({ "user_id": 1 })).send().await.unwrap().status()
     });

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use seckill::lifecycle::sweep::sweep_once;
-use serde_json::{Value, json};
+use serde_json::json;
 use sqlx::PgPool;
 
 use crate::harness::{Sweeps, remaining};
-use crate::support::{ADMIN_TOKEN, eventually, seckill_child, test_database_url};
+use crate::support::{ADMIN_TOKEN, create_sale_at, eventually, seckill_child, test_database_url};
 
 /// A database of its own next to the test database (same server), named
 /// `<test database>_sweep_kill_<uuid>`; the child creates it.
@@ -62,19 +62,10 @@ async fn orders_of(db: &PgPool, sale: i64) -> Vec<(i64, String)> {
 
 /// A `sql` sale of `stock` units with a 200 ms payment window, created
 /// through `base`; its id.
-async fn window_sale(client: &reqwest::Client, base: &str, stock: i64) -> i64 {
-    let sale: Value = client
-        .post(format!("{base}/admin/sales"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({ "name": "killed mid-sweep", "stock": stock, "strategy": "sql",
-                       "payment_window_ms": 200 }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    sale["id"].as_i64().expect("the sale was created")
+async fn window_sale(base: &str, stock: i64) -> i64 {
+    let body = json!({ "name": "killed mid-sweep", "stock": stock, "strategy": "sql",
+                       "payment_window_ms": 200 });
+    create_sale_at(base, ADMIN_TOKEN, body).await
 }
 
 /// Buyers `users` buy one unit each of `sale` through `base`.
@@ -125,7 +116,7 @@ async fn an_instance_killed_mid_sweep_returns_nothing_and_the_next_sweep_ends_ea
     // The child's sweep claims sale A's order once it is due, returns its
     // unit, changes its status and hangs before the commit, holding the
     // order's row and the sale row.
-    let held_sale = window_sale(&client, &base, 1).await;
+    let held_sale = window_sale(&base, 1).await;
     buy(&client, &base, held_sale, 1..=1).await;
     let held_by =
         eventually(Duration::from_secs(20), || async { claim_holder(&db).await.is_some() }).await;
@@ -138,7 +129,7 @@ async fn an_instance_killed_mid_sweep_returns_nothing_and_the_next_sweep_ends_ea
 
     // Another instance's sweep meanwhile skips the held order and expires
     // the due orders of another sale (the child's sweep is stuck).
-    let other_sale = window_sale(&client, &base, 2).await;
+    let other_sale = window_sale(&base, 2).await;
     buy(&client, &base, other_sale, 1..=2).await;
     assert!(eventually(Duration::from_secs(10), || all_due(&db, other_sale)).await);
     let sweeps = Sweeps::on(&url).await;

@@ -17,6 +17,7 @@ mod faults;
 mod hangups;
 mod overlaps;
 mod purchase;
+mod republish;
 mod retention;
 mod trust;
 
@@ -52,6 +53,21 @@ pub async fn spawn_app(prefix: &str, tweak: impl FnOnce(&mut Config)) -> TestApp
         tweak(config);
     })
     .await
+}
+
+/// `TEST_DATABASE_URL` with its database name suffixed `_{suffix}`, dropped
+/// first if a failed run left it: for a test whose service runs a job over
+/// every sale's requests (retention, republish), so that it meets no other
+/// test's. The service under test creates it; the test drops it.
+pub async fn scratch_database(suffix: &str) -> String {
+    use sqlx::migrate::MigrateDatabase;
+    let mut url =
+        reqwest::Url::parse(&support::test_database_url()).expect("TEST_DATABASE_URL is a URL");
+    let name = format!("{}_{suffix}", url.path().trim_start_matches('/'));
+    url.set_path(&name);
+    let url = url.to_string();
+    sqlx::Postgres::force_drop_database(&url).await.expect("dropping the scratch database");
+    url
 }
 
 /// The topology the test services of `prefix` use (defaults of

@@ -13,24 +13,13 @@ use serde_json::json;
 
 use sqlx::migrate::MigrateDatabase;
 
-use crate::support::{ADMIN_TOKEN, seckill_child, test_database_url};
-use crate::{Broker, SHARED_AMQP, eventually, unique_prefix};
-
-/// `TEST_DATABASE_URL` with its database name suffixed `_retention`,
-/// dropped first if a failed run left it.
-async fn scratch_database() -> String {
-    let mut url = reqwest::Url::parse(&test_database_url()).expect("TEST_DATABASE_URL is a URL");
-    let name = format!("{}_retention", url.path().trim_start_matches('/'));
-    url.set_path(&name);
-    let url = url.to_string();
-    sqlx::Postgres::force_drop_database(&url).await.expect("dropping the scratch database");
-    url
-}
+use crate::support::{ADMIN_TOKEN, create_sale_at, seckill_child};
+use crate::{Broker, SHARED_AMQP, eventually, scratch_database, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolved_requests_older_than_the_retention_are_deleted_and_pending_ones_kept() {
     let prefix = unique_prefix();
-    let database = scratch_database().await;
+    let database = scratch_database("retention").await;
     let service = seckill_child(&[
         ("DATABASE_URL", database.clone()),
         ("AMQP_URL", SHARED_AMQP.to_owned()),
@@ -42,17 +31,8 @@ async fn resolved_requests_older_than_the_retention_are_deleted_and_pending_ones
     .start()
     .await;
     let client = reqwest::Client::new();
-    let created: serde_json::Value = client
-        .post(format!("{}/admin/sales", service.base))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({ "name": "retention", "stock": 1, "strategy": "queue" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let sale = created["id"].as_i64().unwrap();
+    let body = json!({ "name": "retention", "stock": 1, "strategy": "queue" });
+    let sale = create_sale_at(&service.base, ADMIN_TOKEN, body).await;
     let db = sqlx::PgPool::connect(&database).await.unwrap();
     let count = |status: &'static str| {
         let db = db.clone();

@@ -6,7 +6,6 @@
 //! cause, and neither the answers nor the log show the password.
 
 use reqwest::StatusCode;
-use serde_json::Value;
 use test_support::RedisServer;
 
 use crate::support::{ADMIN_TOKEN, TestApp, provoking, seckill_child};
@@ -88,19 +87,9 @@ async fn a_wrong_redis_password_is_a_503_and_shows_nowhere() {
     .start()
     .await;
     let client = reqwest::Client::new();
-    let sale: Value = client
-        .post(format!("{}/admin/sales", service.base))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(
-            &serde_json::json!({ "name": "wrong password", "stock": 3, "strategy": "redis-decr" }),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let sale = sale["id"].as_i64().expect("a sale id");
+    let body =
+        serde_json::json!({ "name": "wrong password", "stock": 3, "strategy": "redis-decr" });
+    let sale = crate::support::create_sale_at(&service.base, ADMIN_TOKEN, body).await;
     for (what, response) in [
         (
             "a purchase",

@@ -88,6 +88,10 @@ impl TestApp {
         // strategy turns them on and deletes its queues afterwards.
         config.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
         config.queue_consume = false;
+        // Tests share the database but not the broker's queue names: one
+        // test's republish job would publish another test's pending requests
+        // to its own queues. Only the tests of the job turn it down.
+        config.queue_republish_after_ms = TEST_REPUBLISH_AFTER_MS;
         tweak(&mut config);
         let app = Application::build(config).await.expect("service builds");
         let addr = app.local_addr();
@@ -285,12 +289,35 @@ pub async fn drained(app: &TestApp, sale: i64, within: Duration) -> QueueStats {
     stats
 }
 
+/// `POST {base}/admin/sales` with `token` and `body`, on a service the test
+/// started itself (a child process, a script's replicas); panics unless the
+/// answer carries a sale id, which it returns.
+pub async fn create_sale_at(base: &str, token: &str, body: Value) -> i64 {
+    let sale: Value = reqwest::Client::new()
+        .post(format!("{base}/admin/sales"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    sale["id"].as_i64().unwrap_or_else(|| panic!("no sale was created: {sale}"))
+}
+
+/// The `queue` republish threshold of test services (one day, the most
+/// allowed: never, within a test), since tests share the database but not the broker's queue names
+/// (see [`TestApp::spawn_with`]).
+pub const TEST_REPUBLISH_AFTER_MS: u64 = 86_400_000;
+
 /// `seckill serve` as a child process of the test (killed when the returned
 /// service is dropped), with no `SECKILL_*` of the test's environment: on the
 /// test database and the test Redis and RabbitMQ, with the test admin token,
 /// buyer authentication off, no `queue` consumers (their quorum queues would
-/// outlive the test) and error-level logs, plus `env` on top, which may
-/// override any of them.
+/// outlive the test), no `queue` republish within the test
+/// ([`TEST_REPUBLISH_AFTER_MS`]) and error-level logs, plus `env` on top,
+/// which may override any of them.
 /// Ready once `/healthz` answers.
 pub fn seckill_child(env: &[(&str, String)]) -> test_support::ServiceLauncher {
     test_support::ServiceLauncher::new(env!("CARGO_BIN_EXE_seckill"), "SECKILL_ADDR", "/healthz")
@@ -303,6 +330,7 @@ pub fn seckill_child(env: &[(&str, String)]) -> test_support::ServiceLauncher {
         .env("SECKILL_BUYER_AUTH", "off")
         .env("RUST_LOG", "error")
         .env("SECKILL_QUEUE_CONSUME", "false")
+        .env("SECKILL_QUEUE_REPUBLISH_AFTER_MS", TEST_REPUBLISH_AFTER_MS.to_string())
         .env("SECKILL_KNOWN_BUYERS", "0")
         .envs(env)
 }

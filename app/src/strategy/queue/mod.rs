@@ -19,8 +19,8 @@
 //!
 //! Steps 2 and 3 run in a task of their own ([`Accept`]), which the request
 //! awaits: a client that hangs up (or a request timeout) drops the request's
-//! future, not the task, so a request never stays `pending` without its
-//! message (or is removed when its publish was refused).
+//! future, not the task, so its request ends with its message published, or
+//! removed when the publish was refused.
 //!
 //! Settlement ([`consumer`]): every instance consumes every partition queue,
 //! and the queues' single-active-consumer flag lets exactly one of them
@@ -33,12 +33,15 @@
 //!
 //! Dead letters ([`dead_letters`]) are drained and resolved `rejected`;
 //! resolved requests older than `SECKILL_QUEUE_RETENTION_MS` are deleted by
-//! a periodic job ([`retention`]).
+//! a periodic job ([`retention`]). A request left `pending` without its
+//! message (its instance died, or lost Postgres' reply, between steps 2 and
+//! 3) is published again by another periodic job once it is older than
+//! `SECKILL_QUEUE_REPUBLISH_AFTER_MS` ([`republish`]).
 //!
 //! Invariants: the ledger of the `sql` strategy (the consumer takes stock with
 //! a guarded update by the units it grants); one result per request id; a
-//! `202` only for a message the broker confirmed, so every accepted request
-//! ends resolved. The design and its measured numbers are in docs/queue.md.
+//! `202` only for a message the broker confirmed, and every pending request
+//! published again until it is settled, so every request ends resolved. The design and its measured numbers are in docs/queue.md.
 //!
 //! Results are read at `GET /sales/{id}/requests/{request_id}` and a sale's
 //! queue statistics at `GET /admin/sales/{id}/queue`, both routes of this
@@ -65,6 +68,7 @@ pub mod consumer;
 pub mod dead_letters;
 pub mod publisher;
 mod registrar;
+pub mod republish;
 pub mod results;
 pub mod retention;
 mod routes;
@@ -114,6 +118,8 @@ pub struct Queue {
     consume: bool,
     /// Resolved requests older than this are deleted; zero: kept forever.
     retention: Duration,
+    /// Requests pending for longer than this are published again.
+    republish_after: Duration,
 }
 
 impl Queue {
@@ -147,6 +153,7 @@ impl Queue {
             consumer: consumer::ConsumerSettings::from_config(config),
             consume: config.queue_consume,
             retention: Duration::from_millis(config.queue_retention_ms),
+            republish_after: Duration::from_millis(config.queue_republish_after_ms),
             topology,
             gate,
         })
@@ -238,9 +245,9 @@ impl Strategy for Queue {
     }
 
     /// Spawns one consumer per partition and the dead-letter consumer (unless
-    /// `SECKILL_QUEUE_CONSUME` is off), the sold-out listener and the
-    /// retention job (unless `SECKILL_QUEUE_RETENTION_MS` is 0). They
-    /// reconnect on their own and end with the runtime.
+    /// `SECKILL_QUEUE_CONSUME` is off), the sold-out listener, the republish
+    /// job and the retention job (unless `SECKILL_QUEUE_RETENTION_MS` is 0).
+    /// They reconnect on their own and end with the runtime.
     ///
     /// The queues are declared once, before any consumer subscribes: RabbitMQ
     /// 3.10 crashes a channel that subscribes to a quorum queue another
@@ -272,6 +279,7 @@ impl Strategy for Queue {
             self.topology.clone(),
             self.gate.clone(),
         ));
+        tokio::spawn(republish::run(Arc::downgrade(&self), self.republish_after));
         if !self.retention.is_zero() {
             tokio::spawn(retention::run(Arc::downgrade(&self), self.retention));
         }

@@ -1,0 +1,14 @@
+-- The republish job of the `queue` strategy (app/src/strategy/queue/republish.rs).
+--
+-- A request row is written before its message is published. When the
+-- instance dies in between, or its connection to Postgres is cut after the
+-- insert committed but before the reply reached it, the buyer is answered
+-- 503 and the row stays `pending` with no message behind it. A periodic job
+-- publishes the message of every request pending for longer than
+-- `SECKILL_QUEUE_REPUBLISH_AFTER_MS` again; the consumer settles a request id
+-- once, so a request whose message was in the queue after all costs a
+-- second delivery, never a second order.
+--
+-- `republished_at`: when the job last published the request's message; the
+-- next attempt waits for another `SECKILL_QUEUE_REPUBLISH_AFTER_MS` from it.
+ALTER TABLE purchase_requests ADD COLUMN republished_at timestamptz;
