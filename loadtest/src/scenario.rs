@@ -757,4 +757,52 @@ mod tests {
         assert!(flood.iter().any(|&i| i < 1000) && flood.iter().any(|&i| i >= 1000));
         assert_eq!(with_flood(buyers(10, &[7], 1, 0.0), 0).len(), 10, "no flood");
     }
+
+    /// A keep-alive HTTP/1.1 server answering every request `200 ok`; the
+    /// number of connections it accepted.
+    async fn counting_server() -> (String, Arc<AtomicU64>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Relaxed);
+                tokio::spawn(async move {
+                    let (mut buffer, mut chunk) = (Vec::new(), [0_u8; 4096]);
+                    loop {
+                        while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buffer.drain(..end + 4);
+                            let answer =
+                                b"HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n{\"alive\":true}";
+                            if stream.write_all(answer).await.is_err() {
+                                return;
+                            }
+                        }
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    /// Every goose user keeps one connection: a ceiling that opened a
+    /// connection per request would measure TCP set-up, not the server.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_http_ceiling_reuses_its_connections() {
+        let (url, accepted) = counting_server().await;
+        let users = 4;
+        let rps = http_ceiling(&[url], users, 2).await.unwrap();
+        let connections = accepted.load(Relaxed);
+        assert!(rps > 0.0);
+        assert!(
+            connections <= 2 * users,
+            "{connections} connections for {users} users at {rps:.0} requests/s"
+        );
+    }
 }
