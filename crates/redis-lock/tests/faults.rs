@@ -123,3 +123,17 @@ async fn a_wait_running_out_on_an_unanswered_last_claim_is_a_timeout_once_redis_
     assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
     cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
+
+/// An error Redis answers (here a lock key of the wrong type) is reported as
+/// that error, not as a command that timed out: the caller sorts a broken
+/// lock from an unreachable Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_redis_answers_is_a_redis_error_not_a_timeout() {
+    let name = unique_name("wrong-type");
+    let mut conn = raw(&SHARED_REDIS).await;
+    let _: () =
+        redis::cmd("SET").arg(name.key()).arg("not a lock").query_async(&mut conn).await.unwrap();
+    let refused = shared_client().try_lock(&name, Duration::ZERO, Duration::from_secs(1)).await;
+    assert!(matches!(refused, Err(LockError::Redis(_))), "{refused:?}");
+    cleanup(&mut conn, &name).await;
+}

@@ -215,3 +215,17 @@ async fn a_fenced_lock_leaves_its_counter_and_one_without_fencing_leaves_no_key(
     assert_eq!(keys, Vec::<String>::new(), "nothing outlives a lock without fencing");
     cleanup(&mut conn, &fenced).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_reports_the_lease_it_was_given_and_the_one_an_extend_set() {
+    let name = unique_name("lease");
+    let lease = Duration::from_millis(1500);
+    let guard = shared_client().try_lock(&name, Duration::ZERO, lease).await.unwrap();
+    assert_eq!(guard.lease(), lease);
+    assert_eq!(guard.extend(LONG).await.unwrap(), ExtendOutcome::Extended);
+    assert_eq!(guard.lease(), LONG);
+    let mut conn = raw(&SHARED_REDIS).await;
+    assert!(pttl(&mut conn, &name).await > 1500, "Redis holds the extended lease");
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    cleanup(&mut conn, &name).await;
+}

@@ -70,7 +70,8 @@ async fn a_dead_holders_permit_comes_back_when_its_lease_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_for_a_permit_is_bounded_and_a_lost_permit_is_told() {
     let name = unique_name("semaphore-wait");
-    let semaphore = Semaphore::new(&shared_client(), name.clone(), 1).unwrap();
+    let client = shared_client();
+    let semaphore = Semaphore::new(&client, name.clone(), 1).unwrap();
     let options = LockOptions::new(Duration::ZERO, Duration::from_millis(300)).with_watchdog();
     let held = semaphore.acquire(options).await.unwrap();
 
@@ -81,12 +82,14 @@ async fn a_wait_for_a_permit_is_bounded_and_a_lost_permit_is_told() {
     assert_bounded(started.elapsed(), wait);
     assert!(matches!(refused, Err(LockError::Timeout { .. })), "{refused:?}");
     assert!(held.renewals() >= 1, "renewed past its lease while the other waited");
+    assert!(client.stats().renewals >= 1, "the client counts its permits' renewals");
 
     // The permits vanish behind the holder's back: its next renewal tells it.
     let mut conn = raw(&SHARED_REDIS).await;
     let _: i64 = redis::cmd("DEL").arg(name.key()).query_async(&mut conn).await.unwrap();
     tokio::time::timeout(Duration::from_millis(300), held.lost().cancelled()).await.expect("told");
     assert_eq!(held.loss(), Some(LossReason::Expired));
+    assert_eq!(client.stats().losses, 1, "the client counts its permits' losses");
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Expired);
     assert!(Semaphore::new(&shared_client(), name.clone(), 0).is_err(), "zero permits");
     cleanup(&mut conn, &name).await;
