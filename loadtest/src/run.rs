@@ -886,12 +886,8 @@ fn assemble(m: Measured, round: &Round) -> Run {
         .payment
         .as_ref()
         .map(|phase| payment_record(&prepared.plan, phase, audit.units_pending, &resale_ms));
+    let rates = Rates::of(key, &audit, &phases, round);
     let (sale, rejection) = (phases.sale, phases.rejection);
-    let sell_through_whole_per_s =
-        sell_through_whole(audit.units_sold, sale.first_send, audit.last_order_at);
-    let sell_through_per_s = phases.window.and_then(|w| w.rate());
-    let rejection_rps = Some(rejection.steady_rps).filter(|r| *r > 0.0);
-    let exceeded = round.exceeded_by(key.strategy.as_str(), sell_through_per_s, rejection_rps);
     let mut outcomes = sale.outcomes;
     if let Some(stats) = &phases.queue_stats {
         outcomes.rejected = stats.iter().map(|s| s.rejected.max(0) as u64).sum();
@@ -912,12 +908,12 @@ fn assemble(m: Measured, round: &Round) -> Run {
         requests: sale.requests,
         duration_s: sale.duration_s,
         throughput_rps: per_second(sale.requests, sale.duration_s),
-        sell_through_per_s,
-        sell_through_whole_per_s,
+        sell_through_per_s: rates.sell_through_per_s,
+        sell_through_whole_per_s: rates.sell_through_whole_per_s,
         steady_window_s: phases.window.map(|w| w.seconds),
         too_short_to_rank: phases.window.is_none_or(|w| w.is_too_short()),
-        rejection_rps,
-        ceiling_undershot: !exceeded.is_empty(),
+        rejection_rps: rates.rejection_rps,
+        ceiling_undershot: rates.ceiling_undershot,
         units_sold: audit.units_sold,
         orders: audit.orders,
         remaining_stock: audit.remaining_stock,
@@ -930,12 +926,7 @@ fn assemble(m: Measured, round: &Round) -> Run {
         status_counts: sale.status_counts,
         latency_ms: sale.latency_ms,
         flood: sale.flood,
-        ratio: Ratio {
-            sell_through_vs_sql_tps: ratio_to(sell_through_per_s, round.get(Kind::SqlTps)),
-            rejection_vs_http_rps: ratio_to(rejection_rps, round.get(Kind::HttpRps)),
-            sell_through_vs_sql_strategy: None,
-            sell_through_vs_batched_ceiling: None,
-        },
+        ratio: rates.ratio,
         redis_drift: audit.redis_drift,
         reconcile_fixes: audit.reconcile_fixes,
         lock_stats: counted.lock,
@@ -952,6 +943,39 @@ fn assemble(m: Measured, round: &Round) -> Run {
     };
     run.verdict = run.judge();
     run
+}
+
+/// A run's rates (see docs/report-format.md) and their ratios to the
+/// ceilings of its round.
+struct Rates {
+    sell_through_per_s: Option<f64>,
+    sell_through_whole_per_s: Option<f64>,
+    rejection_rps: Option<f64>,
+    /// A rate more than 5 % above the ceiling that bounds it.
+    ceiling_undershot: bool,
+    ratio: Ratio,
+}
+
+impl Rates {
+    fn of(key: RunKey, audit: &Audit, phases: &Phases, round: &Round) -> Rates {
+        let sell_through_whole_per_s =
+            sell_through_whole(audit.units_sold, phases.sale.first_send, audit.last_order_at);
+        let sell_through_per_s = phases.window.and_then(|w| w.rate());
+        let rejection_rps = Some(phases.rejection.steady_rps).filter(|r| *r > 0.0);
+        let exceeded = round.exceeded_by(key.strategy.as_str(), sell_through_per_s, rejection_rps);
+        Rates {
+            sell_through_per_s,
+            sell_through_whole_per_s,
+            rejection_rps,
+            ceiling_undershot: !exceeded.is_empty(),
+            ratio: Ratio {
+                sell_through_vs_sql_tps: ratio_to(sell_through_per_s, round.get(Kind::SqlTps)),
+                rejection_vs_http_rps: ratio_to(rejection_rps, round.get(Kind::HttpRps)),
+                sell_through_vs_sql_strategy: None,
+                sell_through_vs_batched_ceiling: None,
+            },
+        }
+    }
 }
 
 /// The `payment` record of a run: the plan's settings, what the buyers did,
