@@ -681,6 +681,17 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
     const HELD: Vote = Vote::No { pttl_ms: 300 };
 
+    /// N/2 + 1 votes, a strict majority; no node is contacted.
+    #[tokio::test]
+    async fn the_quorum_is_a_strict_majority_of_the_nodes() {
+        let node = || redis::Client::open("redis://127.0.0.1:1").unwrap();
+        for (nodes, quorum) in [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)] {
+            let clients = (0..nodes).map(|_| node()).collect();
+            let redlock = Redlock::new(clients, RedlockConfig::default()).unwrap();
+            assert_eq!(redlock.quorum(), quorum, "{nodes} nodes");
+        }
+    }
+
     #[test]
     fn a_round_wins_with_a_quorum_of_yes_votes_and_validity_left() {
         let second = Duration::from_secs(1);
