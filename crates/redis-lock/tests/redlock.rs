@@ -154,3 +154,48 @@ async fn t5_a_node_restarted_empty_lets_a_second_client_take_a_majority() {
     );
     drop((first, second));
 }
+
+/// A renewal that reached one node, found the key gone on a second and got
+/// no answer from the third might still have a quorum (the silent node may
+/// hold the key): it is retried, and the holder is told `Unreachable` when
+/// the renewals run out of time — not `Expired` at the first answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_short_of_a_quorum_with_a_node_silent_is_retried_not_taken_as_expired() {
+    let mut servers = nodes(3).await;
+    let (name, lock) = (unique_name("redlock-undecided"), redlock(&servers));
+    let lease = Duration::from_millis(300);
+    let guard = lock
+        .try_lock(&name, LockOptions::new(Duration::ZERO, lease).with_watchdog())
+        .await
+        .unwrap();
+
+    let mut conn = raw(&servers[1].url()).await;
+    let _: i64 = redis::cmd("DEL").arg(name.key()).query_async(&mut conn).await.unwrap();
+    servers[0].kill();
+    tokio::time::timeout(lease * 2, guard.lost().cancelled()).await.expect("told within a lease");
+    assert_eq!(guard.loss(), Some(LossReason::Unreachable));
+}
+
+/// A contender waits for the holder's release message (or the lease's end)
+/// between its rounds, instead of asking the nodes again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_contender_waits_between_rounds_instead_of_polling() {
+    let servers = nodes(3).await;
+    let name = unique_name("redlock-waits");
+    let (holder, waiter) = (redlock(&servers), redlock(&servers));
+    let held = holder
+        .try_lock(&name, LockOptions::new(Duration::ZERO, Duration::from_secs(10)))
+        .await
+        .unwrap();
+
+    let before = waiter.stats().round_trips;
+    let refused = waiter
+        .try_lock(&name, LockOptions::new(Duration::from_secs(1), Duration::from_secs(5)))
+        .await;
+    assert!(matches!(refused, Err(LockError::Timeout { .. })), "{refused:?}");
+    let round_trips = waiter.stats().round_trips - before;
+    // A first round (3), the subscriptions (3), then one wait to the end of
+    // the wait budget, and the release of the round (3 at most).
+    assert!(round_trips <= 30, "{round_trips} round trips in a 1 s wait");
+    held.release().await;
+}
