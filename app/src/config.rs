@@ -202,11 +202,11 @@ pub struct Config {
     /// job publishes its message again — for a request whose instance died,
     /// or lost Postgres' reply, between registering it and publishing it. The
     /// consumer settles a request id once, so a request still queued costs a
-    /// second delivery, never a second order. Default: 10 s, twice the
-    /// publisher's 5 s confirm timeout, so a publish still waiting for its
-    /// confirm is not doubled.
+    /// second delivery, never a second order. 0 turns the job off. Default:
+    /// 10 s, twice the publisher's 5 s confirm timeout, so that a publish
+    /// waiting for its confirm is rarely doubled.
     #[arg(long, env = "SECKILL_QUEUE_REPUBLISH_AFTER_MS", default_value_t = 10_000,
-          value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+          value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     pub queue_republish_after_ms: u64,
 
     /// `queue`: whether this instance runs a consumer per partition (every

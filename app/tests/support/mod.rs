@@ -90,7 +90,7 @@ impl TestApp {
         config.queue_consume = false;
         // Tests share the database but not the broker's queue names: one
         // test's republish job would publish another test's pending requests
-        // to its own queues. Only the tests of the job turn it down.
+        // to its own queues. Only the tests of the job turn it on.
         config.queue_republish_after_ms = TEST_REPUBLISH_AFTER_MS;
         tweak(&mut config);
         let app = Application::build(config).await.expect("service builds");
@@ -306,17 +306,16 @@ pub async fn create_sale_at(base: &str, token: &str, body: Value) -> i64 {
     sale["id"].as_i64().unwrap_or_else(|| panic!("no sale was created: {sale}"))
 }
 
-/// The `queue` republish threshold of test services (one day, the most
-/// allowed: never, within a test), since tests share the database but not the broker's queue names
-/// (see [`TestApp::spawn_with`]).
-pub const TEST_REPUBLISH_AFTER_MS: u64 = 86_400_000;
+/// The `queue` republish threshold of test services: 0, the job off, since
+/// tests share the database but not the broker's queue names (see
+/// [`TestApp::spawn_with`]).
+pub const TEST_REPUBLISH_AFTER_MS: u64 = 0;
 
 /// `seckill serve` as a child process of the test (killed when the returned
 /// service is dropped), with no `SECKILL_*` of the test's environment: on the
 /// test database and the test Redis and RabbitMQ, with the test admin token,
 /// buyer authentication off, no `queue` consumers (their quorum queues would
-/// outlive the test), no `queue` republish within the test
-/// ([`TEST_REPUBLISH_AFTER_MS`]) and error-level logs, plus `env` on top,
+/// outlive the test), no `queue` republish job ([`TEST_REPUBLISH_AFTER_MS`]) and error-level logs, plus `env` on top,
 /// which may override any of them.
 /// Ready once `/healthz` answers.
 pub fn seckill_child(env: &[(&str, String)]) -> test_support::ServiceLauncher {

@@ -118,7 +118,7 @@ pub struct Queue {
     consume: bool,
     /// Resolved requests older than this are deleted; zero: kept forever.
     retention: Duration,
-    /// Requests pending for longer than this are published again.
+    /// Requests pending for longer than this are published again; zero: never.
     republish_after: Duration,
 }
 
@@ -246,7 +246,8 @@ impl Strategy for Queue {
 
     /// Spawns one consumer per partition and the dead-letter consumer (unless
     /// `SECKILL_QUEUE_CONSUME` is off), the sold-out listener, the republish
-    /// job and the retention job (unless `SECKILL_QUEUE_RETENTION_MS` is 0).
+    /// job (unless `SECKILL_QUEUE_REPUBLISH_AFTER_MS` is 0) and the retention
+    /// job (unless `SECKILL_QUEUE_RETENTION_MS` is 0).
     /// They reconnect on their own and end with the runtime.
     ///
     /// The queues are declared once, before any consumer subscribes: RabbitMQ
@@ -279,7 +280,9 @@ impl Strategy for Queue {
             self.topology.clone(),
             self.gate.clone(),
         ));
-        tokio::spawn(republish::run(Arc::downgrade(&self), self.republish_after));
+        if !self.republish_after.is_zero() {
+            tokio::spawn(republish::run(Arc::downgrade(&self), self.republish_after));
+        }
         if !self.retention.is_zero() {
             tokio::spawn(retention::run(Arc::downgrade(&self), self.retention));
         }

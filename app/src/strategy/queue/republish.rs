@@ -18,9 +18,12 @@
 //! messages. The consumer settles a request id once, so a request whose
 //! message was in the queue after all (a long backlog) costs one more
 //! delivery, never a second order; a request's message is republished at
-//! most once per `SECKILL_QUEUE_REPUBLISH_AFTER_MS`. A publish the broker
-//! refuses is tried again a period later. Instances running the job at once
-//! claim disjoint rows (`FOR UPDATE SKIP LOCKED`).
+//! most once per `SECKILL_QUEUE_REPUBLISH_AFTER_MS`, and its copies count
+//! toward the queue's `x-max-length` like any message. A publish the broker
+//! refuses is tried again once the threshold has passed again. Instances
+//! running the job at once claim disjoint rows (`FOR UPDATE SKIP LOCKED`). A
+//! request the job published is no longer removed when its first publish is
+//! refused ([`super::results::forget`]): its copy may be queued.
 //!
 //! The buyer answered `503` may thus end up with an order: a `503` after an
 //! unknown outcome means "retry", and the retry answers the same request.
@@ -59,7 +62,7 @@ pub(super) async fn run(queue: Weak<Queue>, after: Duration) {
                 "published stale pending requests again"
             ),
             Err(err) => {
-                tracing::debug!(error = %err, "republishing stale requests failed; retrying")
+                tracing::warn!(error = %err, "republishing stale requests failed; retrying")
             }
         }
     }

@@ -25,10 +25,15 @@ pub struct Registered {
 /// so that it does not count as accepted. Best effort; a request the
 /// consumer settled meanwhile (its publish did land) is kept.
 pub async fn forget(db: &PgPool, id: Uuid) {
-    let removed = sqlx::query("DELETE FROM purchase_requests WHERE id = $1 AND status = 'pending'")
-        .bind(id)
-        .execute(db)
-        .await;
+    // A request the republish job has published meanwhile stays: its copy
+    // may be queued, and the consumer would recreate the row anyway.
+    let removed = sqlx::query(
+        "DELETE FROM purchase_requests
+         WHERE id = $1 AND status = 'pending' AND republished_at IS NULL",
+    )
+    .bind(id)
+    .execute(db)
+    .await;
     if let Err(err) = removed {
         tracing::warn!(error = %err, request_id = %id, "could not remove a refused request");
     }
