@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use redis_lock::{LockError, LockName, LockOptions, LossReason, Redlock, RedlockConfig};
+use redis_lock::{
+    ExtendOutcome, LockError, LockName, LockOptions, LossReason, Redlock, RedlockConfig,
+};
 use test_support::RedisServer;
 
-use crate::harness::{raw, unique_name};
+use crate::harness::{holds, pttl, raw, unique_name};
 
 async fn nodes(n: usize) -> Vec<RedisServer> {
     let mut servers = Vec::with_capacity(n);
@@ -197,5 +199,82 @@ async fn a_redlock_contender_waits_between_rounds_instead_of_polling() {
     // A first round (3), the subscriptions (3), then one wait to the end of
     // the wait budget, and the release of the round (3 at most).
     assert!(round_trips <= 30, "{round_trips} round trips in a 1 s wait");
+    held.release().await;
+}
+
+/// `DEL` of the lock's key on `server`.
+async fn delete_key(server: &RedisServer, name: &LockName) {
+    let mut conn = raw(&server.url()).await;
+    let _: i64 = redis::cmd("DEL").arg(name.key()).query_async(&mut conn).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_guard_extends_on_a_quorum_and_its_release_counts_each_nodes_answer() {
+    let mut servers = nodes(3).await;
+    let (name, lock) = (unique_name("redlock-extend"), redlock(&servers));
+    let guard = lock
+        .try_lock(&name, LockOptions::new(Duration::ZERO, Duration::from_secs(1)))
+        .await
+        .unwrap();
+    for server in &servers {
+        let mut conn = raw(&server.url()).await;
+        assert_eq!(holds(&mut conn, &name, guard.owner()).await, Some(1), "the owner token");
+    }
+    assert_eq!(guard.lease(), Duration::from_secs(1));
+
+    let extended = Instant::now();
+    assert_eq!(guard.extend(Duration::from_secs(5)).await.unwrap(), ExtendOutcome::Extended);
+    assert_eq!(guard.lease(), Duration::from_secs(5));
+    assert!(guard.valid_until() > extended + Duration::from_secs(4), "valid for the new lease");
+    let mut conn = raw(&servers[1].url()).await;
+    assert!(pttl(&mut conn, &name).await > 1000, "the nodes hold the new lease");
+
+    // One node answers that the key is gone, one does not answer: exactly a
+    // quorum answered, and too few extended. The lock is lost, not unknown.
+    delete_key(&servers[0], &name).await;
+    servers[2].kill();
+    assert_eq!(guard.extend(Duration::from_secs(5)).await.unwrap(), ExtendOutcome::Expired);
+    assert_eq!(guard.loss(), Some(LossReason::Expired));
+    let released = guard.release().await;
+    let counts = (released.released, released.expired, released.unreachable);
+    assert_eq!(counts, (1, 1, 1), "{released:?}");
+    assert!(!released.held_to_the_end(lock.quorum()), "{released:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_guard_whose_lock_another_client_took_is_told_not_owner() {
+    let servers = nodes(3).await;
+    let name = unique_name("redlock-not-owner");
+    let (a, b) = (redlock(&servers), redlock(&servers));
+    let options = LockOptions::new(Duration::ZERO, Duration::from_secs(5));
+    let stale = a.try_lock(&name, options).await.unwrap();
+    for server in &servers {
+        delete_key(server, &name).await;
+    }
+    let next = b.try_lock(&name, options).await.expect("the key is gone everywhere");
+
+    assert_eq!(stale.extend(Duration::from_secs(5)).await.unwrap(), ExtendOutcome::NotOwner);
+    assert_eq!(stale.loss(), Some(LossReason::NotOwner));
+    let released = stale.release().await;
+    assert_eq!((released.not_owner, released.released), (3, 0), "{released:?}");
+    assert!(next.release().await.held_to_the_end(b.quorum()), "the next owner kept it");
+}
+
+/// A wait that runs out when exactly a quorum of nodes answered, the lock
+/// held on them, is the lock being busy, not too few nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_a_lock_held_on_exactly_a_quorum_of_answering_nodes_is_a_timeout() {
+    let mut servers = nodes(3).await;
+    let name = unique_name("redlock-busy-quorum");
+    let (holder, waiter) = (redlock(&servers), redlock(&servers));
+    let held = holder
+        .try_lock(&name, LockOptions::new(Duration::ZERO, Duration::from_secs(10)))
+        .await
+        .unwrap();
+    servers[0].kill();
+    let refused = waiter
+        .try_lock(&name, LockOptions::new(Duration::from_millis(200), Duration::from_secs(5)))
+        .await;
+    assert!(matches!(refused, Err(LockError::Timeout { .. })), "{refused:?}");
     held.release().await;
 }
