@@ -278,3 +278,21 @@ async fn a_wait_for_a_lock_held_on_exactly_a_quorum_of_answering_nodes_is_a_time
     assert!(matches!(refused, Err(LockError::Timeout { .. })), "{refused:?}");
     held.release().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_redlock_guard_releases_its_key_on_every_node() {
+    let servers = nodes(3).await;
+    let (name, lock) = (unique_name("redlock-dropped"), redlock(&servers));
+    let guard = lock
+        .try_lock(&name, LockOptions::new(Duration::ZERO, Duration::from_secs(30)))
+        .await
+        .unwrap();
+    drop(guard);
+    for server in &servers {
+        let gone = test_support::eventually(Duration::from_secs(5), || async {
+            !key_exists(server, &name).await
+        })
+        .await;
+        assert!(gone, "the key outlived its dropped guard");
+    }
+}
