@@ -65,7 +65,7 @@ async fn buy_once_each(
             StatusCode::ACCEPTED => {
                 accepted.push((user, body["request_id"].as_str().unwrap().to_owned()))
             }
-            StatusCode::CONFLICT => assert_eq!(body["type"], "sold-out", "{body}"),
+            StatusCode::CONFLICT => assert_eq!(body["type"], "/problems/sold-out", "{body}"),
             other => panic!("buyer {user}: {other} {body}"),
         }
     }
