@@ -38,14 +38,14 @@ use uuid::Uuid;
 use super::{PurchaseMessage, Queue};
 
 /// Most requests one pass claims.
-pub const SLICE: i64 = 1_000;
+const SLICE: i64 = 1_000;
 
 /// Publishes in flight at once in one pass.
 const CONCURRENT_PUBLISHES: usize = 32;
 
 /// How often the job runs for a threshold of `after`: half of it, within
 /// 100 ms and 30 s.
-pub fn period(after: Duration) -> Duration {
+fn period(after: Duration) -> Duration {
     (after / 2).clamp(Duration::from_millis(100), Duration::from_secs(30))
 }
 
@@ -70,11 +70,11 @@ pub(super) async fn run(queue: Weak<Queue>, after: Duration) {
 
 /// What one pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Republished {
+struct Republished {
     /// Stale pending requests claimed (stamped `republished_at`).
-    pub claimed: usize,
+    claimed: usize,
     /// Of those, the messages the broker confirmed.
-    pub published: usize,
+    published: usize,
 }
 
 /// One pass: claims the requests pending for longer than `after` and
@@ -83,7 +83,7 @@ pub struct Republished {
 ///
 /// Errors: Postgres errors of the claim (a refused publish is not an error:
 /// the request is claimed again once `after` has passed).
-pub async fn republish(queue: &Queue, after: Duration) -> Result<Republished, sqlx::Error> {
+async fn republish(queue: &Queue, after: Duration) -> Result<Republished, sqlx::Error> {
     let stale = claim_stale(&queue.db, after).await?;
     let claimed = stale.len();
     let published = futures_util::stream::iter(stale)
