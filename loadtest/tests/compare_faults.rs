@@ -33,7 +33,15 @@ fn assert_hit(run: &Value) {
     assert!(fault["duration_s"].as_f64().is_some(), "{who}: {fault}");
     let answers: u64 =
         fault["answers_in_window"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
-    assert!(answers > 0, "{who}: clients were answered during the fault window: {fault}");
+    // `queue` answers 202 before it settles, and the fault point is counted
+    // in orders: its consumer may reach it after the last client had its
+    // answer (seen: hit at 0.425 s, sale phase over at 0.371 s), when nobody
+    // is left to answer. Every other strategy answers as it sells.
+    let hit_after_last_answer = fault["hit_s"].as_f64() >= run["duration_s"].as_f64();
+    assert!(
+        answers > 0 || (run["strategy"] == "queue" && hit_after_last_answer),
+        "{who}: clients were answered during the fault window: {fault}"
+    );
     assert!(fault["settle_bound_s"].as_f64().unwrap() > 0.0, "{who}");
 }
 
