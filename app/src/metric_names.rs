@@ -122,3 +122,8 @@ pub const GROUP_COMMIT_QUEUE_WAIT_DURATION_SECONDS: &str =
 /// `strategy` (wire name), `ending` (`cancelled` or `expired`). Emitted by
 /// the order lifecycle (`crate::lifecycle`) after each return committed.
 pub const ORDERS_ENDED_TOTAL: &str = "seckill_orders_ended_total";
+
+/// Counter: failpoints set by `SECKILL_FAILPOINTS` that fired (tests and
+/// fault drills only; absent otherwise). Labels: `failpoint` (its name, e.g.
+/// `queue-before-ack`). Lets a test tell that the fault it armed happened.
+pub const FAILPOINTS_FIRED_TOTAL: &str = "seckill_failpoints_fired_total";

@@ -9,7 +9,12 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{Broker, buy, drained, eventually, request_id, resolved, spawn_app, unique_prefix};
+use crate::{
+    Broker, buy, counted, drained, eventually, request_id, resolved, spawn_app, unique_prefix,
+};
+
+/// The failpoint's label in `seckill_failpoints_fired_total`.
+const BEFORE_ACK: &str = "failpoint=\"queue-before-ack\"";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_lost_between_commit_and_ack_loses_and_duplicates_nothing() {
@@ -31,6 +36,9 @@ async fn a_connection_lost_between_commit_and_ack_loses_and_duplicates_nothing()
     })
     .await;
     let stats = drained(&settler, sale, Duration::from_secs(30)).await;
+    // The fault did happen (this is the only test of the binary that arms it).
+    let fired = counted(&settler, "seckill_failpoints_fired_total", BEFORE_ACK).await;
+    assert_eq!(fired, 1, "the failpoint fired once");
     assert_eq!((stats.accepted, stats.placed, stats.sold_out), (30, 20, 10), "{stats:?}");
     let mut placed = std::collections::HashSet::new();
     for id in &ids {

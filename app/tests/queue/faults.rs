@@ -111,16 +111,7 @@ async fn a_poison_message_is_rejected_after_bounded_retries_and_its_dead_letter_
 /// `seckill_queue_dead_lettered_total{reason}` of this test process (no
 /// other test of this binary dead-letters).
 async fn dead_letters_counted(app: &crate::support::TestApp, reason: &str) -> u64 {
-    let request = app.client.get(app.url("/metrics")).bearer_auth(crate::support::ADMIN_TOKEN);
-    let page = request.send().await.unwrap().text().await.unwrap();
-    let labels = format!("reason=\"{reason}\"");
-    page.lines()
-        .filter(|line| {
-            line.starts_with("seckill_queue_dead_lettered_total") && line.contains(&labels)
-        })
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|value| value as u64)
-        .sum()
+    crate::counted(app, "seckill_queue_dead_lettered_total", &format!("reason=\"{reason}\"")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

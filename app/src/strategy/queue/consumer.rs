@@ -290,7 +290,7 @@ impl Batch {
             }
             Err(err) => err,
         };
-        let failures = failures(&delivery).saturating_add(1);
+        let failures = failures(&delivery.properties).saturating_add(1);
         if failures >= self.settings.delivery_limit {
             tracing::warn!(
                 request_id = %message.request_id,
@@ -325,9 +325,12 @@ impl Batch {
 /// (absent: none). Written only by [`publish_again`].
 pub const FAILURES_HEADER: &str = "x-seckill-failures";
 
-/// The failed settlements of `delivery`'s message so far ([`FAILURES_HEADER`]).
-fn failures(delivery: &Delivery) -> u32 {
-    let Some(headers) = delivery.properties.headers() else { return 0 };
+/// The failed settlements so far of the message with `properties`
+/// ([`FAILURES_HEADER`]). [`publish_again`] writes a 64-bit integer; a 32-bit
+/// one, signed or not (another client's copy), is read too. Absent or of
+/// another type: 0.
+fn failures(properties: &BasicProperties) -> u32 {
+    let Some(headers) = properties.headers() else { return 0 };
     match headers.inner().get(FAILURES_HEADER) {
         Some(AMQPValue::LongLongInt(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
         Some(AMQPValue::LongInt(n)) => u32::try_from(*n).unwrap_or(u32::MAX),
@@ -392,6 +395,8 @@ async fn before_ack(failpoint: Option<&'static AtomicBool>, amqp: &AmqpHandle) {
         return;
     }
     tracing::warn!("failpoint {BEFORE_ACK_FAILPOINT}: the consumers' connection is lost now");
+    metrics::counter!(crate::metric_names::FAILPOINTS_FIRED_TOTAL, "failpoint" => BEFORE_ACK_FAILPOINT)
+        .increment(1);
     if let Ok(conn) = amqp.connection().await {
         let _ = conn.close(320, "failpoint".into()).await;
     }
@@ -548,4 +553,37 @@ pub(crate) async fn drain(
     channel.close(200, "drained".into()).await?;
     drop(consumer);
     Ok(times)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefetch_is_two_batches_within_amqps_u16() {
+        let settings = |batch_size| ConsumerSettings {
+            batch_size,
+            window: Duration::from_millis(5),
+            delivery_limit: 5,
+            failpoint: None,
+        };
+        assert_eq!(settings(1).prefetch(), 2);
+        assert_eq!(settings(200).prefetch(), 400);
+        assert_eq!(settings(u16::MAX).prefetch(), u16::MAX);
+    }
+
+    #[test]
+    fn the_failure_count_is_read_from_any_integer_header_and_is_0_otherwise() {
+        let with = |value: AMQPValue| {
+            let mut headers = FieldTable::default();
+            headers.insert(FAILURES_HEADER.into(), value);
+            BasicProperties::default().with_headers(headers)
+        };
+        assert_eq!(failures(&BasicProperties::default()), 0);
+        assert_eq!(failures(&with(AMQPValue::LongLongInt(3))), 3);
+        assert_eq!(failures(&with(AMQPValue::LongInt(4))), 4);
+        assert_eq!(failures(&with(AMQPValue::LongUInt(5))), 5);
+        assert_eq!(failures(&with(AMQPValue::LongLongInt(-1))), u32::MAX, "unreadable: give up");
+        assert_eq!(failures(&with(AMQPValue::LongString("2".into()))), 0);
+    }
 }
