@@ -1,4 +1,6 @@
-//! A batch with more requests than stock grants in arrival order.
+//! A batch with more requests than stock grants in arrival order; a batch
+//! holds at most `SECKILL_QUEUE_BATCH_SIZE` requests; a batch reads its own
+//! requests, not every request of the sale.
 
 use std::time::Duration;
 
@@ -30,6 +32,28 @@ async fn a_partial_batch_grant_serves_requests_in_arrival_order() {
     }
     let audit = settler.audit(sale).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (3, 0, 0));
+    Broker::connect(&prefix).await.delete_queues().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_holds_at_most_the_batch_size() {
+    let prefix = unique_prefix();
+    let front = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let sale = front.sale("queue", 10).await;
+    for user in 1..=10 {
+        let (status, body) = buy(&front, sale, user).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    // Ten requests waiting, batches of at most four, a window long enough
+    // for every batch to fill: 4, 4 and 2.
+    let settler = spawn_app(&prefix, |config| {
+        config.queue_batch_size = 4;
+        config.queue_batch_window_ms = 500;
+    })
+    .await;
+    let stats = drained(&settler, sale, Duration::from_secs(20)).await;
+    let batch = stats.batch_sizes.clone().expect("batch sizes");
+    assert_eq!((stats.batches, batch.max, stats.placed), (3, 4.0, 10), "{stats:?}");
     Broker::connect(&prefix).await.delete_queues().await;
 }
 
