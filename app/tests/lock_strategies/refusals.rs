@@ -18,7 +18,7 @@ use serde_json::json;
 use test_support::RedisServer;
 
 use crate::harness::{redis_conn, sale_with, unique_prefix};
-use crate::support::{TestApp, problem_type};
+use crate::support::TestApp;
 
 use crate::harness::REDIS_URL as SHARED_REDIS;
 
@@ -61,18 +61,22 @@ async fn take_the_lock_away(servers: &[String], prefix: &str, sale: i64) {
 }
 
 /// `POST /sales/{sale}/orders` for `user` in a task of its own: its status
-/// and problem type (if any).
+/// and, for a refusal, the problem's `type` and `detail`.
 fn buy_in_background(
     app: &TestApp,
     sale: i64,
     user: i64,
-) -> tokio::task::JoinHandle<(StatusCode, Option<String>)> {
+) -> tokio::task::JoinHandle<(StatusCode, Option<(String, String)>)> {
     let (client, url) = (app.client.clone(), app.url(&format!("/sales/{sale}/orders")));
     tokio::spawn(async move {
         let response = client.post(url).json(&json!({ "user_id": user })).send().await.unwrap();
         let status = response.status();
-        let kind = if status.is_success() { None } else { Some(problem_type(response).await) };
-        (status, kind)
+        if status.is_success() {
+            return (status, None);
+        }
+        let problem: serde_json::Value = response.json().await.unwrap();
+        let field = |name: &str| problem[name].as_str().unwrap_or_default().to_owned();
+        (status, Some((field("type"), field("detail"))))
     })
 }
 
@@ -92,7 +96,7 @@ struct StalledHolder {
     sale: i64,
     stalled: redis_lock::failpoints::Armed<BeforeWrite>,
     /// The first buyer's answer, once resumed.
-    answer: tokio::task::JoinHandle<(StatusCode, Option<String>)>,
+    answer: tokio::task::JoinHandle<(StatusCode, Option<(String, String)>)>,
     _nodes: Vec<RedisServer>,
 }
 
@@ -114,11 +118,21 @@ async fn stalled_holder_without_its_lock(strategy: &str, lease_ms: i32) -> Stall
     StalledHolder { app, sale, stalled, answer, _nodes: nodes }
 }
 
-/// Asserts that the stalled holder was answered `503 busy`.
-async fn refused(answer: tokio::task::JoinHandle<(StatusCode, Option<String>)>, why: &str) {
-    let (status, kind) = answer.await.unwrap();
-    let expected = (StatusCode::SERVICE_UNAVAILABLE, Some("/problems/busy"));
-    assert_eq!((status, kind.as_deref()), expected, "{why}");
+/// Asserts that the stalled holder was answered `503 busy` with `detail`,
+/// the reason its write was refused (the fence, or the loss signal).
+async fn refused(
+    answer: tokio::task::JoinHandle<(StatusCode, Option<(String, String)>)>,
+    detail: &str,
+    why: &str,
+) {
+    let (status, problem) = answer.await.unwrap();
+    let (kind, told) = problem.unwrap_or_default();
+    assert_eq!(
+        (status, kind.as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "/problems/busy"),
+        "{why}"
+    );
+    assert_eq!(told, detail, "{why}");
 }
 
 async fn fence_alone_refuses(strategy: &str) {
@@ -129,7 +143,8 @@ async fn fence_alone_refuses(strategy: &str) {
     // A has not heard of its loss: only the fence can refuse its write.
     stalled.resume(BeforeWrite::AsIfStillHeld);
 
-    refused(answer, &format!("{strategy}: the stale holder's write is refused by the fence")).await;
+    let why = format!("{strategy}: the stale holder's write is refused by the fence");
+    refused(answer, "a newer lock holder fenced this one off", &why).await;
     assert_eq!(buyers(&app, sale).await, [2], "{strategy}");
     let audit = app.audit(sale).await;
     assert_eq!((audit.units_sold, audit.oversold, audit.ledger_drift), (1, 0, 0), "{strategy}");
@@ -142,7 +157,8 @@ async fn loss_signal_alone_refuses(strategy: &str) {
     // Nobody else claims the sale: A's fencing claim (if any) still stands.
     stalled.resume(BeforeWrite::OnceLost);
 
-    refused(answer, &format!("{strategy}: a holder told of its loss must not write")).await;
+    let why = format!("{strategy}: a holder told of its loss must not write");
+    refused(answer, "the sale's lock was lost before the write", &why).await;
     assert!(buyers(&app, sale).await.is_empty(), "{strategy}");
     let audit = app.audit(sale).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (0, 1, 0));
