@@ -11,7 +11,6 @@ use test_support::RedisServer;
 use crate::harness::{bought, cancel, pay_pending, remaining, window_sale};
 use crate::support::{TestApp, assert_problem, resolved};
 
-/// The strategies whose sales may have a payment window.
 /// The strategies whose returns this test drives through a service of its
 /// own: every one but `lock/redlock` (three Redis nodes of its own) and
 /// `queue` (a consumer and queues of its own), which have a test each below.
@@ -139,36 +138,70 @@ async fn queue_sells_a_cancelled_unit_again_and_its_buyer_may_queue_again() {
     topology.delete_queues(&channel).await.unwrap();
 }
 
+/// A `redis-decr` sale of one unit, with a payment window, sold to buyer 1
+/// by a service with the background reconciler off; and a connection to its
+/// Redis.
+struct OneUnitSold {
+    app: TestApp,
+    sale: i64,
+    order: i64,
+    redis: redis::aio::MultiplexedConnection,
+    /// The sale's returns in progress (`return_begin.lua`'s hash).
+    returns: String,
+    /// The sale's counter.
+    stock: String,
+}
+
+impl OneUnitSold {
+    async fn new() -> OneUnitSold {
+        let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        let keys = prefix.clone();
+        let app = TestApp::spawn_with(move |config| {
+            config.redis_key_prefix = keys;
+            config.reconcile_interval_ms = 0;
+        })
+        .await;
+        let sale = window_sale(&app, "redis-decr", 1, 60_000).await;
+        let order = bought(&app, sale, 1).await;
+        let redis = redis::Client::open(test_support::redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let returns = format!("{prefix}:{{sale:{sale}}}:returns");
+        let stock = format!("{prefix}:{{sale:{sale}}}:stock");
+        OneUnitSold { app, sale, order, redis, returns, stock }
+    }
+
+    /// Records a return of buyer 1's unit begun at `begun_ms` (Redis time,
+    /// ms), as `return_begin.lua` does before the Postgres transaction.
+    async fn begin_return(&mut self, begun_ms: i64) {
+        let record = format!("1:1:{begun_ms}");
+        let command = redis::cmd("HSET").arg(&self.returns).arg(self.order).arg(record).clone();
+        command.query_async::<i64>(&mut self.redis).await.unwrap();
+    }
+
+    async fn returns_left(&mut self) -> i64 {
+        redis::cmd("HLEN").arg(&self.returns).query_async(&mut self.redis).await.unwrap()
+    }
+
+    async fn reconcile(&self) -> Value {
+        let path = format!("/admin/sales/{}/reconcile", self.sale);
+        self.app.admin(reqwest::Method::POST, &path).await
+    }
+}
+
 /// `redis-decr`, an instance that died between its return's Postgres commit
 /// and `return_complete.lua`: the audit counts the recorded return (drift
 /// 0, not −1), and a reconciliation pass gives the unit to the counter once
 /// and the buyer back to the sale.
 #[tokio::test]
 async fn a_redis_decr_return_cut_off_after_its_commit_is_finished_by_the_reconciler() {
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
-    let keys = prefix.clone();
-    let app = TestApp::spawn_with(move |config| {
-        config.redis_key_prefix = keys;
-        config.reconcile_interval_ms = 0;
-    })
-    .await;
-    let sale = window_sale(&app, "redis-decr", 1, 60_000).await;
-    let order = bought(&app, sale, 1).await;
+    let mut sold = OneUnitSold::new().await;
     // What return_begin.lua and the claim's transaction leave behind when
     // the process ends before the completion.
-    let mut redis = redis::Client::open(test_support::redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let returns = format!("{prefix}:{{sale:{sale}}}:returns");
-    let _: i64 = redis::cmd("HSET")
-        .arg(&returns)
-        .arg(order)
-        .arg("1:1:0")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    sold.begin_return(0).await;
+    let (app, sale, order) = (&sold.app, sold.sale, sold.order);
     let mut tx = app.db.begin().await.unwrap();
     sqlx::query("UPDATE sales SET remaining_stock = remaining_stock + 1 WHERE id = $1")
         .bind(sale)
@@ -183,17 +216,47 @@ async fn a_redis_decr_return_cut_off_after_its_commit_is_finished_by_the_reconci
     tx.commit().await.unwrap();
 
     assert_eq!(app.audit(sale).await.redis_drift, Some(0), "the recorded return is counted");
-    let report: Value =
-        app.admin(reqwest::Method::POST, &format!("/admin/sales/{sale}/reconcile")).await;
+    let report = sold.reconcile().await;
     assert_eq!(report["redis_drift"], 0, "{report}");
     assert_eq!(report["corrected_units"], 0, "{report}");
-    let left: i64 = redis::cmd("HLEN").arg(&returns).query_async(&mut redis).await.unwrap();
-    assert_eq!(left, 0, "the return was completed");
+    assert_eq!(sold.returns_left().await, 0, "the return was completed");
     // The counter has the unit once: the buyer buys it again, nobody else.
-    let again = bought(&app, sale, 1).await;
+    let app = &sold.app;
+    let again = bought(app, sale, 1).await;
     assert_problem(app.buy(sale, 2).await, StatusCode::CONFLICT, "sold-out").await;
     let audit = app.audit(sale).await;
     assert_eq!((audit.redis_drift, audit.ledger_drift, audit.oversold), (Some(0), 0, 0));
-    assert_eq!(cancel(&app, again).await.status(), StatusCode::OK);
-    pay_pending(&app, sale).await;
+    assert_eq!(cancel(app, again).await.status(), StatusCode::OK);
+    pay_pending(app, sale).await;
+}
+
+/// `redis-decr`, a return begun whose Postgres transaction never committed
+/// (the order is still live): within the grace period the reconciler leaves
+/// it in flight, and does not retire the sold-out sale's keys under it;
+/// after the grace period it drops the return, and the counter gets nothing.
+#[tokio::test]
+async fn a_redis_decr_return_whose_commit_never_came_is_dropped_after_the_grace_period() {
+    let mut sold = OneUnitSold::new().await;
+    let (now_s, now_us): (i64, i64) =
+        redis::cmd("TIME").query_async(&mut sold.redis).await.unwrap();
+    sold.begin_return(now_s * 1000 + now_us / 1000).await;
+
+    let report = sold.reconcile().await;
+    assert_eq!(report["redis_drift"], 0, "{report}");
+    assert_eq!(report["in_flight_reservations"], 1, "{report}");
+    assert_eq!(sold.returns_left().await, 1, "a return in its grace period is left alone");
+    let ttl: i64 = redis::cmd("PTTL").arg(&sold.stock).query_async(&mut sold.redis).await.unwrap();
+    assert_eq!(ttl, -1, "keys with a return in flight are not retired");
+
+    sold.begin_return(0).await; // begun long ago
+    let report = sold.reconcile().await;
+    assert_eq!(report["redis_drift"], 0, "{report}");
+    assert_eq!(report["in_flight_reservations"], 0, "{report}");
+    assert_eq!(report["corrected_units"], 0, "{report}");
+    assert_eq!(sold.returns_left().await, 0, "the return is dropped");
+    let (app, sale) = (&sold.app, sold.sale);
+    assert_problem(app.buy(sale, 2).await, StatusCode::CONFLICT, "sold-out").await;
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.redis_drift, audit.ledger_drift), (1, Some(0), 0));
+    pay_pending(app, sale).await;
 }

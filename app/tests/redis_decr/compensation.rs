@@ -1,5 +1,7 @@
-//! The Lua scripts on their own: compensation is idempotent, warming never
-//! resets a running counter.
+//! The Lua scripts on their own: compensation is idempotent and keyed by the
+//! reservation's id, warming never resets a running counter, a closed
+//! correction gate refuses reservations, a restock raises only a running
+//! counter and is broadcast.
 
 use seckill::backends::RedisHandle;
 use seckill::sale::{Quantity, SaleId, UserId};
@@ -100,4 +102,68 @@ async fn reservations_below_zero_are_undone_and_answered_sold_out() {
     assert_eq!(answer, Reserve::SoldOut { left: 1 });
     assert_eq!(view.stock().await, Some(1), "the counter never stays below zero");
     assert!(!view.is_buyer(4).await);
+}
+
+#[tokio::test]
+async fn each_reservation_is_compensated_by_its_own_id_alone() {
+    let prefix = unique_prefix();
+    let mut view = warmed_counter(&prefix, 5).await;
+    let (first, second) = (ReservationId::random(), ReservationId::random());
+    let two = Quantity::parse(2, 2).unwrap();
+    for (user, id) in [(1, &first), (2, &second)] {
+        let user = UserId::parse(user).unwrap();
+        let answer = view.counter.reserve(&mut view.conn, user, two, id.clone()).await.unwrap();
+        assert!(matches!(answer, Reserve::Reserved { .. }), "{answer:?}");
+    }
+    assert_eq!(view.stock().await, Some(1));
+
+    assert_eq!(view.counter.compensate(&mut view.conn, &first, Buyer::Release).await.unwrap(), 2);
+    let snapshot = view.counter.snapshot(&mut view.conn).await.unwrap();
+    let open: Vec<_> = snapshot.reservations.iter().map(|r| (&r.id, r.user, r.quantity)).collect();
+    assert_eq!(open, [(&second, 2, 2)], "the other reservation is still open, under its id");
+    assert_eq!(view.stock().await, Some(3));
+    assert!(!view.is_buyer(1).await);
+    assert!(view.is_buyer(2).await);
+}
+
+#[tokio::test]
+async fn a_closed_gate_refuses_reservations_until_it_opens() {
+    let prefix = unique_prefix();
+    let mut view = warmed_counter(&prefix, 3).await;
+    let hold = std::time::Duration::from_secs(30);
+    assert!(view.counter.close_gate(&mut view.conn, "reconciler", hold).await.unwrap());
+    let user = UserId::parse(1).unwrap();
+    let gated =
+        view.counter.reserve(&mut view.conn, user, Quantity::ONE, ReservationId::random()).await;
+    assert_eq!(gated.unwrap(), Reserve::Gated);
+    assert_eq!(view.stock().await, Some(3), "nothing taken behind the gate");
+
+    view.counter.open_gate(&mut view.conn, "reconciler").await.unwrap();
+    let answer =
+        view.counter.reserve(&mut view.conn, user, Quantity::ONE, ReservationId::random()).await;
+    assert!(matches!(answer.unwrap(), Reserve::Reserved { left: 2, .. }));
+}
+
+/// A restock raises a running counter and says so on
+/// `{prefix}:redis-decr:stock-returned` (the sale id), where every instance
+/// of this prefix listens; without a counter it does nothing.
+#[tokio::test]
+async fn a_restock_raises_a_running_counter_and_is_broadcast_on_the_prefixs_channel() {
+    use futures_util::StreamExt;
+
+    let prefix = unique_prefix();
+    let client = redis::Client::open(SHARED_REDIS.as_str()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe(format!("{prefix}:redis-decr:stock-returned")).await.unwrap();
+    let mut cold = RedisView::new(&SHARED_REDIS, &prefix, SALE + 1).await;
+    assert!(!cold.counter.restock(&mut cold.conn, 2).await.unwrap(), "no counter: nothing");
+    assert_eq!(cold.stock().await, None);
+
+    let mut view = warmed_counter(&prefix, 1).await;
+    assert!(view.counter.restock(&mut view.conn, 2).await.unwrap());
+    assert_eq!(view.stock().await, Some(3));
+    let mut messages = pubsub.on_message();
+    let told = tokio::time::timeout(std::time::Duration::from_secs(5), messages.next()).await;
+    let payload: String = told.expect("told within 5 s").unwrap().get_payload().unwrap();
+    assert_eq!(payload, SALE.to_string());
 }

@@ -2,7 +2,8 @@
 //! produced on purpose: a buyer Redis admitted and Postgres refused (or
 //! failed) gets its place back; a reservation whose reply was lost with the
 //! connection is compensated at once; a reconcile pass whose measurement a
-//! purchase overtook corrects nothing.
+//! purchase overtook corrects nothing, or, when the counter really was off,
+//! corrects it behind the sale's gate by what a second measurement finds.
 
 use reqwest::StatusCode;
 use seckill::strategy::redis_decr::AFTER_SNAPSHOT;
@@ -131,4 +132,37 @@ async fn a_reconcile_pass_overtaken_by_a_purchase_corrects_nothing() {
     assert_eq!(app.audit(sale).await.redis_drift, Some(0));
     let again = reconcile(&app, sale).await;
     assert_eq!((again.redis_drift, again.corrected_units), (Some(0), 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_pass_overtaken_by_a_purchase_corrects_a_real_drift_behind_the_gate() {
+    crate::support::provoking("a Redis counter two units above Postgres (a correction)");
+    let prefix = unique_prefix();
+    let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
+    let sale = app.sale("redis-decr", 10).await;
+    let mut view = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
+    view.set_stock(12).await; // two units above the truth
+    let mut stalled = redis_lock::failpoints::arm::<()>(AFTER_SNAPSHOT, sale);
+
+    let pass = {
+        let (client, url) =
+            (app.client.clone(), app.url(&format!("/admin/sales/{sale}/reconcile")));
+        tokio::spawn(async move {
+            let response =
+                client.post(url).bearer_auth(crate::support::ADMIN_TOKEN).send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            response.json::<seckill::strategy::Reconciliation>().await.unwrap()
+        })
+    };
+    stalled.reached().await; // Redis read: counter 12
+    // Between the two reads: Redis 11, Postgres 9. The first measurement
+    // (12 against 9) says 3; its correction is refused by the sequence.
+    assert_eq!(buy(&app, sale, 1).await.0, StatusCode::CREATED);
+    stalled.resume(());
+
+    let report = pass.await.unwrap();
+    // Behind the gate, measured again (11 against 9): down by 2.
+    assert_eq!((report.redis_drift, report.corrected_units), (Some(3), 2), "{report:?}");
+    assert_eq!(view.stock().await, Some(9));
+    assert_eq!(app.audit(sale).await.redis_drift, Some(0));
 }

@@ -54,6 +54,20 @@ async fn reconciliation_leaves_alone_keys_warmed_for_another_database() {
     let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 5).await;
     let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
+    // The service's own warm-up ties the keys to its sale: `created_at`, µs.
+    let created_us: i64 = sqlx::query_scalar(
+        "SELECT (extract(epoch FROM created_at) * 1000000)::bigint FROM sales WHERE id = $1",
+    )
+    .bind(sale)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    let stored: Option<i64> = redis::cmd("GET")
+        .arg(&redis.counter.origin_key)
+        .query_async(&mut redis.conn)
+        .await
+        .unwrap();
+    assert_eq!(stored, Some(created_us), "the origin the warm-up stored");
     // Keys written by an instance on another database, for its own sale
     // that happens to have the same id.
     redis::cmd("SET")
