@@ -234,6 +234,27 @@ async fn mixed_batch_answers_as_sql(with_refused: bool) {
     assert_exact(&batched_audit, 6, 6);
     assert_eq!(orders(&app.db, batched_sale).await, orders(&app.db, sql_sale).await);
     assert_eq!(sql_audit.units_sold, batched_audit.units_sold);
+    // The batch's orders (buyers 2 and 4) were written by one statement: one
+    // transaction id. The fallback that settles a failed batch again one
+    // purchase at a time writes each under a savepoint of its own, each with
+    // a transaction id of its own — the same answers and books, so only this
+    // tells that a batch which should have gone through did not (a buyer who
+    // had an order before the batch must be refused by the batch itself, not
+    // by the unique constraint failing the whole batch).
+    let writers = if with_refused { 2 } else { 1 };
+    assert_eq!(transactions_writing(&app.db, batched_sale).await, writers);
+}
+
+/// The distinct transaction ids (`xmin`) that wrote the orders of `sale`
+/// other than buyer 1's, bought before the batch.
+async fn transactions_writing(db: &PgPool, sale: i64) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT xmin::text) FROM orders WHERE sale_id = $1 AND user_id <> 1",
+    )
+    .bind(sale)
+    .fetch_one(db)
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
