@@ -9,7 +9,7 @@ use serde_json::Value;
 use test_support::RedisServer;
 
 use crate::harness::{bought, cancel, pay_pending, remaining, window_sale};
-use crate::support::{TestApp, assert_problem, resolved};
+use crate::support::{TestApp, assert_problem, eventually, resolved};
 
 /// The strategies whose returns this test drives through a service of its
 /// own: every one but `lock/redlock` (three Redis nodes of its own) and
@@ -96,6 +96,10 @@ async fn queued(app: &TestApp, sale: i64, user: i64) -> Result<i64, String> {
     }
 }
 
+/// `queue`: a cancelled order's unit goes to the next request, once. A late
+/// copy of the cancelled request's message (its ack was lost, say) keeps the
+/// request's result and takes nothing: it is known by its request id, whose
+/// row reads `returned`.
 #[tokio::test]
 async fn queue_sells_a_cancelled_unit_again_and_its_buyer_may_queue_again() {
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
@@ -106,21 +110,6 @@ async fn queue_sells_a_cancelled_unit_again_and_its_buyer_may_queue_again() {
         config.queue_consume = true;
     })
     .await;
-    let sale = window_sale(&app, "queue", 2, 60_000).await;
-    let first = queued(&app, sale, 1).await.unwrap();
-    queued(&app, sale, 2).await.unwrap();
-    assert!(queued(&app, sale, 3).await.is_err(), "sold out");
-    assert_eq!(cancel(&app, first).await.status(), StatusCode::OK);
-    assert_eq!(cancel(&app, first).await.status(), StatusCode::OK);
-    assert_eq!(remaining(&app.db, sale).await, 1, "the unit came back once");
-    // The buyer whose order was cancelled queues a new request, and gets the unit.
-    let again = queued(&app, sale, 1).await.unwrap();
-    assert_ne!(again, first);
-    let audit = app.audit(sale).await;
-    assert_eq!((audit.units_sold, audit.units_returned, audit.units_resold), (2, 1, 1));
-    assert_eq!((audit.remaining_stock, audit.ledger_drift, audit.oversold), (0, 0, 0));
-    pay_pending(&app, sale).await;
-
     let config = seckill::config::Config::defaults();
     let topology = seckill::strategy::queue::Topology::new(
         &prefix,
@@ -128,6 +117,29 @@ async fn queue_sells_a_cancelled_unit_again_and_its_buyer_may_queue_again() {
         config.queue_max_length,
         config.queue_delivery_limit,
     );
+    let sale = window_sale(&app, "queue", 2, 60_000).await;
+    let first = queued(&app, sale, 1).await.unwrap();
+    queued(&app, sale, 2).await.unwrap();
+    assert!(queued(&app, sale, 3).await.is_err(), "sold out");
+    assert_eq!(cancel(&app, first).await.status(), StatusCode::OK);
+    assert_eq!(cancel(&app, first).await.status(), StatusCode::OK);
+    assert_eq!(remaining(&app.db, sale).await, 1, "the unit came back once");
+    // A late copy of the cancelled request, then a purchase of another sale
+    // (a marker): once the marker's request is recorded, the partition's one
+    // consumer has settled the copy (in the marker's batch or an earlier
+    // one), before the buyer's new request exists.
+    let request: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM purchase_requests WHERE sale_id = $1 AND user_id = 1")
+            .bind(sale)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    let copy = seckill::strategy::queue::PurchaseMessage {
+        request_id: request,
+        sale_id: sale,
+        user_id: 1,
+        quantity: 1,
+    };
     let connection = lapin::Connection::connect(
         &test_support::amqp_url(),
         lapin::ConnectionProperties::default(),
@@ -135,6 +147,48 @@ async fn queue_sells_a_cancelled_unit_again_and_its_buyer_may_queue_again() {
     .await
     .unwrap();
     let channel = connection.create_channel().await.unwrap();
+    channel.confirm_select(lapin::options::ConfirmSelectOptions::default()).await.unwrap();
+    let other_sale = window_sale(&app, "queue", 1, 60_000).await;
+    let marker = seckill::strategy::queue::PurchaseMessage {
+        request_id: uuid::Uuid::new_v4(),
+        sale_id: other_sale,
+        ..copy
+    };
+    let queue = topology.queue_of(seckill::sale::SaleId(sale));
+    assert_eq!(queue, topology.queue_of(seckill::sale::SaleId(other_sale)), "one partition");
+    for message in [copy, marker] {
+        let confirm = channel
+            .basic_publish(
+                "".into(),
+                queue.as_str().into(),
+                lapin::options::BasicPublishOptions::default(),
+                &serde_json::to_vec(&message).unwrap(),
+                lapin::BasicProperties::default().with_delivery_mode(2),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(confirm.is_ack());
+    }
+    let settled = eventually(Duration::from_secs(20), || async {
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM purchase_requests WHERE id = $1")
+                .bind(marker.request_id)
+                .fetch_optional(&app.db)
+                .await
+                .unwrap();
+        status.is_some_and(|status| status != "pending")
+    });
+    assert!(settled.await, "the marker was settled");
+    // The buyer whose order was cancelled queues a new request, and gets the unit.
+    let again = queued(&app, sale, 1).await.unwrap();
+    assert_ne!(again, first);
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.units_returned, audit.units_resold), (2, 1, 1));
+    assert_eq!((audit.remaining_stock, audit.ledger_drift, audit.oversold), (0, 0, 0));
+    pay_pending(&app, sale).await;
+    pay_pending(&app, other_sale).await;
     topology.delete_queues(&channel).await.unwrap();
 }
 

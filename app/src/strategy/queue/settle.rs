@@ -701,7 +701,10 @@ mod tests {
         };
         let registered = |accepted: i64| Registration { user_id: 10, accepted_at: at(accepted) };
         let m = message(1, 10, 1);
-        assert_eq!(rules.refusal(&m, Some(&registered(150))), None, "accepted in the window");
+        // The window is [start, end), as `Sale::phase` has it.
+        for inside in [100, 150, 199] {
+            assert_eq!(rules.refusal(&m, Some(&registered(inside))), None, "accepted at {inside}");
+        }
         for outside in [99, 200, 201] {
             assert_eq!(rules.refusal(&m, Some(&registered(outside))), Some(Refusal::OutsideWindow));
         }
