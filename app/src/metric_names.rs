@@ -123,6 +123,13 @@ pub const GROUP_COMMIT_QUEUE_WAIT_DURATION_SECONDS: &str =
 /// the order lifecycle (`crate::lifecycle`) after each return committed.
 pub const ORDERS_ENDED_TOTAL: &str = "seckill_orders_ended_total";
 
+/// Counter: subscriptions of this instance's `queue` consumers, by queue:
+/// one per partition at start, then one per resubscription after a lost
+/// channel or connection. Labels: `queue` (the partition queue's name).
+/// Emitted by `strategy::queue::consumer`; a count that grows while nothing
+/// fails is a consumer churning its subscription.
+pub const QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL: &str = "seckill_queue_consumer_subscriptions_total";
+
 /// Counter: failpoints set by `SECKILL_FAILPOINTS` that fired (tests and
 /// fault drills only; absent otherwise). Labels: `failpoint` (its name, e.g.
 /// `queue-before-ack`). Lets a test tell that the fault it armed happened.

@@ -1,5 +1,6 @@
 //! A batch with more requests than stock grants in arrival order; a batch
-//! holds at most `SECKILL_QUEUE_BATCH_SIZE` requests; a batch reads its own
+//! holds at most `SECKILL_QUEUE_BATCH_SIZE` requests, and waits up to the
+//! window for requests that arrive after its first; a batch reads its own
 //! requests, not every request of the sale.
 
 use std::time::Duration;
@@ -54,6 +55,33 @@ async fn a_batch_holds_at_most_the_batch_size() {
     let stats = drained(&settler, sale, Duration::from_secs(20)).await;
     let batch = stats.batch_sizes.clone().expect("batch sizes");
     assert_eq!((stats.batches, batch.max, stats.placed), (3, 4.0, 10), "{stats:?}");
+    Broker::connect(&prefix).await.delete_queues().await;
+}
+
+/// A batch waits up to the window for requests that arrive after its first:
+/// four requests published 100 ms apart to a live consumer (batch size 4,
+/// window 3 s) are one batch, not four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_arriving_within_the_window_join_one_batch() {
+    let prefix = unique_prefix();
+    let settler = spawn_app(&prefix, |config| {
+        config.queue_batch_size = 4;
+        config.queue_batch_window_ms = 3000;
+    })
+    .await;
+    let sale = settler.sale("queue", 10).await;
+    // A first request, settled: the consumer is subscribed and waiting.
+    let (status, body) = buy(&settler, sale, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    resolved(&settler, sale, &request_id(&body), Duration::from_secs(20)).await;
+    for user in 2..=5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (status, body) = buy(&settler, sale, user).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    let stats = drained(&settler, sale, Duration::from_secs(20)).await;
+    let batch = stats.batch_sizes.clone().expect("batch sizes");
+    assert_eq!((stats.batches, batch.max, stats.placed), (2, 4.0, 5), "{stats:?}");
     Broker::connect(&prefix).await.delete_queues().await;
 }
 

@@ -115,3 +115,24 @@ async fn buy_all(survivor: &TestApp, sale: i64) -> Vec<String> {
     }
     accepted
 }
+
+/// A consumer with nothing to do keeps its subscription: its wait for a
+/// delivery looks at the channel every second and goes on waiting while the
+/// channel is open, instead of giving up and subscribing again (which a
+/// partition's consumer would then do every idle second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_consumer_keeps_its_subscription() {
+    let prefix = unique_prefix();
+    let app = spawn_app(&prefix, |_| {}).await;
+    let queue = crate::topology(&prefix).queue(0);
+    let label = format!("queue=\"{queue}\"");
+    let subscriptions = || crate::counted(&app, SUBSCRIPTIONS, &label);
+    let subscribed = eventually(Duration::from_secs(10), || async { subscriptions().await >= 1 });
+    assert!(subscribed.await, "the consumer subscribed");
+    // Idle for 2.5 liveness periods of 1 s: the channel was looked at twice.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(subscriptions().await, 1, "subscribed once, and still subscribed");
+    Broker::connect(&prefix).await.delete_queues().await;
+}
+
+const SUBSCRIPTIONS: &str = "seckill_queue_consumer_subscriptions_total";

@@ -160,6 +160,8 @@ async fn consume(
         )
         .await?;
     tracing::debug!(queue, tag, "consumer subscribed");
+    metrics::counter!(crate::metric_names::QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL, "queue" => queue.to_owned())
+        .increment(1);
     let mut batch = Batch::new(settings);
     while let Some(first) = next(&channel, &mut consumer).await? {
         batch.deliveries.push(first);
