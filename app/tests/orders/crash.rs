@@ -15,17 +15,8 @@ use seckill::lifecycle::sweep::sweep_once;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::harness::{Sweeps, remaining};
-use crate::support::{ADMIN_TOKEN, create_sale_at, eventually, seckill_child, test_database_url};
-
-/// A database of its own next to the test database (same server), named
-/// `<test database>_sweep_kill_<uuid>`; the child creates it.
-fn private_database_url() -> String {
-    let base = test_database_url();
-    let (server, name) = base.rsplit_once('/').expect("a database URL ends in /name");
-    let name = name.split('?').next().unwrap_or(name);
-    format!("{server}/{name}_sweep_kill_{}", uuid::Uuid::new_v4().simple())
-}
+use crate::harness::{Sweeps, drop_database, private_database_url, remaining};
+use crate::support::{ADMIN_TOKEN, create_sale_at, eventually, seckill_child};
 
 /// The backend of a connection to this database that is inside a
 /// transaction whose last statement was a return's status change
@@ -102,7 +93,7 @@ async fn all_due(db: &PgPool, sale: i64) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_killed_mid_sweep_returns_nothing_and_the_next_sweep_ends_each_order_once() {
     crate::support::provoking("an instance killed while it holds a swept order");
-    let url = private_database_url();
+    let url = private_database_url("sweep_kill");
     let mut doomed = seckill_child(&[
         ("DATABASE_URL", url.clone()),
         ("SECKILL_EXPIRY_SWEEP_INTERVAL_MS", "20".into()),
@@ -164,13 +155,4 @@ async fn an_instance_killed_mid_sweep_returns_nothing_and_the_next_sweep_ends_ea
     drop(sweeps);
     db.close().await;
     drop_database(&url).await;
-}
-
-/// Drops the test's own database (best effort: a leftover is harmless).
-async fn drop_database(url: &str) {
-    let name = url.rsplit('/').next().unwrap_or_default();
-    if let Ok(admin) = PgPool::connect(&test_database_url()).await {
-        let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-        let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin).await;
-    }
 }

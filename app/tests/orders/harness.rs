@@ -95,7 +95,7 @@ pub async fn reaches(db: &PgPool, id: i64, status: &str, within: Duration) -> bo
 }
 
 /// The lifecycle's dependencies, built in the test process (as a service
-/// builds them) over the test database: to run sweeps directly.
+/// builds them) over a database of the test's own: to run sweeps directly.
 pub struct Sweeps {
     pub db: PgPool,
     pub catalog: SaleCatalog,
@@ -103,11 +103,8 @@ pub struct Sweeps {
 }
 
 impl Sweeps {
-    pub async fn new() -> Self {
-        Self::on(&test_database_url()).await
-    }
-
-    /// As [`Sweeps::new`], over the database at `url`.
+    /// Over the database at `url` (a test's own: other services sweep the
+    /// shared test database).
     pub async fn on(url: &str) -> Self {
         let mut config = Config::defaults();
         config.database_url = url.to_owned();
@@ -142,5 +139,23 @@ pub async fn pay_pending(app: &TestApp, sale: i64) {
     .unwrap();
     for id in pending {
         assert_eq!(pay(app, id, None).await.status(), StatusCode::OK, "paying order {id}");
+    }
+}
+
+/// A database of its own next to the test database (same server), named
+/// `<test database>_<purpose>_<uuid>`; the service given it creates it.
+pub fn private_database_url(purpose: &str) -> String {
+    let base = test_database_url();
+    let (server, name) = base.rsplit_once('/').expect("a database URL ends in /name");
+    let name = name.split('?').next().unwrap_or(name);
+    format!("{server}/{name}_{purpose}_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Drops the test's own database (best effort: a leftover is harmless).
+pub async fn drop_database(url: &str) {
+    let name = url.rsplit('/').next().unwrap_or_default();
+    if let Ok(admin) = PgPool::connect(&test_database_url()).await {
+        let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+        let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin).await;
     }
 }
