@@ -106,16 +106,7 @@ async fn a_reconcile_pass_overtaken_by_a_purchase_corrects_nothing() {
     let mut view = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     let mut stalled = redis_lock::failpoints::arm::<()>(AFTER_SNAPSHOT, sale);
 
-    let pass = {
-        let (client, url) =
-            (app.client.clone(), app.url(&format!("/admin/sales/{sale}/reconcile")));
-        tokio::spawn(async move {
-            let response =
-                client.post(url).bearer_auth(crate::support::ADMIN_TOKEN).send().await.unwrap();
-            assert_eq!(response.status(), StatusCode::OK);
-            response.json::<seckill::strategy::Reconciliation>().await.unwrap()
-        })
-    };
+    let pass = reconcile_in_background(&app, sale);
     stalled.reached().await; // Redis read: counter 10, nothing reserved
     // A purchase reserves, commits and confirms between the two reads: the
     // Postgres read will say 9 against the snapshot's 10.
@@ -144,16 +135,7 @@ async fn a_reconcile_pass_overtaken_by_a_purchase_corrects_a_real_drift_behind_t
     view.set_stock(12).await; // two units above the truth
     let mut stalled = redis_lock::failpoints::arm::<()>(AFTER_SNAPSHOT, sale);
 
-    let pass = {
-        let (client, url) =
-            (app.client.clone(), app.url(&format!("/admin/sales/{sale}/reconcile")));
-        tokio::spawn(async move {
-            let response =
-                client.post(url).bearer_auth(crate::support::ADMIN_TOKEN).send().await.unwrap();
-            assert_eq!(response.status(), StatusCode::OK);
-            response.json::<seckill::strategy::Reconciliation>().await.unwrap()
-        })
-    };
+    let pass = reconcile_in_background(&app, sale);
     stalled.reached().await; // Redis read: counter 12
     // Between the two reads: Redis 11, Postgres 9. The first measurement
     // (12 against 9) says 3; its correction is refused by the sequence.
@@ -165,4 +147,19 @@ async fn a_reconcile_pass_overtaken_by_a_purchase_corrects_a_real_drift_behind_t
     assert_eq!((report.redis_drift, report.corrected_units), (Some(3), 2), "{report:?}");
     assert_eq!(view.stock().await, Some(9));
     assert_eq!(app.audit(sale).await.redis_drift, Some(0));
+}
+
+/// `POST /admin/sales/{sale}/reconcile` in a task of its own (to be stalled
+/// at a failpoint while the test acts); its report.
+fn reconcile_in_background(
+    app: &crate::support::TestApp,
+    sale: i64,
+) -> tokio::task::JoinHandle<seckill::strategy::Reconciliation> {
+    let (client, url) = (app.client.clone(), app.url(&format!("/admin/sales/{sale}/reconcile")));
+    tokio::spawn(async move {
+        let response =
+            client.post(url).bearer_auth(crate::support::ADMIN_TOKEN).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json::<seckill::strategy::Reconciliation>().await.unwrap()
+    })
 }
