@@ -102,12 +102,17 @@ async fn the_background_reconciler_heals_a_counter_on_the_cluster(url: &str) {
     }
     let mut redis = RedisView::new(url, &prefix, sale).await;
     redis.set_stock(5).await;
+    // The pass corrects the counter, then records its fixes in Postgres.
     let healed = crate::eventually(Duration::from_secs(10), || {
         let mut view = RedisView { conn: redis.conn.clone(), counter: redis.counter.clone() };
-        async move { view.stock().await == Some(8) }
+        let app = &app;
+        async move {
+            view.stock().await == Some(8)
+                && app.audit(sale).await.reconcile_fixes.is_some_and(|n| n > 0)
+        }
     })
     .await;
-    assert!(healed, "a background pass raised the counter back to Postgres's 8");
+    assert!(healed, "a background pass raised the counter back to Postgres's 8 and recorded it");
     let audit = app.audit(sale).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.redis_drift), (2, 8, Some(0)));
     assert_eq!(audit.reconcile_fixes, Some(3));
