@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | ack | stored in the quorum queue (a majority of its replicas) | `202` |
 //! | ack + returned message | unroutable (no such queue) | `503 busy` |
-//! | nack | refused, e.g. the queue is at `x-max-length` (`reject-publish`) | `503 busy` |
+//! | nack | refused: the queue is at `x-max-length` (`reject-publish`), or not available (a quorum queue declared moments before has been seen to nack a first publish on a loaded machine) | `503 busy` |
 //! | no answer within 5 s, channel or connection error | unknown | `503 busy` |
 //!
 //! A `503` after an unknown outcome is safe: the client retries, finds the
@@ -76,7 +76,9 @@ impl Publisher {
                 count_amqp_messages("published", 1);
                 Ok(())
             }
-            Ok(Ok(PublishOutcome::Refused)) => Err(busy("the sale's queue is full")),
+            Ok(Ok(PublishOutcome::Refused)) => Err(busy(
+                "the broker refused the request: the sale's queue is full or not available",
+            )),
             Ok(Ok(PublishOutcome::Unroutable)) => Err(busy("the sale's queue does not exist")),
             Ok(Err(err)) => {
                 tracing::debug!(error = %err, "publish failed");
