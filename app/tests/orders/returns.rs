@@ -8,6 +8,8 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use test_support::RedisServer;
 
+use seckill::strategy::redis_decr::counter::SaleCounter;
+
 use crate::harness::{bought, cancel, pay_pending, remaining, window_sale};
 use crate::support::{TestApp, assert_problem, eventually, resolved};
 
@@ -200,10 +202,8 @@ struct OneUnitSold {
     sale: i64,
     order: i64,
     redis: redis::aio::MultiplexedConnection,
-    /// The sale's returns in progress (`return_begin.lua`'s hash).
-    returns: String,
-    /// The sale's counter.
-    stock: String,
+    /// The sale's key names (its returns in progress: `returns_key`).
+    counter: SaleCounter,
 }
 
 impl OneUnitSold {
@@ -222,21 +222,27 @@ impl OneUnitSold {
             .get_multiplexed_async_connection()
             .await
             .unwrap();
-        let returns = format!("{prefix}:{{sale:{sale}}}:returns");
-        let stock = format!("{prefix}:{{sale:{sale}}}:stock");
-        OneUnitSold { app, sale, order, redis, returns, stock }
+        let handle = seckill::backends::RedisHandle::new(&test_support::redis_url(), prefix)
+            .expect("a Redis URL");
+        let counter = SaleCounter::new(&handle, seckill::sale::SaleId(sale));
+        OneUnitSold { app, sale, order, redis, counter }
     }
 
     /// Records a return of buyer 1's unit begun at `begun_ms` (Redis time,
     /// ms), as `return_begin.lua` does before the Postgres transaction.
     async fn begin_return(&mut self, begun_ms: i64) {
         let record = format!("1:1:{begun_ms}");
-        let command = redis::cmd("HSET").arg(&self.returns).arg(self.order).arg(record).clone();
+        let command =
+            redis::cmd("HSET").arg(&self.counter.returns_key).arg(self.order).arg(record).clone();
         command.query_async::<i64>(&mut self.redis).await.unwrap();
     }
 
     async fn returns_left(&mut self) -> i64 {
-        redis::cmd("HLEN").arg(&self.returns).query_async(&mut self.redis).await.unwrap()
+        redis::cmd("HLEN")
+            .arg(&self.counter.returns_key)
+            .query_async(&mut self.redis)
+            .await
+            .unwrap()
     }
 
     async fn reconcile(&self) -> Value {
@@ -299,7 +305,8 @@ async fn a_redis_decr_return_whose_commit_never_came_is_dropped_after_the_grace_
     assert_eq!(report["redis_drift"], 0, "{report}");
     assert_eq!(report["in_flight_reservations"], 1, "{report}");
     assert_eq!(sold.returns_left().await, 1, "a return in its grace period is left alone");
-    let ttl: i64 = redis::cmd("PTTL").arg(&sold.stock).query_async(&mut sold.redis).await.unwrap();
+    let ttl: i64 =
+        redis::cmd("PTTL").arg(&sold.counter.stock_key).query_async(&mut sold.redis).await.unwrap();
     assert_eq!(ttl, -1, "keys with a return in flight are not retired");
 
     sold.begin_return(0).await; // begun long ago

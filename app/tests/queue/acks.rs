@@ -8,12 +8,13 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use seckill::metric_names::FAILPOINTS_FIRED_TOTAL;
 
 use crate::{
     Broker, buy, counted, drained, eventually, request_id, resolved, spawn_app, unique_prefix,
 };
 
-/// The failpoint's label in `seckill_failpoints_fired_total`.
+/// The failpoint's label in [`FAILPOINTS_FIRED_TOTAL`].
 const BEFORE_ACK: &str = "failpoint=\"queue-before-ack\"";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,7 +38,7 @@ async fn a_connection_lost_between_commit_and_ack_loses_and_duplicates_nothing()
     .await;
     let stats = drained(&settler, sale, Duration::from_secs(30)).await;
     // The fault did happen (this is the only test of the binary that arms it).
-    let fired = counted(&settler, "seckill_failpoints_fired_total", BEFORE_ACK).await;
+    let fired = counted(&settler, FAILPOINTS_FIRED_TOTAL, BEFORE_ACK).await;
     assert_eq!(fired, 1, "the failpoint fired once");
     assert_eq!((stats.accepted, stats.placed, stats.sold_out), (30, 20, 10), "{stats:?}");
     let mut placed = std::collections::HashSet::new();

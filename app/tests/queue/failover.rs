@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use reqwest::StatusCode;
+use seckill::metric_names::QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL;
 use serde_json::json;
 
 use crate::support::{TestApp, seckill_child};
@@ -126,7 +127,7 @@ async fn an_idle_consumer_keeps_its_subscription() {
     let app = spawn_app(&prefix, |_| {}).await;
     let queue = crate::topology(&prefix).queue(0);
     let label = format!("queue=\"{queue}\"");
-    let subscriptions = || crate::counted(&app, SUBSCRIPTIONS, &label);
+    let subscriptions = || crate::counted(&app, QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL, &label);
     let subscribed = eventually(Duration::from_secs(10), || async { subscriptions().await >= 1 });
     assert!(subscribed.await, "the consumer subscribed");
     // Idle for 2.5 liveness periods of 1 s: the channel was looked at twice.
@@ -134,5 +135,3 @@ async fn an_idle_consumer_keeps_its_subscription() {
     assert_eq!(subscriptions().await, 1, "subscribed once, and still subscribed");
     Broker::connect(&prefix).await.delete_queues().await;
 }
-
-const SUBSCRIPTIONS: &str = "seckill_queue_consumer_subscriptions_total";

@@ -111,7 +111,8 @@ async fn a_poison_message_is_rejected_after_bounded_retries_and_its_dead_letter_
 /// `seckill_queue_dead_lettered_total{reason}` of this test process (no
 /// other test of this binary dead-letters).
 async fn dead_letters_counted(app: &crate::support::TestApp, reason: &str) -> u64 {
-    crate::counted(app, "seckill_queue_dead_lettered_total", &format!("reason=\"{reason}\"")).await
+    let series = seckill::metric_names::QUEUE_DEAD_LETTERED_TOTAL;
+    crate::counted(app, series, &format!("reason=\"{reason}\"")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
