@@ -112,12 +112,15 @@ impl Round {
     }
 }
 
-/// `http_rps`: a trivial endpoint under the same goose settings.
+/// `http_rps`: a trivial endpoint under the same goose settings, measured
+/// by each run right before its rejection phase (`Run::http_rps`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HttpCeiling {
     /// Median of `samples`.
     pub value: f64,
-    /// One value per round, in round order (empty in a version-1 report).
+    /// One value per round, in round order: the median of the round's
+    /// runs' own samples (in reports before those: measured at the round's
+    /// start; empty in a version-1 report).
     #[serde(default)]
     pub samples: Vec<f64>,
     pub users: u64,

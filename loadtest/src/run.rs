@@ -78,6 +78,8 @@ struct Prepared {
 /// What the phases measured, with the readings around the sale phase.
 struct Phases {
     sale: PhaseResult,
+    /// The `http_rps` ceiling measured right before the rejection phase.
+    http_rps: f64,
     rejection: PhaseResult,
     /// The statistics of a `queue` run's sales once drained.
     queue_stats: Option<Vec<QueueStats>>,
@@ -393,10 +395,15 @@ async fn run_phases(
         }
         None => None,
     };
+    progress.phase("http_rps ceiling");
+    let args = bench.args;
+    let urls = &bench.instances.buyer_urls;
+    let http_rps = scenario::http_ceiling(urls, args.users, args.ceiling_duration).await?;
     progress.phase("rejection phase");
     let later = payment.as_ref().map_or(0, |p| p.outcome.later_buyers);
     let rejection = rejection_phase(bench, &ids, prepared.buyers + later, tokens).await?;
     Ok(Phases {
+        http_rps,
         window: steady::sale_window(&orders),
         sold_per_second: sale.first_send.map(|at| series::sold_per_second(&orders, at)),
         sale,
@@ -913,6 +920,7 @@ fn assemble(m: Measured, round: &Round) -> Run {
         steady_window_s: phases.window.map(|w| w.seconds),
         too_short_to_rank: phases.window.is_none_or(|w| w.is_too_short()),
         rejection_rps: rates.rejection_rps,
+        http_rps: Some(phases.http_rps),
         ceiling_undershot: rates.ceiling_undershot,
         units_sold: audit.units_sold,
         orders: audit.orders,
@@ -946,7 +954,7 @@ fn assemble(m: Measured, round: &Round) -> Run {
 }
 
 /// A run's rates (see docs/report-format.md) and their ratios to the
-/// ceilings of its round.
+/// ceilings of its round, `http_rps` being the run's own sample.
 struct Rates {
     sell_through_per_s: Option<f64>,
     sell_through_whole_per_s: Option<f64>,
@@ -962,6 +970,8 @@ impl Rates {
             sell_through_whole(audit.units_sold, phases.sale.first_send, audit.last_order_at);
         let sell_through_per_s = phases.window.and_then(|w| w.rate());
         let rejection_rps = Some(phases.rejection.steady_rps).filter(|r| *r > 0.0);
+        let mut round = round.clone();
+        round.set(Kind::HttpRps, phases.http_rps);
         let exceeded = round.exceeded_by(key.strategy.as_str(), sell_through_per_s, rejection_rps);
         Rates {
             sell_through_per_s,
@@ -1218,6 +1228,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             prepared: Prepared { plan, sales: vec![SaleId(7)], buyers: 300 },
             phases: Phases {
                 sale: phase(400, 2.0, Some(at(0))),
+                http_rps: 1000.0,
                 rejection: phase(500, 1.0, None),
                 queue_stats: None,
                 group_commit: None,
@@ -1275,6 +1286,17 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         let run = assemble(m, &ceilings());
         assert!(run.ceiling_undershot, "1 100 answers/s against http_rps 1 000");
         assert_eq!((run.sell_through_per_s, run.too_short_to_rank), (Some(200.0), true));
+    }
+
+    #[test]
+    fn rejections_divide_by_the_runs_own_http_sample_not_the_rounds() {
+        let mut m = measured("sql", 100);
+        m.phases.http_rps = 2_000.0;
+        m.phases.rejection = phase(1_100, 1.0, None);
+        let run = assemble(m, &ceilings());
+        assert_eq!(run.http_rps, Some(2_000.0));
+        assert_eq!(run.ratio.rejection_vs_http_rps, Some(0.55), "the round's 1 000 is not used");
+        assert!(!run.ceiling_undershot, "1 100 answers/s are below the run's own 2 000");
     }
 
     fn paid_out(later: u64, paying: u64) -> PaymentPhase {

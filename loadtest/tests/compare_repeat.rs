@@ -1,6 +1,7 @@
 //! End to end: `loadtest compare --repeat 3` of two cheap strategies on a
-//! small sale measures every ceiling again before each round, judges each
-//! run against its own round's ceilings, gives every ratio a 95 %
+//! small sale measures every ceiling again before each round (`http_rps`
+//! in each run, right before its rejection phase), judges each run against
+//! its own round's ceilings and its own `http_rps`, gives every ratio a 95 %
 //! confidence interval over the rounds, and accounts for the CPU each group
 //! of processes used in every sale phase (docs/report-format.md).
 
@@ -42,6 +43,10 @@ fn check_run(run: &Value, ceilings: &Value) {
     let sell_through = number(&run["sell_through_per_s"], "sell_through_per_s");
     let ratio = number(&run["ratio"]["sell_through_vs_sql_tps"], "ratio");
     assert!((ratio - sell_through / sql_tps).abs() < 1e-9, "{name}: its own round's sql_tps");
+    let http_rps = number(&run["http_rps"], "the run's own http_rps");
+    let rejections = number(&run["rejection_rps"], "rejection_rps");
+    let ratio = number(&run["ratio"]["rejection_vs_http_rps"], "ratio");
+    assert!((ratio - rejections / http_rps).abs() < 1e-9, "{name}: its own http_rps");
     assert!(number(&run["sell_through_whole_per_s"], "whole") > 0.0, "{name}");
     assert!(number(&run["steady_window_s"], "window") > 0.0, "{name}");
     assert!(run["ceiling_undershot"].is_boolean() && run["too_short_to_rank"].is_boolean());
@@ -100,6 +105,12 @@ fn three_rounds_give_per_round_ceilings_intervals_and_cpu_accounting() {
     assert_eq!(runs.len(), 2 * ROUNDS);
     for run in runs {
         check_run(run, &report["ceilings"]);
+    }
+    for (round, runs) in runs.chunks(2).enumerate() {
+        let mut own: Vec<f64> = runs.iter().map(|r| number(&r["http_rps"], "http_rps")).collect();
+        own.sort_by(f64::total_cmp);
+        let sample = number(&report["ceilings"]["http_rps"]["samples"][round], "sample");
+        assert_eq!(sample, (own[0] + own[1]) / 2.0, "round {round}: the median of its runs'");
     }
     let summary = report["summary"].as_array().unwrap();
     assert_eq!(summary.len(), 2);

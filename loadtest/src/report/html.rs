@@ -265,8 +265,9 @@ const VS_SQL_CAPTION: &str = "Sell-through ÷ the sql run of the same round: the
 (dot), the range over the repeats (thin line) and the 95 % confidence interval (bar, from 3 \
 repeats on). An interval clear of the dashed line at 1 is faster or slower than sql; one \
 across it is indistinguishable.";
-const VS_HTTP_CAPTION: &str = "Rejection throughput ÷ the http_rps ceiling of the same \
-round: median (dot), range (thin line), 95 % confidence interval (bar).";
+const VS_HTTP_CAPTION: &str = "Rejection throughput ÷ the http_rps ceiling the run \
+measured right before its rejection phase: median (dot), range (thin line), 95 % confidence \
+interval (bar).";
 const SOLD_PER_SECOND: &str = "How each sale unfolded: units sold in each second of the \
 sale phase, from the first purchase sent (orders by their commit time in Postgres), on one \
 scale for every run; the drop to 0 is the sell-out, and a red line marks the second in which \
@@ -292,7 +293,7 @@ pub fn charts(report: &Report) -> Vec<Chart> {
     let rejections = format!(
         "Answers per second to fresh buyers of the sold-out sale, between 10 % and 90 % of the \
          phase; the dashed line is the http_rps ceiling ({} answers/s of a trivial endpoint, \
-         the median over the rounds).",
+         the median of the samples each run measured before its rejection phase).",
         svg::number(c.http_rps.value)
     );
     vec![

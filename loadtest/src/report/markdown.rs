@@ -47,14 +47,21 @@ pub fn warning_lines(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
     for run in &report.runs {
         let who = format!("{} ({}, round {})", run.strategy, run.profile, run.repeat);
-        let round = report.ceilings.round(run.repeat);
+        let mut round = report.ceilings.round(run.repeat);
+        if let Some(http_rps) = run.http_rps {
+            round.set(Kind::HttpRps, http_rps);
+        }
         for (kind, ratio) in
             round.exceeded_by(&run.strategy, run.sell_through_per_s, run.rejection_rps)
         {
             let rate = if kind == Kind::HttpRps { "rejections" } else { "sell-through" };
+            let whose = match (kind, run.http_rps) {
+                (Kind::HttpRps, Some(_)) => "its own",
+                _ => "its round's",
+            };
             lines.push(format!(
-                "warning: {who}: {rate} at {ratio:.2} × its round's {}: that ceiling was \
-                 measured too low (ceiling_undershot)",
+                "warning: {who}: {rate} at {ratio:.2} × {whose} {}: that ceiling was measured \
+                 too low (ceiling_undershot)",
                 kind.name()
             ));
         }
@@ -144,6 +151,10 @@ pub fn ceilings_line(report: &Report) -> String {
             " — medians of {} rounds, each run measured against its own round's",
             c.http_rps.samples.len()
         );
+    }
+    if report.runs.iter().any(|r| r.http_rps.is_some()) {
+        line += "; http_rps: each run measures its own right before its rejection phase, \
+                 a round's sample is the median of its runs'";
     }
     line
 }

@@ -175,7 +175,14 @@ pub struct Run {
     pub too_short_to_rank: bool,
     /// Answers per second between 10 % and 90 % of the rejection phase.
     pub rejection_rps: Option<f64>,
-    /// A rate of the run exceeds its own round's ceiling by more than 5 %
+    /// The run's own `http_rps` ceiling sample: answers per second of the
+    /// trivial endpoint, measured right before its rejection phase with the
+    /// same goose users and instances; `null` in reports written before it
+    /// (their rejections divide by the round's sample).
+    #[serde(default)]
+    pub http_rps: Option<f64>,
+    /// A rate of the run exceeds its own round's ceiling (for rejections,
+    /// its own `http_rps`) by more than 5 %
     /// (`crate::ceilings::Round::exceeded_by`): that ceiling was measured
     /// too low.
     #[serde(default)]
