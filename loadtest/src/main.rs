@@ -206,7 +206,8 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub rejection_phase: u64,
 
-    /// Seconds each ceiling is measured for, before every round.
+    /// Seconds each ceiling is measured for, before every round (`http_rps`:
+    /// in every run, right before its rejection phase).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub ceiling_duration: u64,
 
