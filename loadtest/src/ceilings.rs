@@ -83,6 +83,15 @@ impl Round {
         self.values.insert(kind, value);
     }
 
+    /// This round with a run's own `http_rps` sample in place of the
+    /// round's, when the run measured one.
+    pub fn with_own_http_rps(mut self, http_rps: Option<f64>) -> Round {
+        if let Some(http_rps) = http_rps {
+            self.set(Kind::HttpRps, http_rps);
+        }
+        self
+    }
+
     /// The round's value of `kind`, `None` when it was not measured.
     pub fn get(&self, kind: Kind) -> Option<f64> {
         self.values.get(&kind).copied()

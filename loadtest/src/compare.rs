@@ -222,15 +222,13 @@ async fn compare(
     let db = PgPoolOptions::new().max_connections(2).connect(&args.database_url).await?;
     let mut ceilings = unmeasured_ceilings(args, instances);
     let mut runs = Vec::new();
+    // `http_rps` is measured by each run, right before its rejection phase;
+    // the round's sample is their median.
+    let before: Vec<Kind> = ceilings.kinds().into_iter().filter(|k| *k != Kind::HttpRps).collect();
     for repeat in 1..=args.repeat {
         progress.stage(&format!("measuring the ceilings of round {repeat}/{}", args.repeat));
-        // `http_rps` is measured by each run, right before its rejection
-        // phase; the round's sample is their median (below).
-        let before: Vec<Kind> =
-            ceilings.kinds().into_iter().filter(|k| *k != Kind::HttpRps).collect();
         let mut round = measure_round(args, instances, &admin, &before).await?;
         tracing::debug!(?round, "ceilings measured");
-        let first_run = runs.len();
         let faults = args.fault_settings();
         let bench = Bench {
             args,
@@ -242,22 +240,10 @@ async fn compare(
             faults,
             servers,
         };
-        for &profile in &args.profile {
-            for fault in fault::dimension(&args.faults) {
-                let under = fault.map(|f| format!(" · {f}")).unwrap_or_default();
-                for strategy in round_order(&args.strategies, repeat) {
-                    let label = format!("{strategy} · {profile}{under} · repeat {repeat}");
-                    progress.run(format!("{label}/{}", args.repeat));
-                    let key = RunKey { strategy, profile, fault, repeat };
-                    let run = run_one(&bench, key, progress).await.with_context(|| label)?;
-                    progress.run_done(&run);
-                    runs.push(run);
-                }
-            }
-        }
-        let http: Vec<f64> = runs[first_run..].iter().filter_map(|r| r.http_rps).collect();
-        round.set(Kind::HttpRps, crate::stats::median(&http).unwrap_or(0.0));
+        let round_runs = run_round(&bench, repeat, progress).await?;
+        round.set(Kind::HttpRps, http_sample(round_runs.iter().map(|r| r.http_rps)));
         ceilings.record(&round);
+        runs.extend(round_runs);
     }
     db.close().await;
     report::relate_to_sql(&mut runs);
@@ -291,6 +277,45 @@ async fn compare(
         runs,
         summary,
     })
+}
+
+/// Every run of round `repeat`, in the order of [`round_keys`].
+async fn run_round(
+    bench: &Bench<'_>,
+    repeat: u64,
+    progress: &mut Progress,
+) -> anyhow::Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    for key in round_keys(bench.args, repeat) {
+        let under = key.fault.map(|f| format!(" · {f}")).unwrap_or_default();
+        let label = format!("{} · {}{under} · repeat {repeat}", key.strategy, key.profile);
+        progress.run(format!("{label}/{}", bench.args.repeat));
+        let run = run_one(bench, key, progress).await.with_context(|| label)?;
+        progress.run_done(&run);
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
+/// The runs of round `repeat`: every profile, under every fault, of every
+/// strategy in [`round_order`].
+fn round_keys(args: &CompareArgs, repeat: u64) -> Vec<RunKey> {
+    let mut keys = Vec::new();
+    for &profile in &args.profile {
+        for fault in fault::dimension(&args.faults) {
+            for strategy in round_order(&args.strategies, repeat) {
+                keys.push(RunKey { strategy, profile, fault, repeat });
+            }
+        }
+    }
+    keys
+}
+
+/// A round's `http_rps` sample from its runs' own samples: their median
+/// (0 when no run measured one).
+fn http_sample(own: impl IntoIterator<Item = Option<f64>>) -> f64 {
+    let own: Vec<f64> = own.into_iter().flatten().collect();
+    crate::stats::median(&own).unwrap_or(0.0)
 }
 
 /// The strategies in the order round `repeat` (from 1) runs them: the order
@@ -494,7 +519,14 @@ async fn batched_ceiling(
 
 #[cfg(test)]
 mod tests {
-    use super::round_order;
+    use super::{http_sample, round_order};
+
+    #[test]
+    fn a_rounds_http_sample_is_the_median_of_its_runs_own() {
+        assert_eq!(http_sample([Some(900.0), None, Some(1_500.0), Some(1_000.0)]), 1_000.0);
+        assert_eq!(http_sample([Some(900.0), Some(1_100.0)]), 1_000.0);
+        assert_eq!(http_sample([None, None]), 0.0);
+    }
 
     #[test]
     fn each_round_starts_one_strategy_later() {

@@ -970,8 +970,7 @@ impl Rates {
             sell_through_whole(audit.units_sold, phases.sale.first_send, audit.last_order_at);
         let sell_through_per_s = phases.window.and_then(|w| w.rate());
         let rejection_rps = Some(phases.rejection.steady_rps).filter(|r| *r > 0.0);
-        let mut round = round.clone();
-        round.set(Kind::HttpRps, phases.http_rps);
+        let round = round.clone().with_own_http_rps(Some(phases.http_rps));
         let exceeded = round.exceeded_by(key.strategy.as_str(), sell_through_per_s, rejection_rps);
         Rates {
             sell_through_per_s,

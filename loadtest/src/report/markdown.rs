@@ -47,10 +47,7 @@ pub fn warning_lines(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
     for run in &report.runs {
         let who = format!("{} ({}, round {})", run.strategy, run.profile, run.repeat);
-        let mut round = report.ceilings.round(run.repeat);
-        if let Some(http_rps) = run.http_rps {
-            round.set(Kind::HttpRps, http_rps);
-        }
+        let round = report.ceilings.round(run.repeat).with_own_http_rps(run.http_rps);
         for (kind, ratio) in
             round.exceeded_by(&run.strategy, run.sell_through_per_s, run.rejection_rps)
         {
