@@ -10,6 +10,7 @@ mod buyer_auth;
 mod connections;
 mod errors;
 mod floods;
+mod fragmented_stock;
 mod health;
 mod openapi;
 mod outage;
