@@ -13,19 +13,34 @@
 //! in `sql`: the constraint holds across buckets because it is on the
 //! orders.
 //!
-//! When the home bucket has too few units and the statement's snapshot saw
-//! another bucket with enough, a second statement ([`ELSEWHERE`]) picks the
-//! first such bucket after the home one, going round, and takes the units
-//! with the same guarded update: it waits for that row's lock and re-checks
-//! the guard on the newest row version (READ COMMITTED). If the holder took
-//! the last units meanwhile, it picks again from a new snapshot. Each
-//! statement holds one bucket's lock at most, so purchases cannot deadlock
-//! on buckets; and `sold_out` means that no bucket had the units when the
-//! last statement looked: no unit is stranded, and the sale sells exactly
-//! its stock whatever the demand. (A `FOR UPDATE` pick that skips a bucket
-//! emptied under it would keep that bucket locked while it waits for the
-//! next: two such purchases deadlock, as the first version of this strategy
-//! did under the two-instance test.)
+//! When the home bucket has too few units, every statement reports what its
+//! snapshot saw in the buckets (the fullest one's units and all of theirs),
+//! and [`next_step`] picks the next statement from that:
+//!
+//! - a bucket had the `q` units: [`ELSEWHERE`] picks the first such bucket
+//!   after the home one, going round, and takes the units with the same
+//!   guarded update: it waits for that row's lock and re-checks the guard on
+//!   the newest row version (READ COMMITTED). It holds one bucket's lock at
+//!   most. (A `FOR UPDATE` pick that skips a bucket emptied under it would
+//!   keep that bucket locked while it waits for the next: two such purchases
+//!   deadlock, as the first version of this strategy did under the
+//!   two-instance test.)
+//! - only the buckets together had them (the units left spread one or two
+//!   per bucket, as at the end of every sale): [`SPREAD`] takes them from
+//!   several buckets in one statement, all or nothing. It locks the buckets
+//!   it needs in bucket order — the one order every purchase locks several
+//!   buckets in, while the single-bucket statements wait for one lock holding
+//!   none — so purchases cannot deadlock on buckets.
+//! - the buckets together had fewer than `q`: `sold_out`.
+//!
+//! If other purchases took the units meanwhile, the statement takes nothing
+//! and the next step comes from its own, newer snapshot; each such retry
+//! follows another purchase's units, and a purchase that keeps losing them is
+//! answered `busy` after `2 × buckets` statements. So `sold_out` means that
+//! the sale had fewer than `q` units in all when the last statement looked:
+//! no unit is stranded, whatever the quantities, and the sale sells exactly
+//! its stock whatever the demand. A one-unit purchase never needs
+//! [`SPREAD`], and a purchase that one bucket can fill touches one row.
 //!
 //! Measured against the alternatives with pgbench (20 clients, 8 buckets,
 //! docs/hot-row.md): a first pass with `FOR UPDATE SKIP LOCKED` (take any
@@ -43,7 +58,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sqlx::{PgPool, Row};
+use sqlx::{Connection, PgPool, Row};
 
 use super::{
     Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
@@ -58,7 +73,7 @@ pub const NAME: StrategyName = StrategyName::declare("sql/buckets");
 pub const REGISTRATION: Registration = Registration {
     name: NAME,
     about: "the stock over N bucket rows: the sql statement on the buyer's home bucket, \
-            then on the next bucket with units",
+            then on the next bucket with the units, else on several buckets at once",
     needs: &[Backend::Postgres],
     build: |deps| Ok(Arc::new(SqlBuckets { db: deps.db.clone() })),
 };
@@ -70,11 +85,26 @@ pub const DEFAULT_BUCKETS: i32 = 8;
 /// Most buckets a sale may have (the `sales.buckets` check).
 pub const MAX_BUCKETS: i32 = 1024;
 
-/// `$1` sale id, `$2` user id, `$3` the home bucket, `$4` quantity.
-/// Returns one row: the order id, or `NULL` when the home bucket has fewer
-/// than `$4` units; and then whether the statement's snapshot saw another
-/// bucket with `$4` units (`false` when an order was placed).
-pub const HOME: &str = "\
+/// The end of every purchase statement ([`HOME`], [`ELSEWHERE`],
+/// [`SPREAD`]), whose data-modifying steps end in `placed`: one row, the
+/// order id, or `NULL` when none was placed; and then, only when none was,
+/// the units of the fullest bucket and of all the buckets in the statement's
+/// snapshot (what [`next_step`] decides from).
+macro_rules! order_or_units_seen {
+    () => {
+        "
+SELECT (SELECT id FROM placed) AS order_id, seen.most, seen.total
+FROM (SELECT max(remaining_stock) AS most, sum(remaining_stock)::bigint AS total
+      FROM sale_buckets
+      WHERE sale_id = $1 AND NOT EXISTS (SELECT 1 FROM placed)) seen"
+    };
+}
+
+/// `$1` sale id, `$2` user id, `$3` the home bucket, `$4` quantity. The
+/// `sql` statement on the home bucket: takes `$4` units if it has them.
+/// Returns the row of `order_or_units_seen!`.
+pub const HOME: &str = concat!(
+    "\
 WITH taken AS (
     UPDATE sale_buckets SET remaining_stock = remaining_stock - $4
     WHERE sale_id = $1 AND bucket = $3 AND remaining_stock >= $4
@@ -83,18 +113,17 @@ WITH taken AS (
     INSERT INTO orders (sale_id, user_id, quantity)
     SELECT sale_id, $2, $4 FROM taken
     RETURNING id
-)
-SELECT (SELECT id FROM placed) AS order_id,
-       CASE WHEN EXISTS (SELECT 1 FROM placed) THEN false
-            ELSE EXISTS (SELECT 1 FROM sale_buckets WHERE sale_id = $1 AND remaining_stock >= $4)
-       END AS units_elsewhere";
+)",
+    order_or_units_seen!()
+);
 
 /// The same parameters. Picks the first bucket after the home one, going
 /// round, that has `$4` units in the statement's snapshot, and takes them
 /// with the guarded `UPDATE` (which waits for that one row lock and re-checks
-/// the guard on the newest row version). Returns one row: the order id, or
-/// `NULL` when nothing was taken; and whether a bucket was picked.
-pub const ELSEWHERE: &str = "\
+/// the guard on the newest row version). Returns the row of
+/// `order_or_units_seen!`.
+pub const ELSEWHERE: &str = concat!(
+    "\
 WITH pick AS (
     SELECT bucket FROM sale_buckets
     WHERE sale_id = $1 AND remaining_stock >= $4
@@ -109,8 +138,95 @@ WITH pick AS (
     INSERT INTO orders (sale_id, user_id, quantity)
     SELECT sale_id, $2, $4 FROM taken
     RETURNING id
-)
-SELECT (SELECT id FROM placed) AS order_id, EXISTS (SELECT 1 FROM pick) AS picked";
+)",
+    order_or_units_seen!()
+);
+
+/// The same parameters, for `$4` units that no single bucket has. `chosen`:
+/// the buckets with units in the statement's snapshot, from the home one
+/// going round, as far as the first whose units make `$4`. `locked`: those
+/// rows locked in bucket order — every purchase locks its buckets in that
+/// one order, so no two wait for each other — and read at their newest
+/// version (`FOR UPDATE` in READ COMMITTED; a row emptied meanwhile drops
+/// out). Only if the locked rows hold `$4` units together are the units
+/// taken, from each in the same going-round order, and the order inserted
+/// (after the updates, which it reads): all or nothing. Returns
+/// `order_or_units_seen!`'s row.
+pub const SPREAD: &str = concat!(
+    "\
+WITH chosen AS (
+    SELECT bucket FROM (
+        SELECT bucket,
+               (sum(remaining_stock) OVER (ORDER BY bucket < $3, bucket))::bigint
+                 - remaining_stock AS before
+        FROM sale_buckets
+        WHERE sale_id = $1 AND remaining_stock > 0
+    ) going_round
+    WHERE before < $4
+), locked AS (
+    SELECT bucket, remaining_stock FROM sale_buckets
+    WHERE sale_id = $1 AND bucket IN (SELECT bucket FROM chosen) AND remaining_stock > 0
+    ORDER BY bucket
+    FOR UPDATE
+), plan AS (
+    SELECT bucket,
+           least(remaining_stock,
+                 $4 - ((sum(remaining_stock) OVER (ORDER BY bucket < $3, bucket))::bigint
+                       - remaining_stock)) AS units
+    FROM locked
+    WHERE (SELECT sum(remaining_stock) FROM locked) >= $4
+), taken AS (
+    UPDATE sale_buckets b SET remaining_stock = b.remaining_stock - plan.units
+    FROM plan
+    WHERE b.sale_id = $1 AND b.bucket = plan.bucket AND plan.units > 0
+    RETURNING plan.units
+), placed AS (
+    INSERT INTO orders (sale_id, user_id, quantity)
+    SELECT $1, $2, $4 WHERE (SELECT sum(units) FROM taken) = $4
+    RETURNING id
+)",
+    order_or_units_seen!()
+);
+
+/// A purchase statement: [`HOME`], [`ELSEWHERE`] or [`SPREAD`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Home,
+    Elsewhere,
+    Spread,
+}
+
+impl Step {
+    fn statement(self) -> &'static str {
+        match self {
+            Step::Home => HOME,
+            Step::Elsewhere => ELSEWHERE,
+            Step::Spread => SPREAD,
+        }
+    }
+}
+
+/// The units a statement that placed no order saw in the sale's buckets
+/// (its snapshot): the fullest bucket's and all of them together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    most: i64,
+    total: i64,
+}
+
+/// The step after a statement that placed no order of `quantity` units:
+/// [`Step::Elsewhere`] when its snapshot had a bucket with the units,
+/// [`Step::Spread`] when only the buckets together had them, and `None` —
+/// sold out — when the sale had fewer than `quantity` units in all.
+fn next_step(quantity: i64, seen: Seen) -> Option<Step> {
+    if seen.most >= quantity {
+        Some(Step::Elsewhere)
+    } else if seen.total >= quantity {
+        Some(Step::Spread)
+    } else {
+        None
+    }
+}
 
 /// The buyer's home bucket among `buckets`: Fibonacci hashing of the user
 /// id (Knuth, TAOCP vol. 3, 6.4), so that consecutive or patterned ids
@@ -124,47 +240,84 @@ pub struct SqlBuckets {
     db: PgPool,
 }
 
-/// `statement` ([`HOME`] or [`ELSEWHERE`]) for one purchase, starting at
-/// bucket `home`: the order id, if one was placed, and the statement's
-/// second column.
+/// `step`'s statement for one purchase from bucket `home`: the order id if
+/// one was placed, else what the statement's snapshot saw. When the sale
+/// simulates work, the statement runs in a transaction of its own that does
+/// the work and commits if it placed the order, and otherwise ends at once:
+/// a guarded update (or `FOR UPDATE`) that waited for a row and found it
+/// emptied keeps that row locked until its transaction ends, and a purchase
+/// that carried such locks into its next statement would lock buckets out of
+/// order.
 async fn attempt(
     conn: &mut sqlx::PgConnection,
-    statement: &'static str,
+    step: Step,
     sale: &Sale,
     user: UserId,
     home: i32,
     quantity: Quantity,
-) -> Result<(Option<i64>, bool), sqlx::Error> {
-    let row = sqlx::query(statement)
+) -> Result<Result<i64, Seen>, sqlx::Error> {
+    if !sale.knobs.simulates_work() {
+        return run(conn, step, sale, user, home, quantity).await;
+    }
+    let mut tx = conn.begin().await?;
+    let result = run(&mut tx, step, sale, user, home, quantity).await?;
+    if result.is_ok() {
+        sale.knobs.simulate_work().await;
+        tx.commit().await?;
+    }
+    Ok(result)
+}
+
+/// [`attempt`]'s statement on `conn`.
+async fn run(
+    conn: &mut sqlx::PgConnection,
+    step: Step,
+    sale: &Sale,
+    user: UserId,
+    home: i32,
+    quantity: Quantity,
+) -> Result<Result<i64, Seen>, sqlx::Error> {
+    let row = sqlx::query(step.statement())
         .bind(sale.id.0)
         .bind(user.get())
         .bind(home)
         .bind(quantity.get())
         .fetch_one(conn)
         .await?;
-    Ok((row.get(0), row.get(1)))
+    Ok(match row.get::<Option<i64>, _>(0) {
+        Some(order_id) => Ok(order_id),
+        None => Err(Seen {
+            most: row.get::<Option<i64>, _>(1).unwrap_or(0),
+            total: row.get::<Option<i64>, _>(2).unwrap_or(0),
+        }),
+    })
 }
 
-impl SqlBuckets {
-    /// The purchase on `conn` (a transaction when the sale simulates work):
-    /// the home bucket, then the others while one has the units.
-    async fn take(
-        conn: &mut sqlx::PgConnection,
+#[async_trait]
+impl Strategy for SqlBuckets {
+    /// The home bucket, then whatever [`next_step`] says while the sale has
+    /// the units.
+    async fn purchase(
+        &self,
         sale: &Sale,
         user: UserId,
         quantity: Quantity,
     ) -> Result<Outcome, StrategyError> {
+        let mut conn = self.db.acquire().await?;
         let buckets = sale.buckets.unwrap_or(DEFAULT_BUCKETS);
         let home = home_bucket(user, buckets);
-        let placed = |order_id| Ok(Outcome::Placed { order_id, quantity: quantity.get() });
-        let mut statement = HOME;
-        // Each further attempt follows a bucket that another purchase
-        // emptied while this one waited for it.
+        let mut step = Step::Home;
+        // Each further statement follows units that another purchase took
+        // while this one waited for them.
         for _ in 0..=2 * buckets {
-            match attempt(&mut *conn, statement, sale, user, home, quantity).await {
-                Ok((Some(order_id), _)) => return placed(order_id),
-                Ok((None, false)) => return Ok(Outcome::SoldOut),
-                Ok((None, true)) => statement = ELSEWHERE,
+            match attempt(&mut conn, step, sale, user, home, quantity).await {
+                Ok(Ok(order_id)) => {
+                    return Ok(Outcome::Placed { order_id, quantity: quantity.get() });
+                }
+                Ok(Err(seen)) => match next_step(i64::from(quantity.get()), seen) {
+                    Some(next) => step = next,
+                    None => return Ok(Outcome::SoldOut),
+                },
                 Err(err) => return already_purchased_or(err),
             }
         }
@@ -172,28 +325,6 @@ impl SqlBuckets {
             reason: "the buckets kept running dry under this purchase",
             retry_after: std::time::Duration::from_millis(100),
         })
-    }
-}
-
-#[async_trait]
-impl Strategy for SqlBuckets {
-    async fn purchase(
-        &self,
-        sale: &Sale,
-        user: UserId,
-        quantity: Quantity,
-    ) -> Result<Outcome, StrategyError> {
-        if !sale.knobs.simulates_work() {
-            let mut conn = self.db.acquire().await?;
-            return Self::take(&mut conn, sale, user, quantity).await;
-        }
-        let mut tx = self.db.begin().await?;
-        let outcome = Self::take(&mut tx, sale, user, quantity).await?;
-        if let Outcome::Placed { .. } = outcome {
-            sale.knobs.simulate_work().await;
-            tx.commit().await?;
-        }
-        Ok(outcome)
     }
 
     /// [`DEFAULT_BUCKETS`] when absent; `1..=MAX_BUCKETS`.
@@ -207,7 +338,8 @@ impl Strategy for SqlBuckets {
 
     /// The units go back to the buyer's home bucket (relative update, in the
     /// claim's transaction), where that buyer's next purchase looks first;
-    /// any buyer whose home is dry finds them through the `ELSEWHERE` step.
+    /// any buyer whose home is dry finds them through the [`ELSEWHERE`] or
+    /// [`SPREAD`] step.
     async fn return_units(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
         let mut claim = claim;
         let home = home_bucket(claim.order.user, sale.buckets.unwrap_or(DEFAULT_BUCKETS));
@@ -262,6 +394,19 @@ mod tests {
             let (least, most) = (count.iter().min().unwrap(), count.iter().max().unwrap());
             assert!(*least >= 900 && *most <= 1100, "{buckets} buckets: {least}..{most}");
         }
+    }
+
+    #[test]
+    fn a_purchase_goes_to_a_bucket_with_the_units_else_to_several_else_is_sold_out() {
+        let seen = |most, total| Seen { most, total };
+        assert_eq!(next_step(1, seen(1, 1)), Some(Step::Elsewhere));
+        assert_eq!(next_step(2, seen(5, 9)), Some(Step::Elsewhere));
+        assert_eq!(next_step(3, seen(3, 3)), Some(Step::Elsewhere));
+        assert_eq!(next_step(3, seen(1, 3)), Some(Step::Spread));
+        assert_eq!(next_step(4, seen(2, 17)), Some(Step::Spread));
+        assert_eq!(next_step(3, seen(1, 2)), None);
+        assert_eq!(next_step(3, seen(2, 2)), None);
+        assert_eq!(next_step(1, seen(0, 0)), None);
     }
 
     #[test]

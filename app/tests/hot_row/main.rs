@@ -3,7 +3,8 @@
 //! answer it) and `sql/buckets` (the stock split over several rows) — exact
 //! books with two instances, the answers of a mixed batch against `sql`'s,
 //! restocks during batches, connections terminated mid-batch, clients that
-//! leave, and buckets that sell exactly their stock.
+//! leave, and buckets that sell exactly their stock, whatever the quantities
+//! bought, without deadlock.
 
 #[path = "../support/mod.rs"]
 mod support;
