@@ -195,8 +195,8 @@ pub(crate) const SALE_COLUMNS: &str = "id, name, per_user_limit, strategy, start
 pub struct Stock {
     /// Units ever put on sale (initial stock + restocks).
     pub total_stock: i64,
-    /// Units still for sale: the sale row's plus its buckets' (the view
-    /// `sale_stock`).
+    /// Units still for sale: the sale row's, plus its buckets', plus the
+    /// returns a lock holder has not folded in yet (the view `sale_stock`).
     pub remaining_stock: i64,
 }
 

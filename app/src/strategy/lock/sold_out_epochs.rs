@@ -2,11 +2,12 @@
 //! strategies answer `SoldOut` without queueing for the lock once nothing is
 //! left (the "local sold-out flag" of most flash-sale designs).
 //!
-//! Invariant: a flag is only set from a read of `remaining_stock` made inside
-//! the critical section, and only if no restock was seen since that purchase
-//! began (the epoch check), so a restock on this instance is never hidden by a
-//! purchase that read the old stock. A restock handled by *another* instance
-//! cannot clear this one's flag; a flag is therefore trusted for
+//! Invariant: a flag is only set from a read of the units for sale (the
+//! row's, and the returns not yet folded in) made inside the critical
+//! section, and only if no restock or return was seen since that purchase
+//! began (the epoch check), so a restock or return on this instance is never
+//! hidden by a purchase that read the old stock. A restock or return handled
+//! by *another* instance cannot clear this one's flag; a flag is therefore trusted for
 //! [`SOLD_OUT_TRUST`] only, after which one purchase goes through the lock
 //! again and re-learns the truth. Nothing here is shared between processes.
 
