@@ -32,8 +32,9 @@ pub struct Audit {
     /// Units ever put on sale (initial stock + restocks).
     pub total_stock: i64,
     /// Units still for sale as stored: `sales.remaining_stock` plus the
-    /// sale's bucket rows, for a strategy that splits its stock (the view
-    /// `sale_stock`).
+    /// sale's bucket rows, for a strategy that splits its stock, plus the
+    /// units a `lock/*` sale's returns put back that no lock holder has
+    /// folded in yet (the view `sale_stock`).
     pub remaining_stock: i64,
     /// Number of live order rows (`pending_payment` or `paid`; every order
     /// of a sale without a payment window).

@@ -8,8 +8,7 @@
 //! reads them from the in-process [`SaleCatalog`] instead of paying a Postgres
 //! round trip per request.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -195,22 +194,28 @@ pub(crate) const SALE_COLUMNS: &str = "id, name, per_user_limit, strategy, start
 pub struct Stock {
     /// Units ever put on sale (initial stock + restocks).
     pub total_stock: i64,
-    /// Units still for sale: the sale row's plus its buckets' (the view
-    /// `sale_stock`).
+    /// Units still for sale: the sale row's, plus its buckets', plus the
+    /// returns a lock holder has not folded in yet (the view `sale_stock`).
     pub remaining_stock: i64,
 }
 
 /// Process-wide cache of sale settings, filled on first use. Settings are
-/// immutable once a sale exists, so entries never go stale. Ids with no sale
-/// are remembered for [`MISS_TTL`] too (at most [`MAX_MISSES`] of them), so
-/// that a client walking ids costs one query per id and second, not one per
-/// request; a sale created on another instance in that second is unknown
-/// here for the rest of it.
+/// immutable once a sale exists, so entries never go stale; a sale not read
+/// for [`IDLE_SALE_STATE`] is dropped, and read from Postgres again if it is
+/// asked for. Ids with no sale are remembered for [`MISS_TTL`] too (at most
+/// [`MAX_MISSES`] of them), so that a client walking ids costs one query per
+/// id and second, not one per request; a sale created on another instance
+/// in that second is unknown here for the rest of it.
 #[derive(Clone)]
 pub struct SaleCatalog {
-    sales: Arc<RwLock<HashMap<SaleId, Arc<Sale>>>>,
+    sales: moka::sync::Cache<SaleId, Arc<Sale>>,
     misses: moka::sync::Cache<SaleId, ()>,
 }
+
+/// How long per-sale state kept in memory outlives its last use: a sale's
+/// catalog entry, its `sql/batched` queue, its known buyers. A sale that
+/// ends is idle from then on, so its state goes this long after its end.
+pub const IDLE_SALE_STATE: Duration = Duration::from_secs(600);
 
 /// How long an id with no sale is answered `404` from the cache.
 pub const MISS_TTL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -220,22 +225,37 @@ pub const MAX_MISSES: u64 = 10_000;
 
 impl Default for SaleCatalog {
     fn default() -> Self {
+        Self::with_idle(IDLE_SALE_STATE)
+    }
+}
+
+impl SaleCatalog {
+    /// A catalog that drops a sale not read for `idle`.
+    pub fn with_idle(idle: Duration) -> Self {
         Self {
-            sales: Arc::default(),
+            sales: moka::sync::Cache::builder().time_to_idle(idle).build(),
             misses: moka::sync::Cache::builder()
                 .max_capacity(MAX_MISSES)
                 .time_to_live(MISS_TTL)
                 .build(),
         }
     }
-}
 
-impl SaleCatalog {
+    /// Sales held (after the pending evictions are applied).
+    pub fn len(&self) -> u64 {
+        self.sales.run_pending_tasks();
+        self.sales.entry_count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The sale with `id`, from the cache or from Postgres. `Ok(None)` when no
     /// such sale exists. Errors are Postgres errors.
     pub async fn get(&self, db: &PgPool, id: SaleId) -> Result<Option<Arc<Sale>>, sqlx::Error> {
-        if let Some(sale) = self.sales.read().expect("catalog lock").get(&id) {
-            return Ok(Some(sale.clone()));
+        if let Some(sale) = self.sales.get(&id) {
+            return Ok(Some(sale));
         }
         if self.misses.contains_key(&id) {
             return Ok(None);
@@ -250,7 +270,7 @@ impl SaleCatalog {
             return Ok(None);
         };
         let sale = Arc::new(sale);
-        self.sales.write().expect("catalog lock").insert(id, sale.clone());
+        self.sales.insert(id, sale.clone());
         Ok(Some(sale))
     }
 
@@ -258,7 +278,7 @@ impl SaleCatalog {
     pub fn insert(&self, sale: Sale) -> Arc<Sale> {
         let sale = Arc::new(sale);
         self.misses.invalidate(&sale.id);
-        self.sales.write().expect("catalog lock").insert(sale.id, sale.clone());
+        self.sales.insert(sale.id, sale.clone());
         sale
     }
 }
@@ -387,6 +407,19 @@ mod tests {
             payment_window_ms: None,
             created_at: Utc::now(),
         }
+    }
+
+    #[test]
+    fn the_catalog_drops_the_sales_not_read_for_its_idle_time() {
+        let catalog = SaleCatalog::with_idle(Duration::from_millis(300));
+        for id in 0..200 {
+            catalog.insert(Sale { id: SaleId(id), ..sale(None, None) });
+        }
+        assert_eq!(catalog.len(), 200);
+        std::thread::sleep(Duration::from_millis(150));
+        catalog.sales.get(&SaleId(7)).expect("still held");
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(catalog.len(), 1, "only the sale read meanwhile is left");
     }
 
     #[test]

@@ -249,14 +249,17 @@ pub struct Restock {
 
 /// Adds `$2` units to sale `$1` unless its total would exceed `$3`: to the
 /// sale row, or spread over its buckets (`bucket_share`) for a sale whose
-/// stock is split. Returns the new stock figures, no row when refused.
+/// stock is split. Returns the new stock figures (as the view `sale_stock`
+/// counts them: returns a lock holder has not folded in yet included), no
+/// row when refused.
 const RESTOCK: &str = "\
 WITH sale AS (
     UPDATE sales
     SET total_stock = total_stock + $2,
         remaining_stock = remaining_stock + CASE WHEN buckets IS NULL THEN $2 ELSE 0 END
     WHERE id = $1 AND total_stock + $2 <= $3
-    RETURNING id, buckets, total_stock, remaining_stock
+    RETURNING id, buckets, total_stock,
+              remaining_stock + (returned_stock - folded_stock) AS remaining_stock
 ), spread AS (
     UPDATE sale_buckets b
     SET remaining_stock = b.remaining_stock + bucket_share($2, sale.buckets, b.bucket)

@@ -13,7 +13,11 @@
 //! The steps themselves, [`read_check_write`], are also the critical section of
 //! every `lock/*` strategy: a lock is meant to make exactly this code safe, so
 //! the lock strategies run it unchanged, with a [`WriteGuard`] that can refuse
-//! the write of a holder that has lost its lock or its fencing claim.
+//! the write of a holder that has lost its lock or its fencing claim. The
+//! units for sale they read include those the lock strategies return
+//! outside the lock (`sales.returned_stock` not yet `folded_stock`), which
+//! the write folds in; `naive` returns onto `remaining_stock` itself, so for
+//! it both columns stay 0.
 
 use std::sync::Arc;
 
@@ -124,15 +128,18 @@ pub enum Attempt {
 /// the total that was read) are carried into the written value: a restock is
 /// an administrative write that no purchase lock covers, and it must never be
 /// lost; purchases between the read and the write still are, which is what a
-/// lock must prevent. With a fencing token (`$5`), the stock row is written only while the
-/// sale is still claimed by that token, and the claim stays share-locked until
-/// the statement commits; with `$5` NULL the fence is not consulted. No row
-/// back means the fence refused the write.
+/// lock must prevent. The returned units that were read (`$7`, the
+/// `returned_stock` read) are folded into the written value by setting
+/// `folded_stock` to them: a return committed since the read is above `$7`,
+/// and stays for sale. With a fencing token (`$5`), the stock row is written
+/// only while the sale is still claimed by that token, and the claim stays
+/// share-locked until the statement commits; with `$5` NULL the fence is not
+/// consulted. No row back means the fence refused the write.
 const WRITE: &str = "
     WITH fence AS (
         SELECT 1 FROM sale_fences WHERE sale_id = $1 AND token = $5 FOR SHARE
     ), stock AS (
-        UPDATE sales SET remaining_stock = $2 + (total_stock - $6)
+        UPDATE sales SET remaining_stock = $2 + (total_stock - $6), folded_stock = $7
         WHERE id = $1 AND ($5::bigint IS NULL OR EXISTS (SELECT 1 FROM fence))
         RETURNING id
     )
@@ -140,8 +147,8 @@ const WRITE: &str = "
     SELECT id, $3, $4 FROM stock
     RETURNING id";
 
-/// The naive steps: read `remaining_stock`; answer `SoldOut` when fewer than
-/// `quantity` units remain; run the sale's simulated work
+/// The naive steps: read the units for sale ([`ForSale`]); answer `SoldOut`
+/// when fewer than `quantity` units remain; run the sale's simulated work
 /// (`Knobs::simulate_work`); ask `guard`; then, in one statement, write
 /// `remaining − quantity` (the value computed from the read, plus whatever a
 /// restock added meanwhile) and insert the order. Two round trips to Postgres
@@ -160,26 +167,28 @@ pub async fn read_check_write(
     quantity: Quantity,
     guard: &dyn WriteGuard,
 ) -> Result<Attempt, StrategyError> {
-    let (remaining, total): (i64, i64) =
-        sqlx::query_as("SELECT remaining_stock, total_stock FROM sales WHERE id = $1")
-            .bind(sale.id.0)
-            .fetch_one(db)
-            .await?;
+    let read: ForSale = sqlx::query_as(
+        "SELECT remaining_stock, returned_stock, folded_stock, total_stock FROM sales WHERE id = $1",
+    )
+    .bind(sale.id.0)
+    .fetch_one(db)
+    .await?;
     let wanted = i64::from(quantity.get());
-    if remaining < wanted {
+    let Some(written_stock) = read.after(wanted) else {
         return Ok(Attempt::Done(Outcome::SoldOut));
-    }
+    };
     sale.knobs.simulate_work().await;
     if !guard.admits().await {
         return Ok(Attempt::Refused);
     }
     let written = sqlx::query_scalar::<_, i64>(WRITE)
         .bind(sale.id.0)
-        .bind(remaining - wanted)
+        .bind(written_stock)
         .bind(user.get())
         .bind(quantity.get())
         .bind(guard.fence().map(|token| token.0))
-        .bind(total)
+        .bind(read.total_stock)
+        .bind(read.returned_stock)
         .fetch_optional(db)
         .await;
     match written {
@@ -188,5 +197,53 @@ pub async fn read_check_write(
         }
         Ok(None) => Ok(Attempt::Refused),
         Err(err) => already_purchased_or(err).map(Attempt::Done),
+    }
+}
+
+/// The sale row as [`read_check_write`] reads it. Units of stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct ForSale {
+    /// `sales.remaining_stock`: the units on the row as last written.
+    pub remaining_stock: i64,
+    /// `sales.returned_stock`: units ever returned outside the sale's lock
+    /// (the `lock/*` strategies' returns).
+    pub returned_stock: i64,
+    /// `sales.folded_stock`: how many of those a write has folded into
+    /// `remaining_stock`.
+    pub folded_stock: i64,
+    /// `sales.total_stock`, to carry a concurrent restock into the write.
+    pub total_stock: i64,
+}
+
+impl ForSale {
+    /// Units for sale: the row's, plus the returns not folded yet.
+    pub fn available(&self) -> i64 {
+        self.remaining_stock + (self.returned_stock - self.folded_stock)
+    }
+
+    /// The `remaining_stock` to write once `wanted` units are taken and the
+    /// returns read are folded in; `None` when fewer than `wanted` are for
+    /// sale.
+    pub fn after(&self, wanted: i64) -> Option<i64> {
+        let available = self.available();
+        (available >= wanted).then_some(available - wanted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ForSale;
+
+    fn row(remaining_stock: i64, returned_stock: i64, folded_stock: i64) -> ForSale {
+        ForSale { remaining_stock, returned_stock, folded_stock, total_stock: 10 }
+    }
+
+    #[test]
+    fn units_returned_and_not_folded_are_for_sale() {
+        assert_eq!(row(0, 0, 0).after(1), None);
+        assert_eq!(row(0, 3, 2).after(1), Some(0), "one return not folded yet");
+        assert_eq!(row(0, 3, 3).after(1), None, "every return folded already");
+        assert_eq!(row(2, 5, 4).after(3), Some(0));
+        assert_eq!(row(2, 5, 4).after(4), None);
     }
 }

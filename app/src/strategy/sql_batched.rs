@@ -30,10 +30,16 @@
 //!
 //! The sale's batch statistics (per process) are at
 //! `GET /admin/sales/{id}/batches` ([`BatchStats`]).
+//!
+//! Memory: a sale's queue, with its statistics, is dropped once it has been
+//! idle (no leader, nothing waiting) for [`crate::sale::IDLE_SALE_STATE`]:
+//! purchases look for such queues at most every [`PRUNE_EVERY`]. A sale
+//! sold from again gets a new queue; the statistics of a sale idle that long
+//! read zeros.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use axum::Json;
@@ -71,13 +77,35 @@ pub const REGISTRATION: Registration = Registration {
     build: |deps| Ok(Arc::new(SqlBatched::new(deps))),
 };
 
+/// How often purchases drop the queues idle for longer than
+/// [`crate::sale::IDLE_SALE_STATE`].
+pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
 /// The `sql/batched` strategy; one per process.
 pub struct SqlBatched {
     db: PgPool,
     catalog: SaleCatalog,
     batching: Batching,
-    /// One queue per sale this process has sold from.
-    queues: Mutex<HashMap<SaleId, Arc<SaleQueue>>>,
+    queues: Mutex<Queues>,
+}
+
+/// One queue per sale this process has sold from lately.
+struct Queues {
+    by_sale: HashMap<SaleId, Arc<SaleQueue>>,
+    pruned_at: Instant,
+}
+
+impl Queues {
+    /// Drops the queues idle since before `now − IDLE_SALE_STATE`. A queue
+    /// in use is kept: its leader and waiters hold it, and a purchase that
+    /// joins it finds it in the map.
+    fn prune(&mut self, now: Instant) {
+        let idle = crate::sale::IDLE_SALE_STATE;
+        self.by_sale.retain(|_, queue| {
+            queue.idle_since().is_none_or(|since| now.saturating_duration_since(since) < idle)
+        });
+        self.pruned_at = now;
+    }
 }
 
 impl SqlBatched {
@@ -90,20 +118,44 @@ impl SqlBatched {
             db: deps.db.clone(),
             catalog: deps.catalog.clone(),
             batching,
-            queues: Mutex::default(),
+            queues: Mutex::new(Queues { by_sale: HashMap::new(), pruned_at: Instant::now() }),
         }
     }
 
-    /// The queue of `sale`, made on first use.
-    fn queue(&self, sale: SaleId) -> Arc<SaleQueue> {
-        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        queues.entry(sale).or_default().clone()
+    fn queues(&self) -> std::sync::MutexGuard<'_, Queues> {
+        self.queues.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The batches this process settled for `sale`.
+    /// The queue of `sale`, made on first use; drops the idle queues first
+    /// when the last prune is [`PRUNE_EVERY`] old.
+    fn queue(&self, sale: SaleId) -> Arc<SaleQueue> {
+        let mut queues = self.queues();
+        let now = Instant::now();
+        if now.duration_since(queues.pruned_at) >= PRUNE_EVERY {
+            queues.prune(now);
+        }
+        queues.by_sale.entry(sale).or_default().clone()
+    }
+
+    /// The batches this process settled for `sale` since its queue was made.
     pub fn stats(&self, sale: SaleId) -> BatchStats {
-        let known = self.queues.lock().unwrap_or_else(PoisonError::into_inner).get(&sale).cloned();
+        let known = self.queues().by_sale.get(&sale).cloned();
         BatchStats::of(sale, known.map(|queue| queue.sizes()).unwrap_or_default())
+    }
+
+    /// Drops the queues idle since before `now − IDLE_SALE_STATE`, as
+    /// purchases do every [`PRUNE_EVERY`]; tests call it with a later `now`.
+    pub fn forget_idle(&self, now: Instant) {
+        self.queues().prune(now);
+    }
+
+    /// Sales with a queue in this process.
+    pub fn len(&self) -> usize {
+        self.queues().by_sale.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -190,7 +242,8 @@ impl BatchStats {
 }
 
 /// `200` with the sale's [`BatchStats`] in this process (zeros for a sale it
-/// has not sold from); `404` for an unknown sale.
+/// has not sold from lately, [`crate::sale::IDLE_SALE_STATE`]); `404` for an
+/// unknown sale.
 #[utoipa::path(
     get,
     path = "/admin/sales/{id}/batches",

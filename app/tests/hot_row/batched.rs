@@ -267,3 +267,34 @@ async fn a_purchase_postgres_refuses_fails_alone_and_the_batch_goes_on() {
     provoking("a purchase whose order Postgres refuses, inside a batch");
     mixed_batch_answers_as_sql(true).await;
 }
+
+/// Per-sale state in memory does not grow with every sale ever sold from:
+/// a queue idle for `IDLE_SALE_STATE` is dropped, and a sale sold from
+/// again gets a new one.
+#[tokio::test]
+async fn the_queues_of_sales_no_longer_sold_from_are_dropped_after_the_idle_time() {
+    let app = TestApp::spawn().await;
+    let direct = Direct::new().await;
+    let mut sales = Vec::new();
+    for _ in 0..40 {
+        sales.push(app.sale("sql/batched", 2).await);
+    }
+    let user = UserId::parse(1).unwrap();
+    for &id in &sales {
+        let sold = direct.strategy.purchase(&*direct.sale(id).await, user, Quantity::ONE).await;
+        assert!(matches!(sold, Ok(Outcome::Placed { .. })), "{sold:?}");
+    }
+    assert_eq!(direct.strategy.len(), sales.len());
+
+    let idle = seckill::sale::IDLE_SALE_STATE;
+    let now = std::time::Instant::now();
+    direct.strategy.forget_idle(now + idle - Duration::from_secs(1));
+    assert_eq!(direct.strategy.len(), sales.len(), "not idle long enough yet");
+    direct.strategy.forget_idle(now + idle);
+    assert!(direct.strategy.is_empty(), "{} queues left", direct.strategy.len());
+
+    let again = direct.strategy.purchase(&*direct.sale(sales[0]).await, user, Quantity::ONE).await;
+    assert_eq!(again.unwrap(), Outcome::AlreadyPurchased);
+    assert_eq!(direct.strategy.len(), 1);
+    assert_eq!(direct.strategy.stats(SaleId(sales[0])).batches, 1, "a new queue");
+}

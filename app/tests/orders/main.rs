@@ -8,5 +8,6 @@ mod support;
 mod crash;
 mod harness;
 mod lifecycle;
+mod lock_returns;
 mod races;
 mod returns;

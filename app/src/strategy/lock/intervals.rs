@@ -15,6 +15,10 @@
 //! means a reader must flush first: [`Intervals::flush`] for this process, and
 //! a call of `GET /admin/sales/{id}/lock-stats` on every instance (each call
 //! flushes its own instance before it reads).
+//!
+//! Memory: nothing per sale stays here. Intervals wait in one list until the
+//! next flush (at most [`MAX_PENDING`] while Postgres is unreachable) and
+//! are then in `lock_intervals` only, pruned there after the retention.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;

@@ -33,6 +33,16 @@
 //! The hold — acquire, critical section, release — runs in its own task, so a
 //! client that hangs up mid-purchase cannot abandon a held lock.
 //!
+//! Returns (a cancelled or expired order's units) take no lock: they add to
+//! `sales.returned_stock` in the order's claim transaction, and the next
+//! holder's read counts the returns it has not folded yet and its write
+//! folds them in (`migrations/20261230000001_lock_returns.sql`, `naive::ForSale`). A
+//! return therefore never queues behind the sale's buyers: a cancel is
+//! answered, and the expiry sweep returns a due order, whatever holds or
+//! waits for the lock — within one sweep period after the window closes.
+//! Taking the lock for a return, as a purchase does, made the sweep queue
+//! behind every buyer of a busy sale and time out on every pass.
+//!
 //! Each variant registers on its own line (`REGISTRATION` in its file; the
 //! library lock's file registers `lock/watchdog` and `lock/fenced`); the
 //! variants of one process share one [`Shared`] — sold-out flags and the
@@ -281,18 +291,20 @@ impl<L: SaleLock> Strategy for Locked<L> {
         true
     }
 
-    /// The units go back under the sale's lock, as a purchase's critical
-    /// section (and behind the fence for fenced variants): a purchase's write
-    /// is absolute (the naive steps), so a return outside the lock could be
-    /// overwritten by a holder that read the stock before it. Like a
-    /// restock, the return clears this process's sold-out flag. A lock not
-    /// taken in time, a lost lock or a fenced-off claim is `busy`: the claim
-    /// rolls back and the order stays pending.
-    async fn return_units(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
-        let inner = self.inner.clone();
-        let task_sale = sale.clone();
-        let returned = tokio::spawn(async move { inner.hold_return(&task_sale, claim).await });
-        let returned = returned.await.map_err(|err| StrategyError::Internal(err.into()))??;
+    /// The units go onto `sales.returned_stock`, in the claim's transaction
+    /// and without the sale's lock ([`RETURN`]); the next holder's read
+    /// counts them and its write folds them in (`naive::ForSale`). A return
+    /// never waits for the lock, so it does not queue behind the sale's
+    /// buyers: it waits at most for the one write in progress on the sale row.
+    /// Like a restock, the return clears this process's sold-out flag; other
+    /// instances re-check theirs within `SOLD_OUT_TRUST`.
+    async fn return_units(&self, sale: &Sale, mut claim: Claim) -> Result<Returned, StrategyError> {
+        sqlx::query(RETURN)
+            .bind(sale.id.0)
+            .bind(i64::from(claim.order.quantity))
+            .execute(claim.conn())
+            .await?;
+        let returned = claim.end().await?;
         self.inner.shared.sold_out.clear(sale.id);
         Ok(returned)
     }
@@ -345,67 +357,6 @@ impl<L: SaleLock> Inner<L> {
         }
     }
 
-    /// Acquire, return the units of `claim`'s order and end it, release,
-    /// record: [`Inner::hold`] with the return as its critical section.
-    async fn hold_return(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
-        let strategy = self.name.as_str();
-        let Some(held) = self.lock.acquire(sale, self.shared.wait).await? else {
-            metrics::counter!(TIMEOUTS, "strategy" => strategy).increment(1);
-            return Err(StrategyError::Busy {
-                reason: "timed out waiting for the sale's lock",
-                retry_after: BUSY_RETRY_AFTER,
-            });
-        };
-        let started_at = Utc::now();
-        let section = self.return_section(sale, claim, &held);
-        let returned = tokio::time::timeout(self.shared.hold, section)
-            .await
-            .unwrap_or(Ok(Err(Refusal::TooLong)));
-        let ended_at = Utc::now();
-        if let Err(err) = self.lock.release(sale, held).await {
-            tracing::warn!(strategy, error = %err, "releasing a lock failed");
-        }
-        self.shared.intervals.record(sale.id, started_at, ended_at);
-        returned?.map_err(|refusal| {
-            let (counter, reason) = refusal.told();
-            metrics::counter!(counter, "strategy" => strategy).increment(1);
-            StrategyError::Busy { reason, retry_after: BUSY_RETRY_AFTER }
-        })
-    }
-
-    /// The return under the lock: the units back on the sale row (relative,
-    /// and only while the fencing claim stands for fenced variants), then the
-    /// status change, committed together before the lock is released.
-    async fn return_section(
-        &self,
-        sale: &Sale,
-        mut claim: Claim,
-        held: &L::Held,
-    ) -> Result<Result<Returned, Refusal>, StrategyError> {
-        let token = if self.fenced {
-            match fence::claim(&self.shared.db, sale.id).await? {
-                Some(token) => Some(token.0),
-                None => return Ok(Err(Refusal::Fenced)),
-            }
-        } else {
-            None
-        };
-        if !self.lock.still_held(held) {
-            return Ok(Err(Refusal::Lost));
-        }
-        let returned = sqlx::query(RETURN_UNDER_LOCK)
-            .bind(sale.id.0)
-            .bind(i64::from(claim.order.quantity))
-            .bind(token)
-            .execute(claim.conn())
-            .await?
-            .rows_affected();
-        if returned != 1 {
-            return Ok(Err(Refusal::Fenced));
-        }
-        claim.end().await.map(Ok)
-    }
-
     /// The naive steps, behind the fence when the variant is fenced.
     async fn critical_section(
         &self,
@@ -432,17 +383,12 @@ impl<L: SaleLock> Inner<L> {
     }
 }
 
-/// `$1` sale id, `$2` units, `$3` the holder's fencing token (`NULL`:
-/// unfenced). The units of an ended order back on the sale row, unless a
-/// newer token claimed the sale (no row then); the share lock on the claim
-/// row orders a later claim after this transaction, as for a purchase's
-/// write (`naive`'s `WRITE`).
-const RETURN_UNDER_LOCK: &str = "\
-WITH fence AS (
-    SELECT 1 FROM sale_fences WHERE sale_id = $1 AND token = $3 FOR SHARE
-)
-UPDATE sales SET remaining_stock = remaining_stock + $2
-WHERE id = $1 AND ($3::bigint IS NULL OR EXISTS (SELECT 1 FROM fence))";
+/// `$1` sale id, `$2` units. The units of an ended order, added to the
+/// returns the next holder folds in: a relative update of a column no holder
+/// writes absolutely, so neither a holder that read before it nor a stale
+/// holder (unfenced variants) can undo it. No fence: a return is not a
+/// decision taken from a read.
+const RETURN: &str = "UPDATE sales SET returned_stock = returned_stock + $2 WHERE id = $1";
 
 /// Failpoint (tests only): a holder of the sale's lock, after its read and
 /// its simulated work, right before it asks whether it still holds the lock;

@@ -53,19 +53,31 @@ pub struct Waiter {
     pub answer: oneshot::Sender<Answer>,
 }
 
-#[derive(Default)]
 struct State {
     waiting: VecDeque<Waiter>,
     /// A leader task runs for this sale.
     leading: bool,
-    /// Batch size → batches of that size, since the process started.
+    /// Batch size → batches of that size, since the queue was made.
     sizes: BTreeMap<u32, u64>,
+    /// When a purchase last joined or a batch was last taken.
+    used_at: Instant,
 }
 
 /// The queue of one sale in this process.
-#[derive(Default)]
 pub struct SaleQueue {
     state: Mutex<State>,
+}
+
+impl Default for SaleQueue {
+    fn default() -> Self {
+        let state = State {
+            waiting: VecDeque::new(),
+            leading: false,
+            sizes: BTreeMap::new(),
+            used_at: Instant::now(),
+        };
+        Self { state: Mutex::new(state) }
+    }
 }
 
 impl SaleQueue {
@@ -80,7 +92,15 @@ impl SaleQueue {
     pub fn join(&self, waiter: Waiter) -> bool {
         let mut state = self.state();
         state.waiting.push_back(waiter);
+        state.used_at = Instant::now();
         !std::mem::replace(&mut state.leading, true)
+    }
+
+    /// Since when the queue has been idle — no leader, nothing waiting —
+    /// or `None` while it is in use.
+    pub fn idle_since(&self) -> Option<Instant> {
+        let state = self.state();
+        (!state.leading && state.waiting.is_empty()).then_some(state.used_at)
     }
 
     /// Purchases waiting now.
@@ -97,6 +117,7 @@ impl SaleQueue {
             state.leading = false;
             return Vec::new();
         }
+        state.used_at = Instant::now();
         *state.sizes.entry(u32::try_from(n).unwrap_or(u32::MAX)).or_default() += 1;
         state.waiting.drain(..n).collect()
     }
