@@ -204,7 +204,21 @@ pub fn resale_delays_ms(total_stock: i64, orders: &[OrderTimes]) -> Vec<f64> {
         .collect()
 }
 
-/// The orders of sale `id`, for [`resale_delays_ms`].
+/// Milliseconds from the end of each expired order's payment window
+/// (`expires_at`) to the moment its units came back (`ended_at`, set by the
+/// sweep that expired it), one figure per expired order, in no particular
+/// order: the lag of the return itself, before any buyer could take the
+/// units again. Cancelled orders are left out (a cancel returns at once).
+pub fn return_delays_ms(orders: &[OrderTimes]) -> Vec<f64> {
+    orders
+        .iter()
+        .filter(|o| o.status == "expired")
+        .filter_map(|o| Some((o.ended_at? - o.expires_at?).num_microseconds().unwrap_or(0)))
+        .map(|us| us as f64 / 1000.0)
+        .collect()
+}
+
+/// The orders of sale `id`, for [`resale_delays_ms`] and [`return_delays_ms`].
 pub async fn order_times(
     conn: &mut PgConnection,
     id: SaleId,
@@ -220,7 +234,7 @@ pub async fn order_times(
 
 #[cfg(test)]
 mod tests {
-    use super::{OrderTimes, resale_delays_ms, resold};
+    use super::{OrderTimes, resale_delays_ms, resold, return_delays_ms};
     use chrono::{DateTime, TimeZone, Utc};
 
     fn at(ms: i64) -> DateTime<Utc> {
@@ -256,6 +270,20 @@ mod tests {
         // Returned but not resold (stock left): no delay.
         assert!(resale_delays_ms(5, &orders).is_empty());
         assert_eq!(resale_delays_ms(2, &orders).len() as i64, resold(2, 2, 2));
+    }
+
+    #[test]
+    fn an_expired_orders_return_lag_runs_from_its_window_end_to_its_sweep() {
+        // Window ends 1000 after creation; swept at 1200 and 1300 (lags 200
+        // and 290); a cancel, a paid and a pending order have no return lag.
+        let orders = [
+            order(1, 0, "expired", Some(1200)),
+            order(2, 10, "expired", Some(1300)),
+            order(3, 20, "cancelled", Some(500)),
+            order(4, 30, "paid", None),
+            order(5, 40, "pending_payment", None),
+        ];
+        assert_eq!(return_delays_ms(&orders), vec![200.0, 290.0]);
     }
 
     #[test]
