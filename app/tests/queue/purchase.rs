@@ -210,7 +210,8 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
     assert_eq!(ready["rabbitmq"], "ok", "{ready}");
 
     // Nothing listens on this port: readiness names RabbitMQ, and a purchase
-    // is refused with `busy` and a Retry-After, never accepted.
+    // is refused with `unavailable` naming it and a Retry-After, never
+    // accepted (a refused connection is an outage, not an overload).
     let port = test_support::free_port();
     let down = spawn_app(&unique_prefix(), |config| {
         config.amqp_url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
@@ -223,7 +224,12 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
     let sale = down.sale("queue", 3).await;
     let response = down.buy(sale, 1).await;
     assert!(response.headers().contains_key("retry-after"));
-    assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "busy").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        (&body["type"], &body["backend"]),
+        (&json!("/problems/unavailable"), &json!("rabbitmq"))
+    );
     let stats = crate::queue_stats(&down, sale).await;
     assert_eq!(stats.accepted, 0, "a refused request is not counted as accepted");
     Broker::connect(&prefix).await.delete_queues().await;
