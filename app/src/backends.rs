@@ -12,6 +12,7 @@ use redis::aio::ConnectionManagerConfig;
 use redis_lock::{RedisClient, RedisConnection};
 use tokio::sync::OnceCell;
 
+use crate::backend_probe::NoAnswerWithin;
 use crate::outcome::{Backend, StrategyError};
 
 /// Lazily connected Redis, shared by every strategy of the process: one
@@ -79,7 +80,9 @@ impl RedisHandle {
 }
 
 /// Maps a Redis error to `StrategyError`: I/O, timeouts and refused
-/// connections are `Unavailable`, anything else `Internal`.
+/// connections are `Unavailable`, anything else `Internal`. A timeout keeps
+/// its `RedisError` as the source, for the purchase path's probe to sort
+/// into `busy` or `unavailable` (`crate::backend_probe`).
 pub fn redis_error(err: redis::RedisError) -> StrategyError {
     if err.is_io_error()
         || err.is_timeout()
@@ -220,7 +223,8 @@ impl AmqpHandle {
     /// it was lost.
     ///
     /// Errors: `Unavailable { backend: Rabbitmq }` when the broker cannot be
-    /// reached within 2 s, when another attempt failed less than
+    /// reached within 2 s (a [`NoAnswerWithin`] source: a timeout, for the
+    /// probe to sort), when another attempt failed less than
     /// [`AMQP_RECONNECT_PAUSE`] ago, or once the service is shutting down.
     pub async fn connection(&self) -> Result<Arc<Connection>, StrategyError> {
         if self.is_closed() {
@@ -244,7 +248,7 @@ impl AmqpHandle {
             Connection::connect(&self.inner.url, properties),
         )
         .await
-        .map_err(|_| amqp_unavailable(anyhow::anyhow!("no connection within 2 s")))?
+        .map_err(|_| amqp_unavailable(NoAnswerWithin(AMQP_CONNECT_TIMEOUT).into()))?
         .map_err(|err| amqp_unavailable(err.into()))?;
         let conn = Arc::new(conn);
         tokio::spawn(watch(Arc::downgrade(&conn), self.family.clone()));

@@ -275,7 +275,9 @@ pub struct Config {
 
     /// `redis-decr` and `queue`: milliseconds an instance answers "sold out"
     /// from its local flag without asking Redis (or Postgres). The bound on
-    /// how long a lost "stock returned" broadcast can hide returned stock.
+    /// how long a lost "stock returned" broadcast can hide returned stock;
+    /// for `queue`, also how old what an instance knows of a sale may be
+    /// before a purchase reads `remaining_stock` again (sold out or not).
     #[arg(long, env = "SECKILL_SOLD_OUT_FLAG_TTL_MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=MAX_MS))]
     pub sold_out_flag_ttl_ms: u64,

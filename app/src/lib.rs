@@ -11,8 +11,8 @@
 //! - [`sale`], [`strategy_name`], [`outcome`]: the vocabulary at the bottom —
 //!   validated domain types and the sale catalogue, the name of a strategy,
 //!   what a strategy answers;
-//! - [`postgres_probe`]: a pool timeout told apart as overload (`busy`) or
-//!   outage (`unavailable`);
+//! - [`backend_probe`]: a timeout of a backing server told apart as
+//!   overload (`busy`) or outage (`unavailable`);
 //! - [`startup`]: database preparation and the server.
 //!
 //! Modules import only from their own layer or below (vocabulary, then
@@ -20,6 +20,7 @@
 //! `http`, then `startup`); `app/tests/architecture.rs` checks it.
 
 pub mod audit;
+pub mod backend_probe;
 pub mod backends;
 pub mod buyer_token;
 pub mod config;
@@ -28,7 +29,6 @@ pub mod known_buyers;
 pub mod lifecycle;
 pub mod metric_names;
 pub mod outcome;
-pub mod postgres_probe;
 pub mod purchase;
 pub mod sale;
 pub mod startup;

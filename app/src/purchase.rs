@@ -7,9 +7,9 @@ use chrono::Utc;
 use metrics::counter;
 use sqlx::PgPool;
 
+use crate::backend_probe::BackendProbe;
 use crate::known_buyers::{KNOWN_BUYER_ANSWERS, KnownBuyers};
 use crate::outcome::{Outcome, StrategyError};
-use crate::postgres_probe::PostgresProbe;
 use crate::sale::{InvalidInput, Phase, Quantity, SaleCatalog, SaleId, UserId};
 use crate::strategy::Strategies;
 
@@ -29,7 +29,7 @@ pub struct Context<'a> {
     pub db: &'a PgPool,
     pub catalog: &'a SaleCatalog,
     pub strategies: &'a Strategies,
-    pub probe: &'a PostgresProbe,
+    pub probe: &'a BackendProbe,
     pub known_buyers: &'a KnownBuyers,
 }
 
@@ -37,8 +37,10 @@ pub struct Context<'a> {
 ///
 /// Errors: [`PurchaseError::UnknownSale`]; [`PurchaseError::Invalid`] when the
 /// quantity is outside `1..=per_user_limit`; [`PurchaseError::Strategy`] when
-/// the strategy applied back-pressure or a backing server failed (a Postgres
-/// pool timeout sorted out by `probe` into `busy` or `unavailable`).
+/// the strategy applied back-pressure or a backing server failed (a timeout
+/// of a backing server — a Postgres pool timeout, a Redis command, a
+/// Redlock quorum, a RabbitMQ confirm — sorted out by `probe` into `busy`
+/// or `unavailable`).
 pub async fn purchase(
     context: Context<'_>,
     id: SaleId,

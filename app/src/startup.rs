@@ -11,10 +11,10 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 use tokio::net::TcpListener;
 
+use crate::backend_probe::BackendProbe;
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::http::{self, AppState};
-use crate::postgres_probe::PostgresProbe;
 use crate::sale::SaleCatalog;
 use crate::strategy::{Deps, Strategies};
 use crate::telemetry;
@@ -94,7 +94,7 @@ impl Application {
         }
         prepare_database(&config.database_url).await?;
         let db = db_pool(&config)?;
-        let probe = PostgresProbe::new(connect_options(&config)?);
+        let postgres = connect_options(&config)?;
         let listener = TcpListener::bind(config.addr)
             .await
             .with_context(|| format!("binding {}", config.addr))?;
@@ -113,6 +113,12 @@ impl Application {
         let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone())
             .context("parsing REDIS_URL")?;
         let amqp = AmqpHandle::new(config.amqp_url.clone(), config.amqp_prefix.clone());
+        let probe = BackendProbe::new(
+            postgres,
+            redis.client().clone(),
+            &config.redlock_urls,
+            config.amqp_url.clone(),
+        );
         let catalog = SaleCatalog::default();
         let deps =
             Deps::new(db.clone(), redis.clone(), amqp.clone(), config.clone(), catalog.clone());

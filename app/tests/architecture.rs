@@ -27,7 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "backends",
             // Buyer tokens (JWT), known to the configuration and the load test.
             "buyer_token",
-            "postgres_probe",
+            "backend_probe",
             // Metric names, defined once for the service and the load test.
             "metric_names",
             "unit_return",

@@ -25,13 +25,13 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::backend_probe::BackendProbe;
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::outcome::StrategyError;
-use crate::postgres_probe::PostgresProbe;
 use crate::sale::SaleCatalog;
 use crate::strategy::Strategies;
-use crate::web::{AppError, BuyerAuth, UnsortedPoolTimeout};
+use crate::web::{AppError, BuyerAuth, UnsortedTimeout};
 
 mod admin;
 mod auth;
@@ -55,8 +55,8 @@ pub struct AppState {
     pub redis: RedisHandle,
     /// Shared RabbitMQ handle (also inside the `queue` strategy), for `/readyz`.
     pub amqp: AmqpHandle,
-    /// Tells a pool timeout's overload (`busy`) from an outage.
-    pub probe: PostgresProbe,
+    /// Tells a backing server's overload (`busy`) from its outage.
+    pub probe: BackendProbe,
     /// Wrong admin tokens per client address (see [`auth`]).
     pub admin_failures: Arc<auth::AdminFailures>,
     /// Buyers known to hold an order, answered before the strategy runs.
@@ -86,7 +86,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { AppError::NotFound("no such route".to_owned()) })
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
-        .layer(middleware::from_fn_with_state(state.probe.clone(), sort_pool_timeouts))
+        .layer(middleware::from_fn_with_state(state.probe.clone(), sort_timeouts))
         .layer(middleware::from_fn_with_state(state.config.request_timeout(), request_timeout))
         .layer(
             // Requests that match no route are counted under one label, not
@@ -147,19 +147,20 @@ fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     (router, openapi::finish(document, state.buyer_auth.0.is_some()))
 }
 
-/// Re-answers a Postgres pool timeout that its handler left unsorted
-/// ([`UnsortedPoolTimeout`]): `503 busy` when Postgres answers the probe,
+/// Re-answers a backing server's timeout that its handler left unsorted
+/// ([`UnsortedTimeout`]): `503 busy` when that server answers the probe,
 /// `503 unavailable` when it does not. The purchase path sorts its own.
-async fn sort_pool_timeouts(
-    State(probe): State<PostgresProbe>,
+async fn sort_timeouts(
+    State(probe): State<BackendProbe>,
     request: Request,
     next: Next,
 ) -> Response {
     let response = next.run(request).await;
-    if response.extensions().get::<UnsortedPoolTimeout>().is_none() {
+    let Some(&UnsortedTimeout(server)) = response.extensions().get::<UnsortedTimeout>() else {
         return response;
-    }
-    AppError::from(probe.triage(sqlx::Error::PoolTimedOut.into()).await).into_response()
+    };
+    let what = format!("a request timed out waiting for {server:?}");
+    AppError::from(probe.sort(server, what).await).into_response()
 }
 
 /// Answers `504 timeout` for a request that runs longer than `timeout`
@@ -206,7 +207,12 @@ mod tests {
             Deps::new(db.clone(), redis.clone(), amqp.clone(), config.clone(), catalog.clone());
         AppState {
             strategies: Strategies::new(&deps).unwrap(),
-            probe: PostgresProbe::new(crate::startup::connect_options(&config).unwrap()),
+            probe: BackendProbe::new(
+                crate::startup::connect_options(&config).unwrap(),
+                redis.client().clone(),
+                &config.redlock_urls,
+                config.amqp_url.clone(),
+            ),
             admin_failures: Default::default(),
             known_buyers: Default::default(),
             buyer_auth: BuyerAuth(None),

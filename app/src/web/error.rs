@@ -11,8 +11,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::backend_probe::{Server, timed_out};
 use crate::outcome::{Backend, Outcome, StrategyError};
-use crate::postgres_probe::is_pool_timeout;
 use crate::sale::{InvalidInput, SaleId};
 
 /// An RFC 9457 problem document.
@@ -188,11 +188,12 @@ impl AppError {
     }
 }
 
-/// Marks the answer to a Postgres pool timeout that nothing has sorted out
-/// yet (see `crate::postgres_probe`): the router re-answers it `busy` when
-/// Postgres answers a probe, and leaves it `unavailable` otherwise.
+/// Marks the answer to a timeout of a backing server that nothing has
+/// sorted out yet (see `crate::backend_probe`): the router re-answers it
+/// `busy` when that server answers a probe, and leaves it `unavailable`
+/// otherwise.
 #[derive(Debug, Clone, Copy)]
-pub struct UnsortedPoolTimeout;
+pub struct UnsortedTimeout(pub Server);
 
 /// Prefix of every problem `type`: `/problems/sold-out`, … (relative URIs,
 /// resolved against the service's own address; documented in docs/api.md).
@@ -201,8 +202,10 @@ pub const PROBLEM_TYPE_PREFIX: &str = "/problems/";
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, slug, title) = self.kind();
-        let unsorted_pool_timeout =
-            matches!(&self, AppError::Strategy(err) if is_pool_timeout(err));
+        let unsorted_timeout = match &self {
+            AppError::Strategy(err) => timed_out(err),
+            _ => None,
+        };
         let mut retry_after = None;
         let mut backend = None;
         let detail = match &self {
@@ -211,7 +214,7 @@ impl IntoResponse for AppError {
                 "the request failed unexpectedly; it has been logged".to_owned()
             }
             AppError::Strategy(StrategyError::Unavailable { backend: b, source }) => {
-                if !unsorted_pool_timeout {
+                if unsorted_timeout.is_none() {
                     tracing::warn!(backend = ?b, error = %source, "backing service unavailable");
                 }
                 backend = Some(*b);
@@ -236,8 +239,8 @@ impl IntoResponse for AppError {
             backend,
         };
         let mut response = (status, Json(problem)).into_response();
-        if unsorted_pool_timeout {
-            response.extensions_mut().insert(UnsortedPoolTimeout);
+        if let Some(server) = unsorted_timeout {
+            response.extensions_mut().insert(UnsortedTimeout(server));
         }
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));

@@ -19,7 +19,7 @@ pub mod integer;
 pub mod negotiate;
 
 pub use buyer::{Buyer, BuyerAuth};
-pub use error::{AppError, PROBLEM_TYPE_PREFIX, Problem, UnsortedPoolTimeout};
+pub use error::{AppError, PROBLEM_TYPE_PREFIX, Problem, UnsortedTimeout};
 pub use extract::{ApiJson, BuyerPath, SalePath};
 pub use integer::{integer, optional_integer};
 pub use negotiate::prefers_html;

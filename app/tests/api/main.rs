@@ -15,5 +15,6 @@ mod health;
 mod openapi;
 mod outage;
 mod purchase_rules;
+mod slow_redis;
 mod start_config;
 mod strategies;

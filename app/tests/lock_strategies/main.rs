@@ -15,5 +15,6 @@ mod exclusion;
 mod generations;
 mod harness;
 mod hold;
+mod late_instance;
 mod refusals;
 mod timelines;

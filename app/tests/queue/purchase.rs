@@ -90,6 +90,78 @@ async fn a_restock_reopens_a_sale_the_gate_had_closed() {
     Broker::connect(&prefix).await.delete_queues().await;
 }
 
+/// The gate of an instance that missed the news: B starts after the sale
+/// sold out (after A's `sold_out` broadcast), and never hears of a unit that
+/// comes back. Its gate holds what Postgres holds all the same, within one
+/// period (`SECKILL_SOLD_OUT_FLAG_TTL_MS`): its first buyer is refused
+/// without a publish, and the returned unit is sold within the period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_started_after_the_sale_sold_out_refuses_at_once_and_sees_units_come_back() {
+    const PERIOD: Duration = Duration::from_millis(1000);
+    let prefix = unique_prefix();
+    let period = |config: &mut seckill::config::Config| {
+        config.sold_out_flag_ttl_ms = PERIOD.as_millis() as u64;
+    };
+    let a = spawn_app(&prefix, period).await;
+    let sale = a.sale("queue", 1).await;
+    let (status, first) = buy(&a, sale, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{first}");
+    let first = resolved(&a, sale, &request_id(&first), Duration::from_secs(10)).await;
+    assert_eq!(first["status"], "placed", "{first}");
+
+    // B has no consumer: A's settles whatever B publishes.
+    let b = spawn_app(&prefix, |config| {
+        period(config);
+        config.queue_consume = false;
+    })
+    .await;
+    let watched = std::time::Instant::now();
+    let mut user = 100;
+    while watched.elapsed() < 3 * PERIOD {
+        let (status, body) = buy(&b, sale, user).await;
+        assert_eq!(
+            (status, body["type"].as_str()),
+            (StatusCode::CONFLICT, Some("/problems/sold-out")),
+            "buyer {user} on the instance started after the sale sold out, {:?} after it \
+             started: {body}",
+            watched.elapsed()
+        );
+        user += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A unit comes back and nobody says so (a broadcast lost): B sells it
+    // within one period of its last read.
+    sqlx::query(
+        "UPDATE sales SET total_stock = total_stock + 1, remaining_stock = remaining_stock + 1 \
+         WHERE id = $1",
+    )
+    .bind(sale)
+    .execute(&a.db)
+    .await
+    .unwrap();
+    let returned = std::time::Instant::now();
+    let request = loop {
+        let (status, body) = buy(&b, sale, user).await;
+        match status {
+            StatusCode::ACCEPTED => break request_id(&body),
+            StatusCode::CONFLICT => assert!(
+                returned.elapsed() < PERIOD + Duration::from_millis(500),
+                "still refused {:?} after the unit came back: {body}",
+                returned.elapsed()
+            ),
+            other => panic!("buyer {user}: {other} {body}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let result = resolved(&b, sale, &request, Duration::from_secs(10)).await;
+    assert_eq!(result["status"], "placed", "{result}");
+    drained(&a, sale, Duration::from_secs(5)).await;
+    let audit = a.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (2, 0, 0));
+    Broker::connect(&prefix).await.delete_queues().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_requests_are_404_and_a_long_poll_is_bounded() {
     let prefix = unique_prefix();
@@ -138,7 +210,8 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
     assert_eq!(ready["rabbitmq"], "ok", "{ready}");
 
     // Nothing listens on this port: readiness names RabbitMQ, and a purchase
-    // is refused with `busy` and a Retry-After, never accepted.
+    // is refused with `unavailable` naming it and a Retry-After, never
+    // accepted (a refused connection is an outage, not an overload).
     let port = test_support::free_port();
     let down = spawn_app(&unique_prefix(), |config| {
         config.amqp_url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
@@ -151,7 +224,12 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
     let sale = down.sale("queue", 3).await;
     let response = down.buy(sale, 1).await;
     assert!(response.headers().contains_key("retry-after"));
-    assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "busy").await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        (&body["type"], &body["backend"]),
+        (&json!("/problems/unavailable"), &json!("rabbitmq"))
+    );
     let stats = crate::queue_stats(&down, sale).await;
     assert_eq!(stats.accepted, 0, "a refused request is not counted as accepted");
     Broker::connect(&prefix).await.delete_queues().await;

@@ -112,3 +112,30 @@ async fn an_order_larger_than_the_stock_left_does_not_close_the_sale() {
     .await;
     crate::support::assert_an_oversize_order_leaves_the_sale_open(&app, "redis-decr").await;
 }
+
+/// An instance started after the sale sold out heard no broadcast and has
+/// no flag: its first buyer is asked of Redis, whose counter holds what
+/// Postgres holds, and refused — at once, not after a period. The same
+/// with the counter lost (a Redis restarted empty): it is warmed from
+/// Postgres, at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_started_after_the_sale_sold_out_refuses_its_first_buyer() {
+    let prefix = unique_prefix();
+    let a = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
+    let sale = a.sale("redis-decr", 1).await;
+    let redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
+    assert_eq!(buy(&a, sale, 1).await.0, StatusCode::CREATED);
+    assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+
+    let b = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
+    for user in 3..6 {
+        assert_eq!(buy(&b, sale, user).await.1.as_deref(), Some(SOLD_OUT), "buyer {user}");
+    }
+
+    let mut conn = redis.conn.clone();
+    redis::cmd("DEL").arg(&redis.counter.stock_key).query_async::<i64>(&mut conn).await.unwrap();
+    let c = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
+    assert_eq!(buy(&c, sale, 6).await.1.as_deref(), Some(SOLD_OUT), "after the counter was lost");
+    let audit = a.audit(sale).await;
+    assert_eq!((audit.units_sold, audit.remaining_stock, audit.oversold), (1, 0, 0));
+}

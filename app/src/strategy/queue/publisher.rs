@@ -11,7 +11,8 @@
 //! | ack | stored in the quorum queue (a majority of its replicas) | `202` |
 //! | ack + returned message | unroutable (no such queue) | `503 busy` |
 //! | nack, [`NACKED_ATTEMPTS`] times in a row | refused: the queue is at `x-max-length` (`reject-publish`), or not available (a quorum queue declared moments before has been seen to nack a first publish) | `503 busy` |
-//! | no answer within 5 s, channel or connection error | unknown | `503 busy` |
+//! | no answer within 5 s | unknown: an overloaded broker, or one that is gone | the probe decides (`crate::backend_probe`): `503 busy` when the broker answers a fresh connection, else `503 unavailable` |
+//! | no connection or channel, or one lost mid-publish | unknown: the broker is gone or restarting | `503 unavailable` (`backend: rabbitmq`) |
 //!
 //! A `503` after an unknown outcome is safe: the client retries, finds the
 //! same request, and the consumer settles a request id once.
@@ -25,7 +26,8 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection};
 use tokio::sync::RwLock;
 
 use super::{PurchaseMessage, Topology};
-use crate::backends::{AmqpHandle, count_amqp_messages};
+use crate::backend_probe::NoAnswerWithin;
+use crate::backends::{AmqpHandle, amqp_unavailable, count_amqp_messages};
 use crate::strategy::StrategyError;
 
 /// Channels in confirm mode per process.
@@ -71,13 +73,14 @@ impl Publisher {
     /// Publishes `message` to its sale's partition queue and waits for the
     /// confirm.
     ///
-    /// Errors: `Busy` (with [`RETRY_AFTER`]) for [`NACKED_ATTEMPTS`] nacks, an unroutable
-    /// message, a missing confirm, or a broker that cannot be reached.
+    /// Errors: `Busy` (with [`RETRY_AFTER`]) for [`NACKED_ATTEMPTS`] nacks
+    /// or an unroutable message; `Unavailable { backend: Rabbitmq }` for a
+    /// broker that cannot be reached or a connection lost mid-publish, and
+    /// for a confirm that did not come within 5 s, with a
+    /// [`NoAnswerWithin`] source, which the purchase path's probe sorts
+    /// into `busy` or `unavailable`.
     pub async fn publish(&self, message: &PurchaseMessage) -> Result<(), StrategyError> {
-        let channel = self.channel().await.map_err(|err| {
-            tracing::debug!(error = %err, "no channel to publish on");
-            busy("the message broker is unavailable")
-        })?;
+        let channel = self.channel().await?;
         let payload =
             serde_json::to_vec(message).map_err(|err| StrategyError::Internal(err.into()))?;
         let queue = self.topology.queue_of(crate::sale::SaleId(message.sale_id));
@@ -100,11 +103,8 @@ impl Publisher {
                 "the broker refused the request: the sale's queue is full or not available",
             )),
             Ok(Ok(PublishOutcome::Unroutable)) => Err(busy("the sale's queue does not exist")),
-            Ok(Err(err)) => {
-                tracing::debug!(error = %err, "publish failed");
-                Err(busy("the message broker is unavailable"))
-            }
-            Err(_) => Err(busy("the message broker did not confirm in time")),
+            Ok(Err(err)) => Err(amqp_unavailable(err.into())),
+            Err(_) => Err(amqp_unavailable(NoAnswerWithin(CONFIRM_TIMEOUT).into())),
         }
     }
 
@@ -123,7 +123,7 @@ impl Publisher {
         {
             return Ok(channels.pick());
         }
-        let unavailable = |err: lapin::Error| crate::backends::amqp_unavailable(err.into());
+        let unavailable = |err: lapin::Error| amqp_unavailable(err.into());
         let mut channels = Vec::with_capacity(PUBLISH_CHANNELS);
         for i in 0..PUBLISH_CHANNELS {
             let channel = conn.create_channel().await.map_err(unavailable)?;

@@ -1,10 +1,22 @@
 //! The sold-out gate: once a sale is sold out, instances stop publishing for
 //! it and answer `409 sold-out` themselves.
 //!
-//! The active consumer is the first to know: after a batch that found no
-//! stock left it flags the sale locally and broadcasts `sold_out` on the
-//! events fanout exchange; every instance's listener flags it too. A restock
-//! clears the flag on its instance and broadcasts `reopened`. Each instance
+//! The gate learns the state from Postgres, and hears the news sooner. What
+//! an instance knows of a sale (sold out or not, and since when) is trusted
+//! for `SECKILL_SOLD_OUT_FLAG_TTL_MS`; past that, or when it knows nothing of
+//! the sale yet (it started after the sale sold out, or missed the
+//! broadcast), the next purchase reads `remaining_stock` from Postgres —
+//! one plain read per sale and period, shared by every purchase of that
+//! sale: the others answer from what was known meanwhile (nothing known:
+//! not sold out, the consumer answers them). So whatever broadcast an
+//! instance missed, its gate holds what Postgres held at most one period
+//! ago, sold out or reopened (a unit returned by an expired order).
+//!
+//! The news: the active consumer is the first to know: after a batch it
+//! records each sale's state locally, and for a sale it found sold out that
+//! it did not know so it broadcasts `sold_out` on the events fanout
+//! exchange; every instance's listener records it too. A restock or a return
+//! clears the sale on its instance and broadcasts `reopened`. Each instance
 //! listens on an exclusive queue of its own bound to the exchange.
 //!
 //! Only the service's own events count: each is published with the AMQP
@@ -14,14 +26,13 @@
 //! event whose `user-id` is not that user. A process that reaches the broker
 //! as another user therefore cannot keep a sale refusing buyers — as long
 //! as the service has a broker user of its own (docs/queue.md): one that
-//! shares the service's credentials can.
+//! shares the service's credentials can, for one period at a time.
 //!
-//! Broadcasts are best effort (a listener may be reconnecting), so a flag
-//! lives `SECKILL_SOLD_OUT_FLAG_TTL_MS`: when it expires, the next purchase
-//! re-reads `remaining_stock` from Postgres (one plain read per sale and
-//! period, not per request) and flags the sale again if it is still 0. A lost
-//! `reopened` therefore hides restocked stock for at most one period, and a
-//! lost `sold_out` only costs publishes that the consumer answers `sold_out`.
+//! Memory: an entry older than one period is no better than none (both are
+//! checked), so entries older than that are dropped, at most once per
+//! period: the map holds the sales bought from or announced in the last
+//! period, and an ended sale (its purchases stop before the strategy) leaves
+//! it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -49,10 +60,11 @@ enum Event {
     Reopened { sale_id: i64 },
 }
 
-/// Sales this instance answers "sold out" for, each until its flag expires.
+/// What this instance knows of the sales' stock ([`Knowledge`]), how it
+/// learns it (Postgres, the consumer's batches, the events exchange), and
+/// the broadcasts it sends.
 pub struct SoldOutGate {
-    ttl: Duration,
-    flags: Mutex<HashMap<SaleId, Instant>>,
+    knowledge: Arc<Mutex<Knowledge>>,
     amqp: AmqpHandle,
     topology: Topology,
     /// Channel for broadcasting events (opened on first use).
@@ -63,10 +75,11 @@ pub struct SoldOutGate {
 }
 
 impl SoldOutGate {
+    /// A gate whose knowledge of a sale is trusted for `ttl`
+    /// (`SECKILL_SOLD_OUT_FLAG_TTL_MS`).
     pub fn new(ttl: Duration, amqp: AmqpHandle, topology: Topology) -> Self {
         Self {
-            ttl,
-            flags: Mutex::new(HashMap::new()),
+            knowledge: Arc::new(Mutex::new(Knowledge::new(ttl, Instant::now()))),
             user: amqp.user(),
             amqp,
             topology,
@@ -74,45 +87,42 @@ impl SoldOutGate {
         }
     }
 
-    /// Whether `sale` is known sold out. A fresh flag answers at once; an
-    /// expired one is checked against Postgres (other purchases meanwhile
-    /// keep answering from the flag).
+    /// Whether `sale` is sold out, as Postgres held it at most one period
+    /// ago. Fresh knowledge answers at once; otherwise this purchase reads
+    /// Postgres (and the others answer from what was known meanwhile).
     ///
-    /// Errors: Postgres errors of that check.
+    /// Errors: Postgres errors of that read.
     pub async fn is_sold_out(&self, db: &PgPool, sale: SaleId) -> Result<bool, StrategyError> {
-        {
-            let mut flags = self.flags.lock().expect("sold-out flags");
-            match flags.get_mut(&sale) {
-                None => return Ok(false),
-                Some(at) if at.elapsed() < self.ttl => return Ok(true),
-                // Expired: this caller checks; extend it for the others.
-                Some(at) => *at = Instant::now(),
-            }
-        }
-        let stock = crate::sale::stock(db, sale).await?;
-        let sold_out = stock.is_some_and(|s| s.remaining_stock == 0);
-        if !sold_out {
-            self.flags.lock().expect("sold-out flags").remove(&sale);
-        }
-        Ok(sold_out)
+        let generation = match self.knowledge().look(sale, Instant::now()) {
+            Look::Known(sold_out) => return Ok(sold_out),
+            Look::Check(generation) => generation,
+        };
+        // In a task of its own: a purchase that goes away mid-read still
+        // records what it read, so the next read is due one period later.
+        let (db, knowledge) = (db.clone(), self.knowledge.clone());
+        let read = tokio::spawn(async move {
+            let stock = crate::sale::stock(&db, sale).await?;
+            let sold_out = stock.is_some_and(|s| s.remaining_stock <= 0);
+            let mut knowledge = knowledge.lock().expect("sold-out knowledge");
+            knowledge.checked(sale, sold_out, generation, Instant::now());
+            Ok::<_, StrategyError>(sold_out)
+        });
+        read.await.map_err(|err| StrategyError::Internal(err.into()))?
     }
 
-    fn flag(&self, sale: SaleId) {
-        self.flags.lock().expect("sold-out flags").insert(sale, Instant::now());
+    fn knowledge(&self) -> std::sync::MutexGuard<'_, Knowledge> {
+        self.knowledge.lock().expect("sold-out knowledge")
     }
 
-    fn clear(&self, sale: SaleId) {
-        self.flags.lock().expect("sold-out flags").remove(&sale);
-    }
-
-    /// After a committed batch: flags (and announces) the sales it found
-    /// sold out that were not flagged yet.
+    /// After a committed batch: records what it found of each of its sales
+    /// (the consumer is the only writer that takes stock, so this is the
+    /// newest state there is), and announces the sales it found sold out
+    /// that were not known so.
     pub async fn after_batch(&self, settled: &Settled) {
-        for sale in settled.sales.iter().filter(|s| s.sold_out) {
+        for sale in &settled.sales {
             let id = SaleId(sale.sale_id);
-            let known = self.flags.lock().expect("sold-out flags").contains_key(&id);
-            self.flag(id);
-            if !known {
+            let news = self.knowledge().learned(id, sale.sold_out, Instant::now());
+            if news && sale.sold_out {
                 self.broadcast(Event::SoldOut { sale_id: sale.sale_id }).await;
             }
         }
@@ -121,12 +131,12 @@ impl SoldOutGate {
     /// Restock: this instance publishes again for `sale` at once, and tells
     /// the others.
     pub async fn reopen(&self, sale: SaleId) {
-        self.clear(sale);
+        self.knowledge().reopened(sale, Instant::now());
         self.broadcast(Event::Reopened { sale_id: sale.0 }).await;
     }
 
     /// Publishes `event` on the events exchange (no confirm: best effort,
-    /// backed by the flags' expiry).
+    /// backed by the periodic read of Postgres).
     async fn broadcast(&self, event: Event) {
         let result = async {
             let mut slot = self.events.lock().await;
@@ -167,10 +177,104 @@ impl SoldOutGate {
     }
 
     fn apply(&self, event: Event) {
+        let mut knowledge = self.knowledge();
         match event {
-            Event::SoldOut { sale_id } => self.flag(SaleId(sale_id)),
-            Event::Reopened { sale_id } => self.clear(SaleId(sale_id)),
+            Event::SoldOut { sale_id } => {
+                knowledge.learned(SaleId(sale_id), true, Instant::now());
+            }
+            Event::Reopened { sale_id } => knowledge.reopened(SaleId(sale_id), Instant::now()),
         }
+    }
+}
+
+/// What one instance knows of its sales' stock: sold out or not, and since
+/// when. Pure: the caller gives the time.
+struct Knowledge {
+    /// How long an entry is trusted (`SECKILL_SOLD_OUT_FLAG_TTL_MS`).
+    ttl: Duration,
+    sales: HashMap<SaleId, Known>,
+    /// Bumped by every reopening: a read of Postgres begun before one is
+    /// not recorded (it may have read the stock before the units came back).
+    generation: u64,
+    /// When entries older than `ttl` were last dropped.
+    pruned: Instant,
+}
+
+/// One sale's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Known {
+    sold_out: bool,
+    /// When it was learned, or when a read to refresh it began.
+    at: Instant,
+}
+
+/// The answer of [`Knowledge::look`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// Sold out or not, learned less than one period ago (or being read
+    /// again by another purchase).
+    Known(bool),
+    /// Nothing fresh: read Postgres, and record it with
+    /// [`Knowledge::checked`] and this generation.
+    Check(u64),
+}
+
+impl Knowledge {
+    fn new(ttl: Duration, now: Instant) -> Self {
+        Self { ttl, sales: HashMap::new(), generation: 0, pruned: now }
+    }
+
+    /// What to answer for `sale` at `now`. The first purchase to find its
+    /// entry stale (or missing) is told to check; the entry is marked fresh
+    /// meanwhile, so the purchases behind it answer from what was known
+    /// (nothing known: not sold out).
+    fn look(&mut self, sale: SaleId, now: Instant) -> Look {
+        self.prune(now);
+        match self.sales.get_mut(&sale) {
+            Some(known) if now.duration_since(known.at) < self.ttl => Look::Known(known.sold_out),
+            Some(known) => {
+                known.at = now;
+                Look::Check(self.generation)
+            }
+            None => {
+                self.sales.insert(sale, Known { sold_out: false, at: now });
+                Look::Check(self.generation)
+            }
+        }
+    }
+
+    /// Records a read of Postgres begun in `generation`, unless a reopening
+    /// came since.
+    fn checked(&mut self, sale: SaleId, sold_out: bool, generation: u64, now: Instant) {
+        if generation == self.generation {
+            self.sales.insert(sale, Known { sold_out, at: now });
+        }
+    }
+
+    /// Records news of `sale` (a batch's result, a `sold_out` event).
+    /// Returns whether it changes what was known.
+    fn learned(&mut self, sale: SaleId, sold_out: bool, now: Instant) -> bool {
+        self.prune(now);
+        let before = self.sales.insert(sale, Known { sold_out, at: now });
+        before.is_none_or(|before| before.sold_out != sold_out)
+    }
+
+    /// Units came back to `sale` (a restock, a return): open, and any read
+    /// of Postgres begun before is ignored.
+    fn reopened(&mut self, sale: SaleId, now: Instant) {
+        self.generation += 1;
+        self.sales.insert(sale, Known { sold_out: false, at: now });
+    }
+
+    /// Drops the entries older than one period (no better than none), at
+    /// most once per period.
+    fn prune(&mut self, now: Instant) {
+        if now.duration_since(self.pruned) < self.ttl {
+            return;
+        }
+        let ttl = self.ttl;
+        self.sales.retain(|_, known| now.duration_since(known.at) < ttl);
+        self.pruned = now;
     }
 }
 
@@ -249,6 +353,72 @@ fn from_user(published_by: Option<&str>, own: Option<&str>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const TTL: Duration = Duration::from_millis(1000);
+
+    fn at(start: Instant, ms: u64) -> Instant {
+        start + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_sale_never_heard_of_is_read_from_postgres_once_per_period() {
+        let start = Instant::now();
+        let mut knowledge = Knowledge::new(TTL, start);
+        let sale = SaleId(1);
+        // An instance that missed the broadcast: the first purchase reads.
+        assert_eq!(knowledge.look(sale, start), Look::Check(0));
+        // The purchases behind it answer from what was known (nothing).
+        assert_eq!(knowledge.look(sale, at(start, 10)), Look::Known(false));
+        knowledge.checked(sale, true, 0, at(start, 20));
+        assert_eq!(knowledge.look(sale, at(start, 30)), Look::Known(true));
+        assert_eq!(knowledge.look(sale, at(start, 1019)), Look::Known(true));
+        // One period after the read: read again.
+        assert_eq!(knowledge.look(sale, at(start, 1020)), Look::Check(0));
+        assert_eq!(knowledge.look(sale, at(start, 1030)), Look::Known(true), "one read at a time");
+        knowledge.checked(sale, false, 0, at(start, 1040));
+        assert_eq!(knowledge.look(sale, at(start, 1050)), Look::Known(false), "units came back");
+    }
+
+    #[test]
+    fn a_read_begun_before_a_reopening_is_not_recorded() {
+        let start = Instant::now();
+        let mut knowledge = Knowledge::new(TTL, start);
+        let sale = SaleId(1);
+        let Look::Check(generation) = knowledge.look(sale, start) else { panic!("a check") };
+        knowledge.reopened(sale, at(start, 5));
+        knowledge.checked(sale, true, generation, at(start, 10));
+        assert_eq!(knowledge.look(sale, at(start, 20)), Look::Known(false));
+    }
+
+    #[test]
+    fn news_is_trusted_for_a_period_and_only_a_change_is_news() {
+        let start = Instant::now();
+        let mut knowledge = Knowledge::new(TTL, start);
+        let sale = SaleId(1);
+        assert!(knowledge.learned(sale, true, start), "first heard");
+        assert!(!knowledge.learned(sale, true, at(start, 10)), "known already");
+        assert_eq!(knowledge.look(sale, at(start, 500)), Look::Known(true));
+        assert!(knowledge.learned(sale, false, at(start, 600)), "a change");
+        assert_eq!(knowledge.look(sale, at(start, 700)), Look::Known(false));
+    }
+
+    #[test]
+    fn entries_of_sales_no_longer_bought_are_dropped() {
+        let start = Instant::now();
+        let mut knowledge = Knowledge::new(TTL, start);
+        for id in 0..1000 {
+            knowledge.learned(SaleId(id), id % 2 == 0, at(start, 10));
+        }
+        assert_eq!(knowledge.sales.len(), 1000);
+        // Within the period nothing goes; after it, every entry not
+        // refreshed does, whatever it said.
+        knowledge.look(SaleId(5000), at(start, 900));
+        assert_eq!(knowledge.sales.len(), 1001);
+        knowledge.look(SaleId(7), at(start, 1500));
+        assert_eq!(knowledge.sales.len(), 2, "{:?}", knowledge.sales.keys());
+        knowledge.look(SaleId(7), at(start, 5000));
+        assert_eq!(knowledge.sales.len(), 1);
+    }
 
     #[test]
     fn only_events_published_as_the_services_own_user_count() {

@@ -16,6 +16,16 @@
 //! clear bumps a generation number; a request remembers the generation from
 //! before it asked Redis, and its flag is set only if no clear happened
 //! since (checked under the same lock that clears).
+//!
+//! The flag is a shortcut, never the only way to learn the state: without
+//! one (an instance started after the sale sold out, or whose flags were
+//! cleared on reconnection) a purchase asks Redis, whose counter holds what
+//! Postgres holds (warmed from it, reconciled with it), and sets the flag
+//! from that answer. So a flag is at most `ttl` behind stock that came back
+//! unannounced, and a missing flag costs one Redis round trip, not a wrong
+//! answer. Expired flags are dropped, at most once per `ttl`, when another
+//! is set: the map holds only the sales that sold out within the last two
+//! periods.
 
 use std::collections::HashMap;
 use std::sync::{RwLock, Weak};
@@ -37,6 +47,8 @@ struct Flags {
     generation: u64,
     /// Sale → when its flag expires.
     until: HashMap<SaleId, Instant>,
+    /// When expired flags were last dropped (`None`: never).
+    pruned: Option<Instant>,
 }
 
 impl SoldOutFlags {
@@ -60,13 +72,29 @@ impl SoldOutFlags {
     /// Flags `sale` as sold out, unless a clear happened after `generation`
     /// was read.
     pub fn set(&self, sale: SaleId, generation: u64) {
+        self.set_at(sale, generation, Instant::now());
+    }
+
+    /// [`SoldOutFlags::set`] at `now`, dropping the flags expired by then
+    /// if none were dropped for one `ttl`.
+    fn set_at(&self, sale: SaleId, generation: u64, now: Instant) {
         if self.ttl.is_zero() {
             return;
         }
         let mut flags = self.inner.write().expect("sold-out flags lock");
-        if flags.generation == generation {
-            flags.until.insert(sale, Instant::now() + self.ttl);
+        if flags.pruned.is_none_or(|at| now.duration_since(at) >= self.ttl) {
+            flags.until.retain(|_, until| now < *until);
+            flags.pruned = Some(now);
         }
+        if flags.generation == generation {
+            flags.until.insert(sale, now + self.ttl);
+        }
+    }
+
+    /// How many sales hold a flag, expired ones not yet dropped included.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inner.read().expect("sold-out flags lock").until.len()
     }
 
     /// Stock came back for `sale`.
@@ -132,4 +160,36 @@ async fn subscribe(
         anyhow::Ok(pubsub.into_on_message())
     };
     tokio::time::timeout(TIMEOUT, connect).await?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expired_flags_are_dropped_and_the_map_shrinks() {
+        let ttl = Duration::from_millis(1000);
+        let flags = SoldOutFlags::new(ttl);
+        let start = Instant::now();
+        for id in 0..1000 {
+            flags.set_at(SaleId(id), flags.generation(), start);
+        }
+        assert_eq!(flags.len(), 1000);
+        // Within a period nothing is dropped; once they expired, all are.
+        flags.set_at(SaleId(5000), flags.generation(), start + ttl / 2);
+        assert_eq!(flags.len(), 1001);
+        flags.set_at(SaleId(7000), flags.generation(), start + ttl * 2);
+        assert_eq!(flags.len(), 1, "only the flag just set");
+    }
+
+    #[test]
+    fn a_clear_since_the_question_keeps_the_sale_open() {
+        let flags = SoldOutFlags::new(Duration::from_secs(60));
+        let generation = flags.generation();
+        flags.clear(SaleId(1));
+        flags.set(SaleId(1), generation);
+        assert!(!flags.is_set(SaleId(1)));
+        flags.set(SaleId(1), flags.generation());
+        assert!(flags.is_set(SaleId(1)));
+    }
 }
