@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The main job: bring up the services if needed, build in release mode (only
+# The main job: install the programs the comparison runs that are missing
+# (scripts/tools.sh: HAProxy with --haproxy, redis-server for lock/redlock's
+# nodes, ...), bring up the services if needed, build in release mode (only
 # what changed), and run the strategy comparison. Every argument goes to
 # `loadtest compare` (see `scripts/compare.sh --help`, which answers at once
 # from the built binary, without starting services or building).
@@ -24,6 +26,7 @@ if $help; then
   exec target/release/loadtest compare "$@"
 fi
 
+bash scripts/tools.sh compare "$@"
 bash scripts/services.sh up >&2
 release_build "${quiet[@]}"
 exec target/release/loadtest compare "$@"

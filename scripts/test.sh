@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The test suite: bring up the services if needed, then run every test of
-# the workspace against them. Arguments go to `cargo test`.
+# The test suite: install the programs the tests run that are missing
+# (scripts/tools.sh: HAProxy, Chromium, ...), bring up the services if
+# needed, then run every test of the workspace against them. Every test
+# binary runs even after one failed (`--no-fail-fast`); the exit status is
+# still non-zero when any test failed. Arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/tools.sh test
 bash scripts/services.sh up >&2
 if [ ! -x target/debug/loadtest ] || [ ! -x target/debug/seckill ]; then
   echo "building the test binaries for the first time (about 6 minutes on a 2-core machine; cargo's progress follows), then running the tests (about 6 more)" >&2
 fi
-cargo test --workspace "$@"
+cargo test --workspace --no-fail-fast "$@"

@@ -24,7 +24,7 @@ use crate::instances::free_port;
 /// statistics.
 const BACKEND: &str = "instances";
 
-/// A running HAProxy (killed on drop).
+/// A running HAProxy (killed on drop, and with this process).
 pub struct Balancer {
     /// Base URL buyers are sent to, e.g. `http://127.0.0.1:40125`.
     pub url: String,
@@ -53,7 +53,9 @@ impl Balancer {
         let path: PathBuf = out.join("haproxy.cfg");
         std::fs::write(&path, config)?;
         let log = std::fs::File::create(out.join("haproxy.log"))?;
-        let child = Command::new("haproxy")
+        let mut command = Command::new("haproxy");
+        owned_servers::die_with_parent(command.as_std_mut());
+        let child = command
             .arg("-db") // in the foreground: it ends with this process
             .arg("-f")
             .arg(&path)

@@ -1,9 +1,9 @@
 //! `loadtest compare`: the whole comparison, from preflight to report.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context;
-use chrono::Utc;
 use seckill::strategy::queue::ceiling::Drain;
 use seckill::strategy::queue::consumer::ConsumerSettings;
 use serde_json::json;
@@ -17,16 +17,54 @@ use crate::ceilings::{
 use crate::cost::PgXacts;
 use crate::fault;
 use crate::instances::{Instances, RedlockNodes};
+use crate::interrupt::{self, Cause};
 use crate::live::Live;
+use crate::partial::SoFar;
 use crate::preflight;
 use crate::progress::Progress;
-use crate::report::{self, Machine, Report, Run, SCHEMA_VERSION, html, markdown, summary};
+use crate::report::{self, Report, Run, html, markdown, summary};
 use crate::run::{Bench, RunKey, run_one};
 use crate::scenario;
 use crate::{CompareArgs, DrainCheckArgs, RenderArgs};
 
-/// Runs the comparison; `Ok(false)` when a run's verdict is `broke`.
-pub async fn run(mut args: CompareArgs) -> anyhow::Result<bool> {
+/// Runs the comparison; `Ok(false)` when a run's verdict is `broke`. Cut
+/// short by `SIGINT`, `SIGTERM` or a panic ([`crate::interrupt`]), it stops
+/// every process it started, deletes the queues of its instances, writes a
+/// report of the runs it finished marked partial ([`crate::partial`]), and
+/// answers the cause.
+pub async fn run(args: CompareArgs) -> Result<anyhow::Result<bool>, Cause> {
+    let planned = args.repeat
+        * (args.profile.len() * args.strategies.len() * fault::dimension(&args.faults).len())
+            as u64;
+    let config = serde_json::to_value(&args).unwrap_or_default();
+    let sofar = SoFar::new(config, planned, unmeasured_ceilings(&args));
+    let ended = interrupt::supervise(run_to_end(args.clone(), planned, &sofar)).await;
+    if let Err(cause) = &ended {
+        if let Some((prefix, amqp_url)) = sofar.queues() {
+            delete_queues(&prefix, &amqp_url).await;
+        }
+        write_partial(&sofar.report(cause.reason()), &args.out);
+    }
+    ended
+}
+
+/// Writes the report of a comparison cut short and says so on stderr, even
+/// with `--quiet`.
+fn write_partial(report: &Report, out: &Path) {
+    let line = report.partial_line().unwrap_or_default();
+    match write_reports(report, out) {
+        Ok(()) => {
+            eprintln!("{line}\nStopped every process it started; wrote it in {}", out.display())
+        }
+        Err(err) => {
+            eprintln!("{line}\nStopped every process it started; could not write it: {err:#}")
+        }
+    }
+}
+
+/// The comparison from preflight to its reports, recording in `sofar` what
+/// it measured as it goes.
+async fn run_to_end(mut args: CompareArgs, total: u64, sofar: &SoFar) -> anyhow::Result<bool> {
     let dimension = fault::dimension(&args.faults);
     if !args.target.is_empty() && dimension.iter().any(Option::is_some) {
         anyhow::bail!(
@@ -36,13 +74,41 @@ pub async fn run(mut args: CompareArgs) -> anyhow::Result<bool> {
     preflight::check(&args).await?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let faults = fault::dimension(&args.faults).len();
-    let total = args.repeat * (args.profile.len() * args.strategies.len() * faults) as u64;
     let live = match args.serve_progress {
         Some(addr) => Some(Live::serve(addr, total).await?),
         None => None,
     };
     let mut progress = Progress::new(total, args.quiet, live.clone());
+    let (redlock, servers) = start_servers(&mut args, &mut progress).await?;
+    progress.stage("starting the instances");
+    let instances = Instances::start(&args, redlock.as_ref()).await?;
+    // On a broker of its own, the queues go with the node.
+    if args.target.is_empty() && servers.broker.is_none() {
+        sofar.queues_declared(&instances.amqp_prefix, &args.amqp_url);
+    }
+    let result = compare(&args, &instances, &servers, &mut progress, sofar).await;
+    stop(instances, &args).await;
+    progress.finish();
+    let report = result?;
+    write_reports(&report, &args.out)?;
+    if let Some(live) = &live {
+        live.done(&format!("finished: reports written in {}", args.out.display()));
+        // An open page polls every second: one more poll reads the end.
+        tokio::time::sleep(LAST_POLL).await;
+    }
+    if !args.quiet {
+        print_tables(&report, &args);
+    }
+    Ok(report.runs.iter().all(|run| run.verdict != report::Verdict::Broke))
+}
+
+/// The servers the comparison starts for itself: `lock/redlock`'s nodes,
+/// and those of its faults and `--redis-cluster`, which `args` then names
+/// in place of the shared ones.
+async fn start_servers(
+    args: &mut CompareArgs,
+    progress: &mut Progress,
+) -> anyhow::Result<(Option<RedlockNodes>, fault::OwnedServers)> {
     let redlock = if args.strategies.contains(&seckill::strategy::lock::library_redlock::NAME)
         && args.target.is_empty()
     {
@@ -51,6 +117,7 @@ pub async fn run(mut args: CompareArgs) -> anyhow::Result<bool> {
     } else {
         None
     };
+    let dimension = fault::dimension(&args.faults);
     let owned = dimension.contains(&Some(fault::FaultKind::RedisRestart))
         || dimension.contains(&Some(fault::FaultKind::BrokerRestart));
     if owned {
@@ -66,33 +133,22 @@ pub async fn run(mut args: CompareArgs) -> anyhow::Result<bool> {
     if let Some(url) = servers.amqp_url().await {
         args.amqp_url = url;
     }
-    progress.stage("starting the instances");
-    let instances = Instances::start(&args, redlock.as_ref()).await?;
-    let result = compare(&args, &instances, &servers, &mut progress).await;
-    stop(instances, &args).await;
-    progress.finish();
-    let report = result?;
+    Ok((redlock, servers))
+}
 
-    write_reports(&report, &args.out)?;
-    if let Some(live) = &live {
-        live.done(&format!("finished: reports written in {}", args.out.display()));
-        // An open page polls every second: one more poll reads the end.
-        tokio::time::sleep(LAST_POLL).await;
+/// The tables of a finished comparison on stdout.
+fn print_tables(report: &Report, args: &CompareArgs) {
+    println!("{}", markdown::ceilings_line(report));
+    println!("{}", markdown::runs_table(report, false));
+    if args.repeat > 1 {
+        println!("{}", markdown::summary_table(report, false));
     }
-    if !args.quiet {
-        println!("{}", markdown::ceilings_line(&report));
-        println!("{}", markdown::runs_table(&report, false));
-        if args.repeat > 1 {
-            println!("{}", markdown::summary_table(&report, false));
-        }
-        print!("{}", markdown::verdict_lines(&report));
-        print!("{}", markdown::fault_matrices(&report));
-        for line in markdown::warning_lines(&report) {
-            println!("{line}");
-        }
-        println!("wrote report.json, report.md and report.html in {}", args.out.display());
+    print!("{}", markdown::verdict_lines(report));
+    print!("{}", markdown::fault_matrices(report));
+    for line in markdown::warning_lines(report) {
+        println!("{line}");
     }
-    Ok(report.runs.iter().all(|run| run.verdict != report::Verdict::Broke))
+    println!("wrote report.json, report.md and report.html in {}", args.out.display());
 }
 
 /// How long the live view stays up after the comparison, for an open page
@@ -106,16 +162,25 @@ async fn stop(instances: Instances, args: &CompareArgs) {
     let own_queues = args.target.is_empty().then(|| instances.amqp_prefix.clone());
     instances.stop().await;
     if let Some(prefix) = own_queues {
-        let defaults = seckill::config::Config::from_env();
-        let topology = seckill::strategy::queue::Topology::new(
-            &prefix,
-            defaults.queue_partitions,
-            defaults.queue_max_length,
-            defaults.queue_delivery_limit,
-        );
-        if let Err(err) = topology.delete_at(&args.amqp_url).await {
-            tracing::warn!(error = %err, "could not delete the run's queues");
-        }
+        delete_queues(&prefix, &args.amqp_url).await;
+    }
+}
+
+/// Deletes the queues of the instances' `prefix` on `amqp_url`, giving up
+/// after 10 s (a broker that is gone, as an owned node is once stopped).
+async fn delete_queues(prefix: &str, amqp_url: &str) {
+    let defaults = seckill::config::Config::from_env();
+    let topology = seckill::strategy::queue::Topology::new(
+        prefix,
+        defaults.queue_partitions,
+        defaults.queue_max_length,
+        defaults.queue_delivery_limit,
+    );
+    let deleted = tokio::time::timeout(Duration::from_secs(10), topology.delete_at(amqp_url));
+    match deleted.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::warn!(error = %err, "could not delete the run's queues"),
+        Err(_) => tracing::warn!("deleting the run's queues took more than 10 s"),
     }
 }
 
@@ -125,8 +190,18 @@ pub const DRAIN_CHECK_RATIO: f64 = 5.0;
 /// `loadtest drain-check`: `--samples` pairs of a `sql_tps` sample and a
 /// `queue_drain_units_per_s` sample, each drain printed with where its time
 /// went; an error when any drain is below [`DRAIN_CHECK_RATIO`] × the
-/// `sql_tps` sample just before it.
-pub async fn drain_check(check: DrainCheckArgs) -> anyhow::Result<()> {
+/// `sql_tps` sample just before it. Cut short by a signal or a panic, it
+/// stops every process it started and answers the cause.
+pub async fn drain_check(check: DrainCheckArgs) -> Result<anyhow::Result<()>, Cause> {
+    let ended = interrupt::supervise(drain_check_to_end(check)).await;
+    if let Err(cause) = &ended {
+        eprintln!("{}: stopped every process it started", cause.reason());
+    }
+    ended
+}
+
+/// [`drain_check`] from preflight to its verdict.
+async fn drain_check_to_end(check: DrainCheckArgs) -> anyhow::Result<()> {
     let mut args = check.compare;
     args.strategies = vec![seckill::strategy::queue::NAME];
     preflight::check(&args).await?;
@@ -216,11 +291,12 @@ async fn compare(
     instances: &Instances,
     servers: &fault::OwnedServers,
     progress: &mut Progress,
+    sofar: &SoFar,
 ) -> anyhow::Result<Report> {
     let admin = Admin::new(&instances.urls[0], &instances.admin_token);
     let xacts = PgXacts::connect(&args.database_url, &instances.urls, args.pool_size).await?;
     let db = PgPoolOptions::new().max_connections(2).connect(&args.database_url).await?;
-    let mut ceilings = unmeasured_ceilings(args, instances);
+    let mut ceilings = unmeasured_ceilings(args);
     let mut runs = Vec::new();
     // `http_rps` is measured by each run, right before its rejection phase;
     // the round's sample is their median.
@@ -229,6 +305,7 @@ async fn compare(
         progress.stage(&format!("measuring the ceilings of round {repeat}/{}", args.repeat));
         let mut round = measure_round(args, instances, &admin, &before).await?;
         tracing::debug!(?round, "ceilings measured");
+        sofar.round_started(repeat, &round);
         let faults = args.fault_settings();
         let bench = Bench {
             args,
@@ -240,9 +317,10 @@ async fn compare(
             faults,
             servers,
         };
-        let round_runs = run_round(&bench, repeat, progress).await?;
+        let round_runs = run_round(&bench, repeat, progress, sofar).await?;
         round.set(Kind::HttpRps, http_sample(round_runs.iter().map(|r| r.http_rps)));
         ceilings.record(&round);
+        sofar.round_finished(&ceilings);
         runs.extend(round_runs);
     }
     db.close().await;
@@ -255,7 +333,6 @@ async fn compare(
         report::relate_to_batched_ceiling(&mut runs, batched.value);
         ceilings.sql_batched_units_per_s = Some(batched);
     }
-    let summary = summary::summarize(&runs);
     let balancer = match &instances.balancer {
         Some(balancer) => Some(balancer.report().await.context("reading HAProxy's statistics")?),
         None => None,
@@ -266,17 +343,10 @@ async fn compare(
         ),
         None => None,
     };
-    Ok(Report {
-        schema_version: SCHEMA_VERSION,
-        generated_at: Utc::now(),
-        machine: Machine::this(),
-        config: serde_json::to_value(args)?,
-        balancer,
-        redis_cluster,
-        ceilings,
-        runs,
-        summary,
-    })
+    let mut report = Report::new(serde_json::to_value(args)?, ceilings, runs);
+    report.balancer = balancer;
+    report.redis_cluster = redis_cluster;
+    Ok(report)
 }
 
 /// Every run of round `repeat`, in the order of [`round_keys`].
@@ -284,6 +354,7 @@ async fn run_round(
     bench: &Bench<'_>,
     repeat: u64,
     progress: &mut Progress,
+    sofar: &SoFar,
 ) -> anyhow::Result<Vec<Run>> {
     let mut runs = Vec::new();
     for key in round_keys(bench.args, repeat) {
@@ -292,6 +363,7 @@ async fn run_round(
         progress.run(format!("{label}/{}", bench.args.repeat));
         let run = run_one(bench, key, progress).await.with_context(|| label)?;
         progress.run_done(&run);
+        sofar.run_finished(&run);
         runs.push(run);
     }
     Ok(runs)
@@ -313,7 +385,7 @@ fn round_keys(args: &CompareArgs, repeat: u64) -> Vec<RunKey> {
 
 /// A round's `http_rps` sample from its runs' own samples: their median
 /// (0 when no run measured one).
-fn http_sample(own: impl IntoIterator<Item = Option<f64>>) -> f64 {
+pub fn http_sample(own: impl IntoIterator<Item = Option<f64>>) -> f64 {
     let own: Vec<f64> = own.into_iter().flatten().collect();
     crate::stats::median(&own).unwrap_or(0.0)
 }
@@ -333,9 +405,15 @@ fn round_order<T: Copy>(strategies: &[T], repeat: u64) -> Vec<T> {
 }
 
 /// The ceilings the compared strategies need (see [`ceilings::wanted`]),
-/// with their settings and no sample yet.
-fn unmeasured_ceilings(args: &CompareArgs, instances: &Instances) -> Ceilings {
+/// with their settings and no sample yet: over the instances the
+/// comparison starts, or the `--target`s (their Postgres connections as
+/// [`Instances`] counts them).
+fn unmeasured_ceilings(args: &CompareArgs) -> Ceilings {
     let seconds = args.ceiling_duration as f64;
+    let instances = match args.target.len() {
+        0 => args.instances as usize,
+        targets => targets,
+    };
     let wanted = |kind| ceilings::wanted(&args.strategies, kind);
     let settings = consumer_settings();
     Ceilings {
@@ -344,13 +422,13 @@ fn unmeasured_ceilings(args: &CompareArgs, instances: &Instances) -> Ceilings {
             value: 0.0,
             samples: vec![],
             users: args.users,
-            instances: instances.urls.len(),
+            instances,
             duration_s: seconds,
         },
         sql_tps: SqlCeiling {
             value: 0.0,
             samples: vec![],
-            connections: instances.pool_connections,
+            connections: args.pool_size * instances as u32,
             duration_s: seconds,
         },
         redis_ops: wanted(Kind::RedisOps).then(|| RedisCeiling {

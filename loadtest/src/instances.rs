@@ -1,6 +1,7 @@
 //! The app instances under test: started as child processes on free ports
 //! (or given with `--target`), waited for until `/readyz` answers, and
-//! stopped when dropped.
+//! stopped when dropped — or by the kernel when this process ends without
+//! dropping them ([`owned_servers::die_with_parent`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -62,7 +63,9 @@ impl Launch {
             .append(restart)
             .truncate(!restart)
             .open(self.out.join(format!("instance-{i}.log")))?;
-        Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        owned_servers::die_with_parent(command.as_std_mut());
+        command
             .arg("serve")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
@@ -75,7 +78,8 @@ impl Launch {
     }
 }
 
-/// Redis nodes this invocation started for `lock/redlock` (killed on drop).
+/// Redis nodes this invocation started for `lock/redlock` (killed on drop,
+/// and with this process).
 pub struct RedlockNodes {
     pub urls: Vec<String>,
     _children: Vec<Child>,
@@ -95,7 +99,9 @@ impl RedlockNodes {
         for i in 0..3 {
             let port = free_port()?;
             let log = std::fs::File::create(out.join(format!("redlock-node-{i}.log")))?;
-            let child = Command::new("redis-server")
+            let mut command = Command::new("redis-server");
+            owned_servers::die_with_parent(command.as_std_mut());
+            let child = command
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
                 .args(["--appendonly", "no", "--daemonize", "no"])
                 .stdin(Stdio::null())

@@ -9,10 +9,13 @@ mod ceilings;
 mod compare;
 mod cost;
 mod cpu;
+mod descendants;
 mod expectation;
 mod fault;
 mod instances;
+mod interrupt;
 mod live;
+mod partial;
 mod preflight;
 mod profile;
 mod progress;
@@ -45,7 +48,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run every strategy × profile × repeat and write report.json, report.md
-    /// and report.html.
+    /// and report.html. Interrupted (SIGINT, SIGTERM) or on a panic, it stops
+    /// every process it started, writes a report of the finished runs marked
+    /// partial, and exits 130, 143 or 101.
     Compare(CompareArgs),
     /// Write report.md and report.html again from a report.json.
     Render(RenderArgs),
@@ -376,8 +381,14 @@ async fn main() -> std::process::ExitCode {
             }
             compare::run(args).await
         }
-        Command::Render(args) => compare::render(&args).map(|()| true),
-        Command::DrainCheck(args) => compare::drain_check(args).await.map(|()| true),
+        Command::Render(args) => Ok(compare::render(&args).map(|()| true)),
+        Command::DrainCheck(args) => {
+            compare::drain_check(args).await.map(|checked| checked.map(|()| true))
+        }
+    };
+    let result = match result {
+        Ok(result) => result,
+        Err(cut_short) => return std::process::ExitCode::from(cut_short.exit_code()),
     };
     match result {
         Ok(true) => std::process::ExitCode::SUCCESS,

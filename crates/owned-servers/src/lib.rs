@@ -7,13 +7,17 @@
 //! - [`RedisCluster`]: a Redis Cluster of N masters made of such servers
 //!   (`redis-cli --cluster create`);
 //! - [`RabbitMqNode`]: a RabbitMQ node of its own (name, ports, directories);
-//! - [`free_port`], [`eventually`], [`resume`]: what starting them needs.
+//! - [`free_port`], [`eventually`], [`resume`]: what starting them needs;
+//! - [`die_with_parent`]: what keeps them from outliving their owner.
 //!
 //! The tests use them through `test-support` (which re-exports them), and the
 //! load test's fault runs restart them (`loadtest compare --faults`). Each
 //! start and restart comes in two forms: `try_*` answers an error message,
 //! the plain form panics with it (the form tests want). Both servers are
-//! stopped, and their directories removed, when dropped.
+//! stopped, and their directories removed, when dropped; and each server
+//! process is the owner's own child, killed by the kernel when the owner's
+//! thread that started it ends ([`die_with_parent`]), so that an owner
+//! killed with `SIGKILL`, whose destructors never run, leaves none behind.
 
 mod rabbitmq;
 mod redis_cluster;
@@ -56,6 +60,44 @@ where
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Has the kernel send `SIGKILL` to the process `command` starts as soon as
+/// its parent ends (`PR_SET_PDEATHSIG`, Linux; elsewhere nothing): the last
+/// line of defence when the parent dies without stopping it, killed itself or
+/// ended before its destructors ran.
+///
+/// The parent, to the kernel, is the *thread* that started the process: one
+/// started from a thread that ends before the process (a blocking-pool
+/// thread, an ad-hoc `std::thread`) dies with that thread. The servers of
+/// this crate and the load test's children are started from the threads of
+/// an async runtime, which live as long as the runtime.
+///
+/// The setting survives `exec` of an ordinary program and is set after the
+/// child's own `setuid` (`Command::uid`), which would clear it; it does not
+/// survive `exec` of a set-user-ID program such as `su`, nor pass to the
+/// child's own children. If the parent has already ended when the child
+/// sets it, the child exits before `exec`.
+pub fn die_with_parent(command: &mut Command) -> &mut Command {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt as _;
+        // SAFETY: between fork and exec the closure calls only
+        // async-signal-safe functions (prctl, getppid) and allocates nothing.
+        let parent = std::process::id() as libc::pid_t;
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::other("the parent ended before the exec"));
+                }
+                Ok(())
+            })
+        };
+    }
+    command
 }
 
 /// Sends SIGCONT to `pid`, ignoring failures: a stopped process must be

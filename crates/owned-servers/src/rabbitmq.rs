@@ -1,12 +1,24 @@
 //! A RabbitMQ node a process owns: its own node name, AMQP and distribution
 //! ports, and directories under a temporary directory, beside the shared
 //! broker. Stopped (and its directories removed) when dropped.
+//!
+//! The node's Erlang VM is the owner's own child process, so that it can be
+//! killed for sure and dies with its owner ([`crate::die_with_parent`]):
+//! the server script is told to `exec` the VM (`RUNNING_UNDER_SYSTEMD`, the
+//! script's switch for a supervisor that needs no shell in between), and
+//! Debian's `rabbitmq-server` wrapper is bypassed when it would go through
+//! `su rabbitmq` (as root): `su` starts a session of its own and would leave
+//! the VM a grandchild, out of reach of both. The server script then runs
+//! directly as the `rabbitmq` user, in its home, as the wrapper would run it
+//! (`rabbitmqctl`, still through the wrapper, finds the same Erlang cookie
+//! there). Not stopped: `epmd`, the Erlang port mapper, which a first node
+//! starts as a daemon that every node of the machine shares.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::free_port;
+use crate::{die_with_parent, free_port};
 
 /// A `rabbitmq-server` child (see the module documentation). Stopping and
 /// restarting it keeps its messages: it is the same node, on the same ports
@@ -129,7 +141,10 @@ impl RabbitMqNode {
 
     /// Starts the node and waits (up to 60 s) until it accepts AMQP.
     async fn launch(&mut self) -> Result<(), String> {
-        let child = Command::new("rabbitmq-server")
+        let mut command = server_command();
+        let child = die_with_parent(&mut command)
+            .env("RUNNING_UNDER_SYSTEMD", "true")
+            .env_remove("NOTIFY_SOCKET")
             .env("RABBITMQ_NODENAME", &self.name)
             .env("RABBITMQ_NODE_PORT", self.port.to_string())
             .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
@@ -139,6 +154,7 @@ impl RabbitMqNode {
             .env("RABBITMQ_ENABLED_PLUGINS_FILE", self.dir.join("plugins"))
             .env("RABBITMQ_FEATURE_FLAGS_FILE", self.dir.join("feature_flags"))
             .env("RABBITMQ_CONFIG_FILE", self.dir.join("rabbitmq.conf"))
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -161,6 +177,56 @@ impl RabbitMqNode {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+}
+
+/// `rabbitmq-server`, or, when that is Debian's wrapper and this process is
+/// root, the server script behind it run as the `rabbitmq` user in its home
+/// (see the module documentation).
+fn server_command() -> Command {
+    let script = find_in_path("rabbitmq-server")
+        .and_then(|path| path.canonicalize().ok())
+        .filter(|path| path.file_name().is_some_and(|name| name == "rabbitmq-script-wrapper"))
+        .map(|wrapper| wrapper.with_file_name("rabbitmq-server"))
+        .filter(|script| script.exists());
+    // SAFETY: getuid cannot fail and touches no memory.
+    let root = unsafe { libc::getuid() } == 0;
+    match (script, root.then(|| account("rabbitmq")).flatten()) {
+        (Some(script), Some(user)) => {
+            use std::os::unix::process::CommandExt as _;
+            let mut command = Command::new(script);
+            command.uid(user.uid).gid(user.gid).current_dir(&user.home);
+            command.env("HOME", &user.home).env("USER", "rabbitmq").env("LOGNAME", "rabbitmq");
+            command
+        }
+        _ => Command::new("rabbitmq-server"),
+    }
+}
+
+/// `name` in the directories of `PATH`, if there.
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|file| file.is_file())
+}
+
+/// A local account of `/etc/passwd`.
+struct Account {
+    uid: u32,
+    gid: u32,
+    home: PathBuf,
+}
+
+/// The account `name` of `/etc/passwd` (`name:x:uid:gid:gecos:home:shell`).
+fn account(name: &str) -> Option<Account> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    let fields: Vec<&str> = passwd
+        .lines()
+        .map(|line| line.split(':').collect::<Vec<_>>())
+        .find(|fields| fields.len() >= 6 && fields[0] == name)?;
+    Some(Account {
+        uid: fields[2].parse().ok()?,
+        gid: fields[3].parse().ok()?,
+        home: Path::new(fields[5]).to_owned(),
+    })
 }
 
 impl Drop for RabbitMqNode {

@@ -1,7 +1,8 @@
 //! A `redis-server` child process on a free port that keeps nothing on disk:
 //! its owner may kill it (a crash, or a partition seen from the client's
 //! side) and restart it on the same port, empty. Killed, and its working
-//! directory removed, when dropped.
+//! directory removed, when dropped; killed by the kernel when its owner
+//! ends ([`crate::die_with_parent`]).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -10,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::{eventually, free_port, resume};
+use crate::{die_with_parent, eventually, free_port, resume};
 
 /// How long a starting server may take to answer `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(5);
@@ -136,7 +137,7 @@ impl RedisServer {
     }
 
     async fn launch(&mut self) -> Result<(), String> {
-        let child = Command::new("redis-server")
+        let child = die_with_parent(&mut Command::new("redis-server"))
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")

@@ -366,7 +366,8 @@ box-shadow:inset -1px 0 0 #bbb}.wide th:first-child{background:#f4f4f4}\
 figure{margin:1.4rem 0}figcaption{font-size:.9rem;color:#555;margin-bottom:.3rem}\
 .broke{color:#C0392B;font-weight:bold}.unexpected{color:#B9770E}ul.verdicts li{margin:.2rem 0}\
 code{background:#f4f4f4;padding:0 .2rem}td.m-ok{background:#E3F1E6}\
-td.m-broke{background:#F6D5D1;font-weight:bold}td.m-unexpected{background:#FBEBC8}";
+td.m-broke{background:#F6D5D1;font-weight:bold}td.m-unexpected{background:#FBEBC8}\
+p.partial{border:2px solid #C0392B;background:#F6D5D1;padding:.6rem .8rem}";
 
 /// The whole page.
 pub fn render(report: &Report) -> String {
@@ -428,12 +429,20 @@ fn payment(page: &mut String, report: &Report) {
 /// The document head, the title and the line about the machine.
 fn head(page: &mut String, report: &Report) {
     let m = &report.machine;
+    let title = match report.partial {
+        Some(_) => "Flash-sale strategy comparison (partial)",
+        None => "Flash-sale strategy comparison",
+    };
+    // A partial report says so before anything else.
+    let partial = report.partial_line().map_or_else(String::new, |line| {
+        format!("<p class=\"partial\" role=\"alert\"><strong>{}</strong></p>", escape(&line))
+    });
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>Flash-sale strategy comparison</title><style>{STYLE}</style></head><body>\
-         <h1>Flash-sale strategy comparison</h1>\
+         <title>{title}</title><style>{STYLE}</style></head><body>\
+         <h1>{title}</h1>{partial}\
          <p>Generated {} on {} CPUs, {:.1} GiB, {}. {} runs.</p>",
         report.generated_at.format("%Y-%m-%d %H:%M UTC"),
         m.cpus,

@@ -315,8 +315,13 @@ pub fn render(report: &Report) -> String {
     } else {
         format!("## One buyer's flood\n\n{}\n", bullets(&flood))
     };
+    // A partial report says so before anything else.
+    let partial = match report.partial_line() {
+        Some(line) => format!("> **{line}**\n\n"),
+        None => String::new(),
+    };
     format!(
-        "# Flash-sale strategy comparison\n\n\
+        "# Flash-sale strategy comparison{}\n\n{partial}\
          Generated {} on {} CPUs, {:.1} GiB, {}. Charts: report.html.\n\n\
          {balancer}{}\n\n\
          ## Verdicts\n\n{}\n\
@@ -330,6 +335,7 @@ pub fn render(report: &Report) -> String {
          a `breaks` baseline visibly broke them). Oversold, undersold and drift come from an \
          audit of Postgres, never from the strategy's own counters.\n\n\
          <details><summary>Parameters</summary>\n\n```json\n{}\n```\n</details>\n",
+        if report.partial.is_some() { " (partial)" } else { "" },
         report.generated_at.format("%Y-%m-%d %H:%M UTC"),
         m.cpus,
         m.memory_gb,

@@ -49,6 +49,55 @@ pub struct Report {
     /// of `runs` (see [`summary::summarize`]).
     #[serde(default)]
     pub summary: Vec<summary::Summary>,
+    /// Set when the comparison was cut short (`SIGINT`, `SIGTERM`, a panic:
+    /// [`crate::interrupt`]): `runs` holds only the runs that finished.
+    /// `null` for a comparison that ran to its end, and in reports written
+    /// before it was added.
+    #[serde(default)]
+    pub partial: Option<Partial>,
+}
+
+/// What a report of a comparison cut short says of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Partial {
+    /// Why it ended early: `interrupted by SIGINT`, `interrupted by SIGTERM`
+    /// or `the comparison panicked: <message>`.
+    pub reason: String,
+    /// Runs the invocation set out to make (strategies × profiles × faults
+    /// × repeats); `runs` holds the ones that finished.
+    pub runs_planned: u64,
+}
+
+impl Report {
+    /// A complete report of `runs` (their summary computed here), with no
+    /// balancer or cluster figures: the caller adds what it has.
+    pub fn new(config: serde_json::Value, ceilings: Ceilings, runs: Vec<Run>) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            generated_at: Utc::now(),
+            machine: Machine::this(),
+            config,
+            balancer: None,
+            redis_cluster: None,
+            ceilings,
+            summary: summary::summarize(&runs),
+            runs,
+            partial: None,
+        }
+    }
+
+    /// The line a reader of a partial report must not miss (`None` for a
+    /// complete one): why it ended and how many runs it holds.
+    pub fn partial_line(&self) -> Option<String> {
+        let partial = self.partial.as_ref()?;
+        Some(format!(
+            "Partial report: {}. {} of {} planned runs finished; the others never ran, and \
+             every figure here covers only the finished ones.",
+            partial.reason,
+            self.runs.len(),
+            partial.runs_planned
+        ))
+    }
 }
 
 /// The Redis Cluster of `--redis-cluster`, read once the runs are done.
