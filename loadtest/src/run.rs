@@ -151,6 +151,8 @@ struct Measured {
     fault: Option<FaultRecord>,
     /// Expiry → resale of every resold unit, milliseconds (`payment`).
     resale_ms: Vec<f64>,
+    /// Expiry → return of every expired order, milliseconds (`payment`).
+    return_ms: Vec<f64>,
 }
 
 /// Runs `key` on the bench and answers its record, verdict included.
@@ -174,10 +176,9 @@ pub async fn run_one(
     // The pairing of returns with resales assumes exact books: with an
     // oversell or drift, placements beyond the stock are not resales.
     let exact = audits.iter().all(|a| a.oversold == 0 && a.ledger_drift == 0);
-    let resale_ms = if phases.payment.is_some() && exact {
-        resale_delays(bench.db, &audits).await?
-    } else {
-        Vec::new()
+    let (resale_ms, return_ms) = match &phases.payment {
+        Some(_) => lifecycle_delays(bench.db, &audits, exact).await?,
+        None => (Vec::new(), Vec::new()),
     };
     let mut counted = Counted::of(key.strategy, &phases.counters)?;
     if let Some(lock) = &mut counted.lock {
@@ -199,6 +200,7 @@ pub async fn run_one(
         counted,
         fault,
         resale_ms,
+        return_ms,
     };
     Ok(assemble(measured, bench.round))
 }
@@ -257,16 +259,26 @@ fn demand(prepared: &Prepared, payment: Option<&PaymentPhase>) -> u64 {
     payment.map_or(prepared.buyers, |p| p.outcome.paying_buyers)
 }
 
-/// Expiry → resale of every resold unit of the run's sales, milliseconds
-/// (`seckill::audit::resale_delays_ms` over each sale's orders).
-async fn resale_delays(db: &sqlx::PgPool, audits: &[Audit]) -> anyhow::Result<Vec<f64>> {
+/// Expiry → resale of every resold unit of the run's sales, and expiry →
+/// return of every expired order, milliseconds
+/// (`seckill::audit::resale_delays_ms` and `return_delays_ms` over each
+/// sale's orders). The resales only on `exact` books: with an oversell or
+/// drift, placements beyond the stock are not resales.
+async fn lifecycle_delays(
+    db: &sqlx::PgPool,
+    audits: &[Audit],
+    exact: bool,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
     let mut conn = db.acquire().await?;
-    let mut delays = Vec::new();
+    let (mut resales, mut returns) = (Vec::new(), Vec::new());
     for audit in audits {
         let orders = seckill::audit::order_times(&mut conn, audit.sale_id).await?;
-        delays.extend(seckill::audit::resale_delays_ms(audit.total_stock, &orders));
+        if exact {
+            resales.extend(seckill::audit::resale_delays_ms(audit.total_stock, &orders));
+        }
+        returns.extend(seckill::audit::return_delays_ms(&orders));
     }
-    Ok(delays)
+    Ok((resales, returns))
 }
 
 /// How often a `payment` run looks at the books while it waits.
@@ -886,13 +898,13 @@ fn assemble(m: Measured, round: &Round) -> Run {
         counted,
         fault,
         resale_ms,
+        return_ms,
     } = m;
     let later = phases.payment.as_ref().map_or(0, |p| p.outcome.later_buyers);
     let demanded_units = demand(&prepared, phases.payment.as_ref());
-    let payment = phases
-        .payment
-        .as_ref()
-        .map(|phase| payment_record(&prepared.plan, phase, audit.units_pending, &resale_ms));
+    let payment = phases.payment.as_ref().map(|phase| {
+        payment_record(&prepared.plan, phase, audit.units_pending, &resale_ms, &return_ms)
+    });
     let rates = Rates::of(key, &audit, &phases, round);
     let (sale, rejection) = (phases.sale, phases.rejection);
     let mut outcomes = sale.outcomes;
@@ -988,13 +1000,14 @@ impl Rates {
 }
 
 /// The `payment` record of a run: the plan's settings, what the buyers did,
-/// the units still pending at the final audit and the expiry → resale
-/// delays.
+/// the units still pending at the final audit, the expiry → resale and
+/// the expiry → return delays.
 fn payment_record(
     plan: &Plan,
     phase: &PaymentPhase,
     units_pending: i64,
     resale_ms: &[f64],
+    return_ms: &[f64],
 ) -> report::PaymentRecord {
     let settings =
         plan.payment.unwrap_or(crate::profile::Payment { unpaid_share: 0.0, sale_window_s: 0 });
@@ -1004,6 +1017,8 @@ fn payment_record(
         sale_window_s: settings.sale_window_s,
         units_pending,
         expiry_to_resale_ms: report::ResaleDelays::of(resale_ms),
+        expiry_to_return_ms: report::ResaleDelays::of(return_ms),
+        return_bound_ms: report::RETURN_BOUND_MS,
         later_buyers: phase.outcome.later_buyers,
         paying_buyers: phase.outcome.paying_buyers,
         payments: phase.outcome.payments.clone(),
@@ -1253,6 +1268,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             counted: Counted { redis_round_trips: Some(250.0), ..Counted::default() },
             fault: None,
             resale_ms: Vec::new(),
+            return_ms: Vec::new(),
         }
     }
 
@@ -1325,7 +1341,34 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         assert_eq!((payment.payment_window_ms, payment.units_pending), (2000, 0));
         let delays = payment.expiry_to_resale_ms.expect("delays");
         assert_eq!((delays.p50, delays.p90, delays.max, delays.units), (700.0, 900.0, 900.0, 3));
+        assert_eq!(delays.p99, Some(900.0));
         assert_eq!(run.verdict, Verdict::Ok);
+    }
+
+    #[test]
+    fn a_payment_run_whose_units_came_back_late_is_judged_broke() {
+        let payment_run = |return_ms: Vec<f64>| {
+            let mut m = measured("lock/fenced", 100);
+            m.prepared.plan.knobs.payment_window_ms = Some(2000);
+            m.prepared.plan.payment =
+                Some(crate::profile::Payment { unpaid_share: 0.3, sale_window_s: 120 });
+            m.phases.payment = Some(paid_out(0, 300));
+            (m.audit.units_returned, m.audit.units_resold) = (100, 100);
+            m.return_ms = return_ms;
+            assemble(m, &ceilings())
+        };
+        let bound = report::RETURN_BOUND_MS as f64;
+        // 99 of 100 within the bound: p99 is within it.
+        let mut within: Vec<f64> = vec![bound; 99];
+        within.push(60_000.0);
+        let run = payment_run(within);
+        let returns = run.payment.as_ref().and_then(|p| p.expiry_to_return_ms.clone());
+        assert_eq!(returns.and_then(|d| d.p99), Some(bound));
+        assert_eq!(run.verdict, Verdict::Ok);
+        // Two of 100 past it: p99 is past it, the units starved.
+        let mut late: Vec<f64> = vec![100.0; 98];
+        late.extend([bound + 1.0, 62_000.0]);
+        assert_eq!(payment_run(late).verdict, Verdict::Broke);
     }
 
     #[test]

@@ -201,18 +201,23 @@ pub fn payment_lines(report: &Report) -> Vec<String> {
         .filter_map(|run| Some((run, run.payment.as_ref()?)))
         .map(|(run, p)| {
             let delays = match &p.expiry_to_resale_ms {
-                Some(d) => format!(
-                    "expiry → resale p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms",
-                    d.p50, d.p90, d.max
-                ),
+                Some(d) => format!("expiry → resale {}", percentiles(d)),
                 None => "no resale".to_owned(),
+            };
+            let returns = match &p.expiry_to_return_ms {
+                Some(d) => format!(
+                    "; expiry → return {} (bound p99 {} ms)",
+                    percentiles(d),
+                    p.return_bound_ms
+                ),
+                None => String::new(),
             };
             let settled = match p.settled_s {
                 Some(s) => format!("every unit paid {s:.1} s after the start"),
                 None => "not every unit paid within the phase".to_owned(),
             };
             format!(
-                "{} #{}: {} units returned, {} resold ({delays}); {} pending after the \
+                "{} #{}: {} units returned, {} resold ({delays}{returns}); {} pending after the \
                  windows; {settled}; {} later buyers; payments {} paid, {} refused, {} failed \
                  (window {} ms, {:.0} % never pay)",
                 run.strategy,
@@ -229,6 +234,12 @@ pub fn payment_lines(report: &Report) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// `p50 … ms, p90 … ms, p99 … ms, max … ms` (no p99 in older reports).
+fn percentiles(d: &crate::report::ResaleDelays) -> String {
+    let p99 = d.p99.map(|p99| format!(", p99 {p99:.0} ms")).unwrap_or_default();
+    format!("p50 {:.0} ms, p90 {:.0} ms{p99}, max {:.0} ms", d.p50, d.p90, d.max)
 }
 
 /// What the payment lines mean.
@@ -393,6 +404,8 @@ mod tests {
             payment_window_ms: 2000,
             unpaid_share: 0.3,
             expiry_to_resale_ms: ResaleDelays::of(&[400.0, 800.0]),
+            expiry_to_return_ms: ResaleDelays::of(&[100.0, 300.0]),
+            return_bound_ms: 1500,
             settled_s: Some(12.5),
             later_buyers: 900,
             ..PaymentRecord::default()
@@ -408,6 +421,9 @@ mod tests {
             lines[0]
         );
         assert!(lines[0].contains("every unit paid 12.5 s after the start"), "{}", lines[0]);
+        let returns =
+            "expiry → return p50 100 ms, p90 300 ms, p99 300 ms, max 300 ms (bound p99 1500 ms)";
+        assert!(lines[0].contains(returns), "{}", lines[0]);
         assert!(render(&report).contains("## Payment window"));
     }
 }

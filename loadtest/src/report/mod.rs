@@ -325,6 +325,16 @@ pub struct PaymentRecord {
     /// oversold or drifted (placements beyond the stock are then not
     /// resales, and the pairing means nothing).
     pub expiry_to_resale_ms: Option<ResaleDelays>,
+    /// From the end of each expired order's payment window to its units'
+    /// return (`seckill::audit::return_delays_ms`): the sweep's lag alone,
+    /// before any buyer could take the units again; `null` when no order
+    /// expired (and in reports written before it existed).
+    #[serde(default)]
+    pub expiry_to_return_ms: Option<ResaleDelays>,
+    /// The bound on `expiry_to_return_ms.p99` a `correct` run must keep
+    /// ([`RETURN_BOUND_MS`]); 0 in reports written before it existed.
+    #[serde(default)]
+    pub return_bound_ms: u64,
     /// Buyers who came after the first `demand × stock` ones.
     pub later_buyers: u64,
     /// Buyers, first and later, who would pay: the run's `demanded_units`.
@@ -336,14 +346,28 @@ pub struct PaymentRecord {
     pub settled_s: Option<f64>,
 }
 
-/// Expiry → resale, milliseconds, over the resold units
-/// (`seckill::audit::resale_delays_ms`): nearest-rank percentiles.
+/// How late an expired order's units may come back, milliseconds from the
+/// end of its payment window, at the 99th percentile of a `payment` run's
+/// expired orders: the service's default expiry sweep period
+/// (`SECKILL_EXPIRY_SWEEP_INTERVAL_MS`, 500) plus one second for the pass
+/// that claims the order to reach it. A `correct` run past it is `broke`:
+/// its returned units starved (docs/orders.md states the bound).
+pub const RETURN_BOUND_MS: u64 = 1500;
+
+/// Delays of a `payment` run, milliseconds: expiry → resale over the resold
+/// units (`seckill::audit::resale_delays_ms`), or expiry → return over the
+/// expired orders (`seckill::audit::return_delays_ms`); nearest-rank
+/// percentiles.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ResaleDelays {
     pub p50: f64,
     pub p90: f64,
+    /// `null` in reports written before it existed.
+    #[serde(default)]
+    pub p99: Option<f64>,
     pub max: f64,
-    /// Resold units measured (`units_resold` of the run).
+    /// Delays measured: the resold units (`units_resold` of the run), or the
+    /// expired orders.
     pub units: u64,
 }
 
@@ -359,6 +383,7 @@ impl ResaleDelays {
         (!sorted.is_empty()).then(|| ResaleDelays {
             p50: rank(0.5),
             p90: rank(0.9),
+            p99: Some(rank(0.99)),
             max: rank(1.0),
             units: sorted.len() as u64,
         })
@@ -447,11 +472,18 @@ impl Run {
     }
 
     /// A `payment` run that did not show the lifecycle at work: an order
-    /// still pending once the windows passed, or — with buyers who never
-    /// pay — no unit returned or none resold.
+    /// still pending once the windows passed, expired orders whose units
+    /// came back later than `return_bound_ms` at the 99th percentile, or —
+    /// with buyers who never pay — no unit returned or none resold.
     pub fn payment_missing(&self) -> bool {
         self.payment.as_ref().is_some_and(|p| {
+            let late = p
+                .expiry_to_return_ms
+                .as_ref()
+                .and_then(|d| d.p99)
+                .is_some_and(|p99| p.return_bound_ms > 0 && p99 > p.return_bound_ms as f64);
             p.units_pending > 0
+                || late
                 || (p.unpaid_share > 0.0 && (self.units_returned == 0 || self.units_resold == 0))
         })
     }
