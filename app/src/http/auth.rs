@@ -41,12 +41,12 @@ use subtle::ConstantTimeEq;
 use super::AppState;
 use crate::web::AppError;
 
-/// Wrong admin tokens one client address may send per [`WINDOW`] before it
-/// is answered `429`: enough for a person who mistyped, far too few to guess
+/// Wrong admin tokens one client may send per [`WINDOW`] before it is
+/// answered `429`: enough for a person who mistyped, far too few to guess
 /// a token of 32 random bytes.
 pub const MAX_FAILURES_PER_WINDOW: u32 = 10;
 
-/// The fixed window of [`MAX_FAILURES_PER_WINDOW`], from an address's first
+/// The fixed window of [`MAX_FAILURES_PER_WINDOW`], from a client's first
 /// wrong token.
 pub const WINDOW: Duration = Duration::from_secs(60);
 
