@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use ipnet::IpNet;
 
 use crate::buyer_token::BuyerVerifier;
 
@@ -62,6 +63,17 @@ pub struct Config {
     /// `/admin/*` (docs/security.md).
     #[arg(long, env = "SECKILL_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+
+    /// The load balancers in front of the service, comma-separated IP
+    /// addresses or CIDR blocks (`10.0.0.5,10.1.0.0/24`). Read by the admin
+    /// token check alone (`http::auth`): from a peer among them, a request's
+    /// client is the rightmost `X-Forwarded-For` address that is not one of
+    /// them, and wrong tokens are counted per such client; from any other
+    /// peer the header is ignored. Unset: every client is its TCP peer.
+    /// Never name a range clients send from: whoever is trusted may name any
+    /// client (docs/security.md).
+    #[arg(long, env = "SECKILL_TRUSTED_PROXIES", value_delimiter = ',', value_parser = balancer)]
+    pub trusted_proxies: Vec<IpNet>,
 
     /// Open HTTP connections at most; a connection beyond the cap is answered
     /// `503 busy` and closed at once. Keep it under the process's file
@@ -572,6 +584,17 @@ fn prefix(value: &str) -> Result<String, String> {
     }
 }
 
+/// Parser of one `SECKILL_TRUSTED_PROXIES` entry: a CIDR block, or one
+/// address (a block of that address alone).
+fn balancer(value: &str) -> Result<IpNet, String> {
+    let value = value.trim();
+    value
+        .parse::<IpNet>()
+        .or_else(|_| value.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map(|net| net.trunc())
+        .map_err(|_| "an IP address or a CIDR block (e.g. 10.0.0.0/24) expected".to_owned())
+}
+
 /// `url` with its password (the user information before `@`) replaced by
 /// `***`, for error messages.
 pub fn redacted(url: &str) -> String {
@@ -589,6 +612,7 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("addr", &self.addr)
+            .field("trusted_proxies", &self.trusted_proxies)
             .field("dev", &self.dev)
             .field("buyer_auth", &self.buyer_auth)
             .field("max_connections", &self.max_connections)
@@ -742,6 +766,17 @@ mod tests {
             assert!(parse(&[flag, value]).is_err(), "{flag} {value}");
         }
         assert!(parse(&["--reconcile-interval-ms", "0"]).is_ok(), "0 turns reconciliation off");
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_blocks_and_none_by_default() {
+        assert!(parse(&[]).unwrap().trusted_proxies.is_empty());
+        let config = parse(&["--trusted-proxies", "10.0.0.5, 10.1.0.0/24,fd00::/8"]).unwrap();
+        let nets: Vec<String> = config.trusted_proxies.iter().map(ToString::to_string).collect();
+        assert_eq!(nets, ["10.0.0.5/32", "10.1.0.0/24", "fd00::/8"]);
+        for bad in ["lb", "10.0.0.0/33", "10.0.0.5:8080", ""] {
+            assert!(parse(&["--trusted-proxies", bad]).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

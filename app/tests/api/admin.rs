@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use reqwest::header::WWW_AUTHENTICATE;
 use serde_json::{Value, json};
 
-use crate::support::{ADMIN_TOKEN, TestApp, assert_problem, problem_type};
+use crate::support::{ADMIN_TOKEN, TestApp, assert_problem, client_from, problem_type};
 
 /// One request to each admin route, with `auth` applied to it.
 async fn admin_requests(
@@ -93,6 +93,40 @@ async fn an_address_that_sent_ten_wrong_tokens_is_429_even_with_the_right_one() 
     // The public routes are not affected.
     let sales = app.client.get(app.url(&format!("/sales/{sale}"))).send().await.unwrap();
     assert_eq!(sales.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x_forwarded_for_names_the_client_from_a_trusted_balancer_only() {
+    // 127.0.0.2 plays the balancer; 127.0.0.3 a client that is not one.
+    let app = TestApp::spawn_with(|config| {
+        config.trusted_proxies = vec!["127.0.0.2/32".parse().unwrap()];
+    })
+    .await;
+    let sale = app.sale("sql", 1).await;
+    let audit = app.url(&format!("/admin/sales/{sale}/audit"));
+    let (balancer, stranger) = (client_from("127.0.0.2"), client_from("127.0.0.3"));
+    let get = |client: &reqwest::Client, forwarded_for: &str, token: &str| {
+        let request = client.get(&audit).bearer_auth(token);
+        request.header("x-forwarded-for", forwarded_for).send()
+    };
+    // Through the balancer: ten wrong tokens from one client block that
+    // client only, not the balancer's other clients.
+    for attempt in 1..=10 {
+        let response = get(&balancer, "198.51.100.1", &format!("guess-{attempt}")).await;
+        assert_problem(response.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
+    }
+    let blocked = get(&balancer, "198.51.100.1", ADMIN_TOKEN).await.unwrap();
+    assert_problem(blocked, StatusCode::TOO_MANY_REQUESTS, "too-many-attempts").await;
+    let other = get(&balancer, "198.51.100.2", ADMIN_TOKEN).await.unwrap();
+    assert_eq!(other.status(), StatusCode::OK, "another client behind the balancer");
+    // From a peer that is no balancer, the header is ignored: renaming
+    // itself after each guess does not give it more.
+    for attempt in 1..=10 {
+        let response = get(&stranger, &format!("203.0.113.{attempt}"), "guess").await;
+        assert_problem(response.unwrap(), StatusCode::FORBIDDEN, "forbidden").await;
+    }
+    let renamed = get(&stranger, "203.0.113.99", ADMIN_TOKEN).await.unwrap();
+    assert_problem(renamed, StatusCode::TOO_MANY_REQUESTS, "too-many-attempts").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@ mod admin;
 mod audit;
 mod buyer_auth;
 mod connections;
+mod edge;
 mod errors;
 mod floods;
 mod fragmented_stock;

@@ -247,6 +247,15 @@ pub async fn assert_problem(response: Response, status: StatusCode, kind: &str) 
     assert_eq!(problem_type(response).await, format!("/problems/{kind}"));
 }
 
+/// A client that connects from `source`, an address of 127.0.0.0/8 (all of
+/// it is the loopback interface's), so that one test can be several clients
+/// as the service sees them.
+pub fn client_from(source: &str) -> reqwest::Client {
+    let source: std::net::IpAddr = source.parse().expect("an IP address");
+    let builder = reqwest::Client::builder().local_address(source);
+    builder.timeout(Duration::from_secs(60)).build().unwrap()
+}
+
 /// Polls a condition every 10 ms until it holds or a time limit passes.
 #[allow(unused_imports)] // not every test binary polls
 pub use test_support::eventually;

@@ -17,6 +17,8 @@
 //!   tests of pages in a real browser ([`chromium`] finds the binary);
 //! - [`CutProxy`]: a TCP proxy that closes a connection right after a
 //!   chosen command ran, its reply unheard;
+//! - [`Haproxy`]: HAProxy on a configuration the test gives it (a shipped
+//!   file with its addresses replaced), killed on drop;
 //! - [`redis_url`], [`amqp_url`]: the shared servers the tests use;
 //! - [`eventually`] and [`signal`]: polling a condition, signalling a process.
 //!
@@ -27,12 +29,14 @@
 
 mod browser;
 mod cut_proxy;
+mod haproxy;
 mod service;
 
 use std::process::Command;
 
 pub use browser::{Browser, HEADLESS_FLAGS, chromium};
 pub use cut_proxy::CutProxy;
+pub use haproxy::Haproxy;
 pub use owned_servers::{RabbitMqNode, RedisCluster, RedisServer, eventually, free_port};
 pub use service::{ChildService, ServiceLauncher};
 
