@@ -80,12 +80,21 @@ pub enum StrategyError {
     Internal(#[from] anyhow::Error),
 }
 
+/// The reason given with `busy` when Postgres rolled a transaction back to
+/// break a deadlock or a serialization conflict.
+pub const TRANSACTION_CONFLICT: &str =
+    "the transaction conflicted with a concurrent one and was rolled back; retry";
+
+/// `Retry-After` of that `busy` answer.
+pub const CONFLICT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 impl From<sqlx::Error> for StrategyError {
     /// Connection-level failures (refused, reset, pool exhausted while
     /// connecting, server shutting down) are `Unavailable`; everything else is
     /// `Internal`. SQLSTATE classes from the PostgreSQL manual, appendix A:
     /// `08` connection exception, `57P0x` operator intervention, `53300` too
-    /// many connections.
+    /// many connections. A transaction rolled back by a deadlock (`40P01`)
+    /// or a serialization conflict (`40001`) is `Busy`: nothing was written.
     fn from(err: sqlx::Error) -> Self {
         let unavailable = match &err {
             sqlx::Error::Io(_)
@@ -98,8 +107,16 @@ impl From<sqlx::Error> for StrategyError {
             }),
             _ => false,
         };
+        // Class 40, transaction rollback: Postgres broke a deadlock
+        // (`40P01`) or a serialization conflict (`40001`) by rolling this
+        // transaction back; nothing was written and a retry may pass.
+        let conflict = matches!(&err, sqlx::Error::Database(db)
+            if db.code().is_some_and(|code| code == "40P01" || code == "40001"));
         if unavailable {
             StrategyError::Unavailable { backend: Backend::Postgres, source: err.into() }
+        } else if conflict {
+            tracing::warn!(error = %err, "a transaction was rolled back by a conflict; answered busy");
+            StrategyError::Busy { reason: TRANSACTION_CONFLICT, retry_after: CONFLICT_RETRY_AFTER }
         } else {
             StrategyError::Internal(err.into())
         }
@@ -178,6 +195,34 @@ mod tests {
         assert!(matches!(StrategyError::from(io), StrategyError::Unavailable { .. }));
         let mapped = StrategyError::from(sqlx::Error::RowNotFound);
         assert!(matches!(mapped, StrategyError::Internal(_)), "{mapped:?}");
+    }
+
+    /// Two transactions of a real Postgres that take two advisory locks in
+    /// opposite orders: Postgres rolls one back with `40P01`.
+    #[tokio::test]
+    async fn a_transaction_rolled_back_to_break_a_deadlock_is_busy() {
+        use sqlx::Connection;
+        let url = std::env::var("TEST_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+        let key = i64::from(std::process::id()) << 8;
+        let take = |first: i64, second: i64| {
+            let url = url.clone();
+            async move {
+                let mut conn = sqlx::PgConnection::connect(&url).await.expect("postgres");
+                let mut tx = conn.begin().await.expect("begin");
+                let lock = "SELECT pg_advisory_xact_lock($1)";
+                sqlx::query(lock).bind(first).execute(&mut *tx).await.expect("first lock");
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                sqlx::query(lock).bind(second).execute(&mut *tx).await.map(drop)
+            }
+        };
+        let (a, b) = tokio::join!(take(key, key + 1), take(key + 1, key));
+        let err = a.err().or(b.err()).expect("Postgres broke the deadlock");
+        let mapped = StrategyError::from(err);
+        assert!(
+            matches!(mapped, StrategyError::Busy { reason: TRANSACTION_CONFLICT, .. }),
+            "{mapped:?}"
+        );
     }
 
     #[test]

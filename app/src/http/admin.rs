@@ -271,6 +271,11 @@ SELECT total_stock,
          AS remaining_stock
 FROM sale";
 
+/// `$1` sale id: locks its bucket rows (none for a sale whose stock is not
+/// split) in bucket order, for [`RESTOCK`] in the same transaction.
+const LOCK_BUCKETS: &str =
+    "SELECT bucket FROM sale_buckets WHERE sale_id = $1 ORDER BY bucket FOR UPDATE";
+
 /// `POST /admin/sales/{id}/restock`: raises total and remaining stock by the
 /// same amount in one statement (the remaining units on the sale row or
 /// spread over its buckets), so the ledger invariant holds throughout.
@@ -293,15 +298,21 @@ pub async fn restock(
     }
     let not_found = || AppError::no_such_sale(id);
     let sale = state.catalog.get(&state.db, id).await?.ok_or_else(not_found)?;
+    let mut tx = state.db.begin().await?;
+    // A split sale's buckets are locked in bucket order first, as
+    // `sql/buckets`' several-bucket purchase locks them, so the two never
+    // wait for each other in a circle.
+    sqlx::query(LOCK_BUCKETS).bind(id.0).execute(&mut *tx).await?;
     let stock: Stock = sqlx::query_as(RESTOCK)
         .bind(id.0)
         .bind(body.units)
         .bind(MAX_UNITS)
-        .fetch_optional(&state.db)
+        .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| {
             InvalidInput::new("units", format!("total stock would exceed {MAX_UNITS}"))
         })?;
+    tx.commit().await?;
     state.strategies.get(sale.strategy).restocked(&sale, body.units).await?;
     tracing::info!(sale_id = id.0, units = body.units, "sale restocked");
     Ok(Json(SaleWithStock { sale: (*sale).clone(), stock }))

@@ -249,10 +249,11 @@ impl Batch {
             return;
         }
         let messages: Vec<PurchaseMessage> = readable.iter().map(|(_, m)| *m).collect();
+        let generation = gate.generation();
         match settle_until_postgres_answers(db, &messages).await {
             Ok(settled) => {
                 record_batch(&messages, &settled);
-                gate.after_batch(&settled).await;
+                gate.after_batch(&settled, generation).await;
                 let last = &readable.last().expect("not empty").0;
                 before_ack(self.settings.failpoint, amqp).await;
                 acknowledge(last, true).await;
@@ -283,10 +284,11 @@ impl Batch {
         delivery: Delivery,
         message: PurchaseMessage,
     ) {
+        let generation = gate.generation();
         let err = match settle_until_postgres_answers(db, std::slice::from_ref(&message)).await {
             Ok(settled) => {
                 record_batch(std::slice::from_ref(&message), &settled);
-                gate.after_batch(&settled).await;
+                gate.after_batch(&settled, generation).await;
                 acknowledge(&delivery, false).await;
                 return;
             }

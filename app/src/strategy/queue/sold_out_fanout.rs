@@ -114,14 +114,24 @@ impl SoldOutGate {
         self.knowledge.lock().expect("sold-out knowledge")
     }
 
-    /// After a committed batch: records what it found of each of its sales
-    /// (the consumer is the only writer that takes stock, so this is the
-    /// newest state there is), and announces the sales it found sold out
-    /// that were not known so.
-    pub async fn after_batch(&self, settled: &Settled) {
+    /// The generation to pass to [`Self::after_batch`]: taken before the
+    /// batch's transaction begins.
+    pub fn generation(&self) -> u64 {
+        self.knowledge().generation
+    }
+
+    /// After a committed batch begun in `generation` ([`Self::generation`]):
+    /// records what it found of each of its sales (the consumer is the only
+    /// writer that takes stock, so this is the newest state there is, unless
+    /// units came back to the sale on this instance since the batch began:
+    /// a return that waited for the batch's row lock commits right after
+    /// it), and announces the sales it found sold out that were not known
+    /// so.
+    pub async fn after_batch(&self, settled: &Settled, generation: u64) {
         for sale in &settled.sales {
             let id = SaleId(sale.sale_id);
-            let news = self.knowledge().learned(id, sale.sold_out, Instant::now());
+            let since = Some(generation);
+            let news = self.knowledge().learned(id, sale.sold_out, since, Instant::now());
             if news && sale.sold_out {
                 self.broadcast(Event::SoldOut { sale_id: sale.sale_id }).await;
             }
@@ -179,8 +189,10 @@ impl SoldOutGate {
     fn apply(&self, event: Event) {
         let mut knowledge = self.knowledge();
         match event {
+            // Another instance's batch, of unknown age against this
+            // instance's reopenings.
             Event::SoldOut { sale_id } => {
-                knowledge.learned(SaleId(sale_id), true, Instant::now());
+                knowledge.learned(SaleId(sale_id), true, None, Instant::now());
             }
             Event::Reopened { sale_id } => knowledge.reopened(SaleId(sale_id), Instant::now()),
         }
@@ -193,8 +205,10 @@ struct Knowledge {
     /// How long an entry is trusted (`SECKILL_SOLD_OUT_FLAG_TTL_MS`).
     ttl: Duration,
     sales: HashMap<SaleId, Known>,
-    /// Bumped by every reopening: a read of Postgres begun before one is
-    /// not recorded (it may have read the stock before the units came back).
+    /// Bumped by every reopening, and kept in the reopened sale's entry: a
+    /// read of Postgres or a batch begun before that sale's reopening is
+    /// not recorded as sold out (it may have read the stock before the
+    /// units came back); another sale's reopening does not matter.
     generation: u64,
     /// When entries older than `ttl` were last dropped.
     pruned: Instant,
@@ -206,6 +220,8 @@ struct Known {
     sold_out: bool,
     /// When it was learned, or when a read to refresh it began.
     at: Instant,
+    /// The generation of the sale's last reopening (0: none known).
+    reopened: u64,
 }
 
 /// The answer of [`Knowledge::look`].
@@ -237,33 +253,54 @@ impl Knowledge {
                 Look::Check(self.generation)
             }
             None => {
-                self.sales.insert(sale, Known { sold_out: false, at: now });
+                self.sales.insert(sale, Known { sold_out: false, at: now, reopened: 0 });
                 Look::Check(self.generation)
             }
         }
     }
 
-    /// Records a read of Postgres begun in `generation`, unless a reopening
-    /// came since.
+    /// Records a read of Postgres begun in `generation`, unless the sale
+    /// was reopened since (its entry then says open, from the reopening).
     fn checked(&mut self, sale: SaleId, sold_out: bool, generation: u64, now: Instant) {
-        if generation == self.generation {
-            self.sales.insert(sale, Known { sold_out, at: now });
+        let reopened = self.sales.get(&sale).map_or(0, |known| known.reopened);
+        if reopened <= generation {
+            self.sales.insert(sale, Known { sold_out, at: now, reopened });
         }
     }
 
-    /// Records news of `sale` (a batch's result, a `sold_out` event).
-    /// Returns whether it changes what was known.
-    fn learned(&mut self, sale: SaleId, sold_out: bool, now: Instant) -> bool {
+    /// Records news of `sale` (a batch's result, a `sold_out` event) begun
+    /// in generation `since` (`None`: unknown, another instance's). News of
+    /// a sold-out sale older than the sale's reopening here is dropped; so
+    /// is news of unknown age of a sale once reopened here while its entry
+    /// says open and is fresh: the next read of Postgres, at most one period
+    /// later, settles it, and until then the gate errs on the side of open
+    /// (a purchase the consumer refuses, never a unit hidden). Returns
+    /// whether it changes what was known.
+    fn learned(&mut self, sale: SaleId, sold_out: bool, since: Option<u64>, now: Instant) -> bool {
         self.prune(now);
-        let before = self.sales.insert(sale, Known { sold_out, at: now });
+        let before = self.sales.get(&sale).copied();
+        let reopened = before.map_or(0, |known| known.reopened);
+        if sold_out
+            && let Some(before) = before
+            && reopened > 0
+        {
+            let stale = match since {
+                Some(since) => reopened > since,
+                None => now.duration_since(before.at) < self.ttl && !before.sold_out,
+            };
+            if stale {
+                return false;
+            }
+        }
+        self.sales.insert(sale, Known { sold_out, at: now, reopened });
         before.is_none_or(|before| before.sold_out != sold_out)
     }
 
     /// Units came back to `sale` (a restock, a return): open, and any read
-    /// of Postgres begun before is ignored.
+    /// of Postgres or batch begun before is not recorded as sold out.
     fn reopened(&mut self, sale: SaleId, now: Instant) {
         self.generation += 1;
-        self.sales.insert(sale, Known { sold_out: false, at: now });
+        self.sales.insert(sale, Known { sold_out: false, at: now, reopened: self.generation });
     }
 
     /// Drops the entries older than one period (no better than none), at
@@ -395,11 +432,55 @@ mod tests {
         let start = Instant::now();
         let mut knowledge = Knowledge::new(TTL, start);
         let sale = SaleId(1);
-        assert!(knowledge.learned(sale, true, start), "first heard");
-        assert!(!knowledge.learned(sale, true, at(start, 10)), "known already");
+        assert!(knowledge.learned(sale, true, Some(0), start), "first heard");
+        assert!(!knowledge.learned(sale, true, Some(0), at(start, 10)), "known already");
         assert_eq!(knowledge.look(sale, at(start, 500)), Look::Known(true));
-        assert!(knowledge.learned(sale, false, at(start, 600)), "a change");
+        assert!(knowledge.learned(sale, false, Some(0), at(start, 600)), "a change");
         assert_eq!(knowledge.look(sale, at(start, 700)), Look::Known(false));
+    }
+
+    #[test]
+    fn another_sales_reopening_does_not_discard_a_read() {
+        let start = Instant::now();
+        let mut knowledge = Knowledge::new(TTL, start);
+        let (sale, other) = (SaleId(1), SaleId(2));
+        let Look::Check(generation) = knowledge.look(sale, start) else { panic!("a check") };
+        knowledge.reopened(other, at(start, 5));
+        knowledge.checked(sale, true, generation, at(start, 10));
+        assert_eq!(knowledge.look(sale, at(start, 20)), Look::Known(true));
+    }
+
+    #[test]
+    fn a_batch_begun_before_a_reopening_does_not_close_the_sale() {
+        let start = Instant::now();
+        let mut knowledge = Knowledge::new(TTL, start);
+        let sale = SaleId(1);
+        // The batch begins; a return waiting for its row lock commits right
+        // after it and reopens; the batch's result (sold out) comes last.
+        let since = knowledge.generation;
+        knowledge.reopened(sale, at(start, 5));
+        assert!(!knowledge.learned(sale, true, Some(since), at(start, 10)), "no news");
+        assert_eq!(knowledge.look(sale, at(start, 20)), Look::Known(false));
+        // A batch begun after the reopening does close it.
+        let since = knowledge.generation;
+        assert!(knowledge.learned(sale, true, Some(since), at(start, 30)));
+        assert_eq!(knowledge.look(sale, at(start, 40)), Look::Known(true));
+    }
+
+    #[test]
+    fn another_instances_sold_out_does_not_close_a_freshly_reopened_sale_here() {
+        let start = Instant::now();
+        let mut knowledge = Knowledge::new(TTL, start);
+        let sale = SaleId(1);
+        knowledge.reopened(sale, start);
+        assert!(!knowledge.learned(sale, true, None, at(start, 100)), "may predate the return");
+        assert_eq!(knowledge.look(sale, at(start, 200)), Look::Known(false));
+        // Once the entry is stale, the event counts (and a read follows a
+        // period later as always).
+        assert!(knowledge.learned(sale, true, None, at(start, 1200)));
+        assert_eq!(knowledge.look(sale, at(start, 1300)), Look::Known(true));
+        // A sale never reopened here takes the event at once.
+        assert!(knowledge.learned(SaleId(2), true, None, at(start, 1300)));
     }
 
     #[test]
@@ -407,7 +488,7 @@ mod tests {
         let start = Instant::now();
         let mut knowledge = Knowledge::new(TTL, start);
         for id in 0..1000 {
-            knowledge.learned(SaleId(id), id % 2 == 0, at(start, 10));
+            knowledge.learned(SaleId(id), id % 2 == 0, None, at(start, 10));
         }
         assert_eq!(knowledge.sales.len(), 1000);
         // Within the period nothing goes; after it, every entry not
