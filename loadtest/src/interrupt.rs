@@ -1,5 +1,6 @@
 //! A comparison cut short: `SIGINT` (Ctrl-C), `SIGTERM` (what `kill`, a CI
-//! runner or a container stop sends) or a panic of the comparison itself.
+//! runner or a container stop sends), `SIGHUP` (its terminal went away) or a
+//! panic of the comparison itself.
 //!
 //! [`supervise`] runs `compare` or `drain-check` until it ends or one of
 //! those happens. On a signal the comparison is dropped where it waits, so
@@ -37,7 +38,7 @@ use crate::descendants;
 /// Why a comparison ended before its end.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cause {
-    /// `SIGINT` or `SIGTERM`, by name, with its number.
+    /// `SIGINT`, `SIGTERM` or `SIGHUP`, by name, with its number.
     Signal(&'static str, i32),
     /// The comparison panicked, with the panic's message.
     Panic(String),
@@ -64,7 +65,7 @@ impl Cause {
     }
 }
 
-/// Runs `work` until it ends, `SIGINT` or `SIGTERM` arrives, or it panics;
+/// Runs `work` until it ends, `SIGINT`, `SIGTERM` or `SIGHUP` arrives, or it panics;
 /// then stops every process left below this one. The signal handlers are
 /// installed before `work` is first polled, so before it starts anything.
 pub async fn supervise<F: Future>(work: F) -> Result<F::Output, Cause> {
@@ -77,20 +78,27 @@ pub async fn supervise<F: Future>(work: F) -> Result<F::Output, Cause> {
 /// (`work` is dropped by then).
 async fn guard<F: Future>(work: F) -> Result<F::Output, Cause> {
     let sigint = catch_sigint();
-    let terminate = signal(SignalKind::terminate());
-    if !sigint || terminate.is_err() {
-        tracing::warn!("could not install the SIGINT and SIGTERM handlers");
+    let (terminate, hangup) = (signal(SignalKind::terminate()), signal(SignalKind::hangup()));
+    if !sigint || terminate.is_err() || hangup.is_err() {
+        tracing::warn!("could not install the SIGINT, SIGTERM and SIGHUP handlers");
     }
-    let sigterm = async {
-        match terminate {
-            Ok(mut terminate) => terminate.recv().await,
-            Err(_) => std::future::pending().await,
-        }
-    };
     tokio::select! {
         ended = catch_panic(work) => ended,
         _ = SIGINT.notified(), if sigint => Err(Cause::Signal("SIGINT", libc::SIGINT)),
-        _ = sigterm => Err(Cause::Signal("SIGTERM", libc::SIGTERM)),
+        _ = received(terminate) => Err(Cause::Signal("SIGTERM", libc::SIGTERM)),
+        // The terminal that started the comparison went away.
+        _ = received(hangup) => Err(Cause::Signal("SIGHUP", libc::SIGHUP)),
+    }
+}
+
+/// Waits for the first signal of `stream`; for ever when it could not be
+/// installed.
+async fn received(stream: std::io::Result<tokio::signal::unix::Signal>) {
+    match stream {
+        Ok(mut stream) => {
+            stream.recv().await;
+        }
+        Err(_) => std::future::pending().await,
     }
 }
 
