@@ -131,6 +131,8 @@ async fn sweep_pass(context: Context<'_>, failpoint: Failpoint) -> Result<usize,
 
 /// The sweep of one instance: a pass every `period` until `stop`.
 pub struct Sweeper {
+    /// The sweep's own pool (`crate::startup::sweep_pool`), closed when the
+    /// sweep stops.
     pub db: PgPool,
     pub catalog: SaleCatalog,
     pub strategies: Strategies,
@@ -147,7 +149,10 @@ impl Sweeper {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => {
+                    self.db.close().await;
+                    return;
+                }
                 _ = ticks.tick() => {}
             }
             let context =

@@ -6,6 +6,7 @@
 mod support;
 
 mod crash;
+mod full_pool;
 mod harness;
 mod lifecycle;
 mod lock_returns;
