@@ -26,6 +26,8 @@ mod run;
 mod scenario;
 mod scrape;
 mod series;
+#[cfg(test)]
+mod source_names;
 mod stats;
 mod steady;
 
