@@ -7,8 +7,9 @@
 //! module may use; the HTTP vocabulary shared by all routes; the strategies;
 //! the purchase path and the audit; the HTTP router; start-up. A new
 //! top-level module must be placed in a layer here before the check passes.
-//! Paths inside comments and string literals do not count; `#[cfg(test)]`
-//! code counts like any other.
+//! Paths inside comments and string literals do not count, nor does a file's
+//! `#[cfg(test)]` part (its unit tests, which sit at its end): the layering
+//! is that of the production code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -66,6 +66,13 @@ pub const REGISTRATION: Registration = Registration {
             compensation and reconciliation",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| Ok(Arc::new(RedisDecr::new(deps))),
+    // Expected correct everywhere (the default): the Redis gate only
+    // filters; the `sql` statement behind it still guards Postgres, and
+    // every failure after the decrement is compensated. A reservation whose
+    // instance died before its order is returned by the reconciler after
+    // its grace, and a counter a restarted Redis lost is warmed again from
+    // Postgres: exact once settled.
+    ..Registration::DEFAULTS
 };
 
 /// The failpoint that fires right after a successful reservation, before

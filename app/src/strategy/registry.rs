@@ -15,7 +15,7 @@ use anyhow::Context;
 use serde::{Deserialize, Deserializer};
 use sqlx::PgPool;
 
-use super::{Backend, REGISTRY, Registration, Strategy, StrategyName, StrategyRoutes};
+use super::{Backend, REFERENCE, REGISTRY, Registration, Strategy, StrategyName, StrategyRoutes};
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::sale::SaleCatalog;
@@ -79,6 +79,9 @@ impl utoipa::ToSchema for StrategyName {}
 
 /// The names of [`REGISTRY`], computed once at compile time.
 const NAMES: [StrategyName; REGISTRY.len()] = {
+    // Evaluated with every build: the checks above are part of the names.
+    let () = NAMES_ARE_UNIQUE;
+    let () = REFERENCE_IS_REGISTERED;
     let mut names = [StrategyName::declare(""); REGISTRY.len()];
     let mut i = 0;
     while i < REGISTRY.len() {
@@ -86,6 +89,57 @@ const NAMES: [StrategyName; REGISTRY.len()] = {
         i += 1;
     }
     names
+};
+
+/// Whether two names are the same, at compile time.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Every registration has a name of its own: two registrations with one name
+/// (or one left at the empty name of `Registration::DEFAULTS`) fail to
+/// compile here.
+const NAMES_ARE_UNIQUE: () = {
+    let mut i = 0;
+    while i < REGISTRY.len() {
+        let name = REGISTRY[i].name.as_str();
+        assert!(!name.is_empty(), "a registration has an empty name");
+        let mut j = i + 1;
+        while j < REGISTRY.len() {
+            assert!(
+                !same(name, REGISTRY[j].name.as_str()),
+                "two registrations in REGISTRY share one name"
+            );
+            j += 1;
+        }
+        i += 1;
+    }
+};
+
+/// The reference strategy is registered, and has the transaction that the
+/// `sql_tps` ceiling issues.
+const REFERENCE_IS_REGISTERED: () = {
+    let mut i = 0;
+    let mut found = false;
+    while i < REGISTRY.len() {
+        if same(REGISTRY[i].name.as_str(), REFERENCE.as_str()) {
+            assert!(REGISTRY[i].transaction.is_some(), "the reference strategy has no transaction");
+            found = true;
+        }
+        i += 1;
+    }
+    assert!(found, "the reference strategy is not in REGISTRY");
 };
 
 impl StrategyName {
@@ -246,6 +300,32 @@ mod tests {
         assert_eq!(unique.len(), names.len(), "{names:?}");
         let slugs: HashSet<String> = names.iter().map(|name| name.slug()).collect();
         assert_eq!(slugs.len(), names.len(), "slugs name report files: {slugs:?}");
+    }
+
+    #[test]
+    fn the_defaults_describe_a_plain_correct_postgres_strategy() {
+        let d = Registration::DEFAULTS;
+        let anywhere = super::super::Conditions {
+            stalls_past_lease: true,
+            instances: 4,
+            fault: Some(super::super::Fault::KillInstance),
+        };
+        assert_eq!((d.expect)(&anywhere), super::super::Expectation::Correct);
+        assert_eq!(d.settles, super::super::Settles::BeforeTheAnswer);
+        assert!(d.ceiling.is_per_unit_transaction());
+        assert_eq!(d.kill, super::super::KillTarget::First);
+        assert!(!d.takes_a_lock && !d.redlock_nodes && d.transaction.is_none());
+        assert!(d.queues.is_none() && d.needs == [Backend::Postgres]);
+    }
+
+    #[test]
+    fn a_registration_that_kills_a_lock_holder_takes_a_lock_and_the_reference_has_a_transaction() {
+        for registration in REGISTRY {
+            if let super::super::KillTarget::LockHolder { key } = registration.kill {
+                assert!(registration.takes_a_lock && !key.is_empty(), "{}", registration.name);
+            }
+        }
+        assert!(super::registration(REFERENCE).transaction.is_some());
     }
 
     #[test]

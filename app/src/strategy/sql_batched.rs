@@ -58,7 +58,6 @@ use super::{
 use crate::sale::{Quantity, Sale, SaleCatalog, SaleId, UserId};
 use crate::web::{AppError, SalePath};
 
-pub mod ceiling;
 pub mod group_commit;
 pub mod settle;
 
@@ -75,6 +74,23 @@ pub const REGISTRATION: Registration = Registration {
             as sql would answer it",
     needs: &[Backend::Postgres],
     build: |deps| Ok(Arc::new(SqlBatched::new(deps))),
+    // Expected correct everywhere (the default): each batch locks the sale
+    // row, applies the `sql` rule to its purchases in arrival order and
+    // takes the units with one guarded update, in one transaction; batches
+    // of several instances serialise on the row.
+    //
+    // Many units per transaction: `sql_tps` does not bound it; its own
+    // batch transaction does (`sql_batched_units_per_s`).
+    ceiling: super::Ceiling::Batches(|db, sale, purchases| {
+        Box::pin(async move {
+            let purchases: Vec<settle::Purchase> = purchases
+                .into_iter()
+                .map(|(user, quantity)| settle::Purchase { user, quantity })
+                .collect();
+            settle::settle(&db, sale, &purchases).await
+        })
+    }),
+    ..Registration::DEFAULTS
 };
 
 /// How often purchases drop the queues idle for longer than

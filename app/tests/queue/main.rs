@@ -12,7 +12,7 @@ mod support;
 mod acks;
 mod batch;
 mod books;
-mod ceiling;
+mod drain;
 mod failover;
 mod faults;
 mod hangups;

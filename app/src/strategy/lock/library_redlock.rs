@@ -42,6 +42,11 @@ pub const REGISTRATION: Registration = Registration {
         let lock = RedlockLock::new(urls, &deps.redis.prefix, NAME, hold)?;
         Ok(Shared::of(deps).fenced(NAME, lock))
     },
+    // Expected correct everywhere (the default): a quorum of nodes, renewed
+    // and fenced like `lock/fenced`.
+    takes_a_lock: true,
+    redlock_nodes: true,
+    ..Registration::DEFAULTS
 };
 
 /// The shortest lease used: twice the default per-node timeout (50 ms) plus

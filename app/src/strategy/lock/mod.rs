@@ -64,7 +64,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::naive::{self, Attempt, WriteGuard};
 use super::{
-    Claim, Deps, Outcome, Returned, Strategy, StrategyError, StrategyName, StrategyRoutes,
+    Claim, Conditions, Deps, Expectation, Fault, Outcome, Returned, Strategy, StrategyError,
+    StrategyName, StrategyRoutes,
 };
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
@@ -127,6 +128,23 @@ pub enum Release {
     Released,
     /// The lock was no longer ours: the lease ran out first.
     NotHeld,
+}
+
+/// The expectation of a lease lock without renewal (`lock/ttl`, and
+/// `lock/token`, whose owner token makes the release safe but not a write
+/// after the lease): a stall past the lease lets a second holder enter while
+/// the first still writes. A stopped instance is such a stall when it stops
+/// inside the critical section, and a Redis restarted empty forgets every
+/// lock: either may let a second holder in. A killed holder's lease
+/// expires.
+pub(crate) fn stalls_outlive_the_lease(on: &Conditions) -> Expectation {
+    if on.stalls_past_lease {
+        return Expectation::Breaks;
+    }
+    match on.fault {
+        Some(Fault::PauseInstance | Fault::RedisRestart) => Expectation::MayBreak,
+        _ => Expectation::Correct,
+    }
 }
 
 /// The lease of `sale`'s lock, milliseconds (`sales.lock_lease_ms`, > 0).

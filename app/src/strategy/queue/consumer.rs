@@ -58,6 +58,7 @@ use super::{PurchaseMessage, Topology};
 use crate::backends::{AmqpHandle, count_amqp_messages};
 use crate::config::Config;
 use crate::strategy::StrategyError;
+use crate::strategy::descriptor::DrainTimes;
 
 /// Batching settings of a consumer.
 #[derive(Debug, Clone, Copy)]
@@ -477,29 +478,12 @@ fn record_batch(messages: &[PurchaseMessage], settled: &Settled) {
     }
 }
 
-/// Where the time of a [`drain`] went: what the consumer waits on when
-/// the drain is slower than it should be.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct DrainTimes {
-    /// Messages settled.
-    pub settled: u64,
-    /// Transactions (batches).
-    pub batches: u64,
-    /// Seconds waiting for the first delivery of a batch.
-    pub waiting_s: f64,
-    /// Seconds collecting the rest of a batch (at most the window each).
-    pub collecting_s: f64,
-    /// Seconds in the settling transactions.
-    pub settling_s: f64,
-    /// Seconds acknowledging.
-    pub acking_s: f64,
-}
-
 /// Settles every message of a pre-filled queue with the consumer's batching,
-/// without HTTP: the `queue_drain_units_per_s` ceiling. Returns the messages
+/// without HTTP: the `queue_drain_units_per_s` ceiling's drain
+/// ([`super::REGISTRATION`]'s `ceiling`). Returns the messages
 /// settled and where the time went; stops once the queue stayed empty for
 /// `idle`, and closes `channel`.
-pub(crate) async fn drain(
+pub(super) async fn drain(
     db: &PgPool,
     channel: &Channel,
     queue: &str,

@@ -56,14 +56,17 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
+use futures_util::future::BoxFuture;
+
+use super::descriptor::{Batching, DrainRun, DrainTimes};
 use super::{
-    Backend, Claim, Deps, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
-    StrategyRoutes,
+    Backend, Ceiling, Claim, Deps, DrainBench, KillTarget, Outcome, Queues, Registration, Returned,
+    Settles, Strategy, StrategyError, StrategyName, StrategyRoutes,
 };
 use crate::backends::AmqpHandle;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
+use consumer::ConsumerSettings;
 
-pub mod ceiling;
 pub mod consumer;
 pub mod dead_letters;
 pub mod publisher;
@@ -89,7 +92,74 @@ pub const REGISTRATION: Registration = Registration {
             consumer per partition settles batches in one transaction each",
     needs: &[Backend::Postgres, Backend::Rabbitmq],
     build: |deps| Ok(Arc::new(Queue::new(deps)?)),
+    // Expected correct everywhere (the default): one active consumer per
+    // partition settles each batch in one guarded Postgres transaction;
+    // every accepted request is resolved. A killed consumer's
+    // unacknowledged messages are redelivered to the next one, and a
+    // redelivered request settles once (its row is idempotent); a `202` is
+    // answered only after the publisher confirm, so a restarted broker
+    // still holds every accepted request in its quorum queue.
+    settles: Settles::AfterTheAnswer,
+    ceiling: Ceiling::Drain(DRAIN),
+    // Its consumer is where a kill hits: the active one's batches are lost
+    // and redelivered.
+    kill: KillTarget::ActiveConsumer { batches_metric: crate::metric_names::QUEUE_BATCH_SIZE },
+    queues: Some(Queues {
+        declare: |prefix, amqp_url| {
+            Box::pin(async move { environment_topology(prefix).declare_at(amqp_url).await })
+        },
+        delete: |prefix, amqp_url| {
+            Box::pin(async move { environment_topology(prefix).delete_at(amqp_url).await })
+        },
+    }),
+    ..Registration::DEFAULTS
 };
+
+/// The queues of `prefix` as processes started from this environment
+/// declare them (its `SECKILL_QUEUE_*` variables, else the defaults).
+fn environment_topology(prefix: &str) -> Topology {
+    let config = crate::config::Config::from_env();
+    Topology::new(
+        prefix,
+        config.queue_partitions,
+        config.queue_max_length,
+        config.queue_delivery_limit,
+    )
+}
+
+/// The hooks of the drain benchmark (`queue_drain_units_per_s`): the
+/// message of one purchase, and the consumer's own batching and transaction
+/// on a queue of them.
+const DRAIN: DrainBench = DrainBench {
+    message: |sale, user, quantity| {
+        let message = PurchaseMessage {
+            request_id: Uuid::new_v4(),
+            sale_id: sale.0,
+            user_id: user.get(),
+            quantity: quantity.get(),
+        };
+        serde_json::to_vec(&message).expect("a purchase message serializes")
+    },
+    drain: drain_queue,
+    batching: || {
+        let settings = ConsumerSettings::from_config(&crate::config::Config::from_env());
+        Batching { batch_size: settings.batch_size, window: settings.window }
+    },
+};
+
+/// [`DrainBench::drain`]: the consumer's drain with `run.batching`, ending
+/// once the queue stayed empty for 5 s.
+fn drain_queue(run: DrainRun<'_>) -> BoxFuture<'_, anyhow::Result<DrainTimes>> {
+    let settings = ConsumerSettings {
+        batch_size: run.batching.batch_size,
+        window: run.batching.window,
+        // A drain settles once and never rejects: the limit does not apply.
+        delivery_limit: u32::MAX,
+        failpoint: None,
+    };
+    let idle = Duration::from_secs(5);
+    Box::pin(consumer::drain(run.db, run.channel, run.queue, settings, idle, run.expected))
+}
 
 /// The body of one message: a request to settle. JSON, persistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
