@@ -172,9 +172,9 @@ async fn delete_queues(prefix: &str, amqp_url: &str) {
     let defaults = seckill::config::Config::from_env();
     let topology = seckill::strategy::queue::Topology::new(
         prefix,
-        defaults.queue_partitions,
-        defaults.queue_max_length,
-        defaults.queue_delivery_limit,
+        defaults.strategies.queue.partitions,
+        defaults.strategies.queue.max_length,
+        defaults.strategies.queue.delivery_limit,
     );
     let deleted = tokio::time::timeout(Duration::from_secs(10), topology.delete_at(amqp_url));
     match deleted.await {
@@ -504,7 +504,8 @@ async fn measure(
 /// The consumer settings of the instances (the service's defaults, read
 /// from the same environment the instances inherit).
 fn consumer_settings() -> ConsumerSettings {
-    ConsumerSettings::from_config(&seckill::config::Config::from_env())
+    let config = seckill::config::Config::from_env();
+    ConsumerSettings::from_settings(&config.strategies.queue, config.failpoints.as_deref())
 }
 
 /// Purchases in the drain ceiling's queue: `ceiling_duration × 20 000`, at
