@@ -13,7 +13,9 @@
 //!   what a strategy answers;
 //! - [`backend_probe`]: a timeout of a backing server told apart as
 //!   overload (`busy`) or outage (`unavailable`);
-//! - [`startup`]: database preparation and the server.
+//! - [`startup`]: database preparation and the server;
+//! - [`config`]: the command line of `seckill serve`, composed of the
+//!   settings each part defines next to its code.
 //!
 //! Modules import only from their own layer or below (vocabulary, then
 //! `web`, then the strategies, then the purchase path and the audit, then
@@ -22,6 +24,7 @@
 pub mod audit;
 pub mod backend_probe;
 pub mod backends;
+pub mod bounds;
 pub mod buyer_token;
 pub mod config;
 pub mod http;

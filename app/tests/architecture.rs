@@ -23,7 +23,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "strategy_name",
             "sale",
             "outcome",
-            "config",
+            // Bounds every settings section shares.
+            "bounds",
             "telemetry",
             "backends",
             // Buyer tokens (JWT), known to the configuration and the load test.
@@ -38,7 +39,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("strategies", &["strategy"]),
     ("purchase path and audit", &["purchase", "known_buyers", "audit", "lifecycle"]),
     ("HTTP router", &["http"]),
-    ("start-up", &["startup"]),
+    // The configuration composes the settings each layer below defines.
+    ("start-up", &["startup", "config"]),
 ];
 
 /// `crate::x::…` imports of each top-level module: module → imported modules.

@@ -35,7 +35,7 @@ async fn the_service_keeps_its_openapi_contract_under_schemathesis() {
     let redlock = nodes.iter().map(RedisServer::url).collect::<Vec<_>>().join(",");
     let prefix = format!("test-contract-{}", uuid::Uuid::new_v4().simple());
     let service = seckill_child(&[
-        ("REDLOCK_URLS", redlock),
+        ("SECKILL_LOCK_REDLOCK_URLS", redlock),
         ("SECKILL_REDIS_PREFIX", prefix.clone()),
         ("SECKILL_AMQP_PREFIX", prefix.clone()),
         ("RUST_LOG", "warn".to_owned()),
@@ -75,9 +75,9 @@ async fn delete_queues(prefix: &str) {
     let config = Config::defaults();
     let topology = Topology::new(
         prefix,
-        config.queue_partitions,
-        config.queue_max_length,
-        config.queue_delivery_limit,
+        config.strategies.queue.partitions,
+        config.strategies.queue.max_length,
+        config.strategies.queue.delivery_limit,
     );
     let url = test_support::amqp_url();
     let conn = Connection::connect(&url, ConnectionProperties::default()).await.unwrap();

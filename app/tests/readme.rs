@@ -71,7 +71,8 @@ async fn the_readme_walkthrough_buys_from_the_sale_it_created_on_a_database_with
     let database = scratch_database().await;
     // Leftovers, as a comparison or an earlier try leaves them: user 42 has
     // already bought from sale 1, so a walkthrough aimed at sale 1 gets 409.
-    let earlier = TestApp::spawn_with(|config| config.database_url = database.clone()).await;
+    let earlier =
+        TestApp::spawn_with(|config| config.backends.database_url = database.clone()).await;
     let leftover = earlier.sale("sql", 1_000_000).await;
     earlier.create_sale(json!({ "name": "another", "stock": 5, "strategy": "sql" })).await;
     assert_eq!(earlier.buy(leftover, 42).await.status(), reqwest::StatusCode::CREATED);

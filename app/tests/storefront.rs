@@ -157,9 +157,9 @@ async fn a_queue_purchase_shows_queued_then_the_order_once_settled() {
     let queue_config = |consume: bool| {
         let prefix = prefix.clone();
         move |config: &mut Config| {
-            config.amqp_prefix = prefix;
-            config.queue_partitions = 1;
-            config.queue_consume = consume;
+            config.backends.amqp_prefix = prefix;
+            config.strategies.queue.partitions = 1;
+            config.strategies.queue.consume = consume;
         }
     };
     // The page's instance runs no consumer: the purchase stays queued.
@@ -182,8 +182,13 @@ async fn a_queue_purchase_shows_queued_then_the_order_once_settled() {
     shoot(&browser, "queue-placed").await;
 
     let config = Config::from_env();
-    let topology = Topology::new(&prefix, 1, config.queue_max_length, config.queue_delivery_limit);
-    topology.delete_at(&config.amqp_url).await.expect("the test's queues are deleted");
+    let topology = Topology::new(
+        &prefix,
+        1,
+        config.strategies.queue.max_length,
+        config.strategies.queue.delivery_limit,
+    );
+    topology.delete_at(&config.backends.amqp_url).await.expect("the test's queues are deleted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,14 +227,14 @@ async fn a_busy_answer_is_retried_after_its_retry_after_and_then_placed() {
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
     let redis_prefix = prefix.clone();
     let app = TestApp::spawn_with(move |config| {
-        config.redis_key_prefix = redis_prefix;
-        config.lock_wait_ms = 100;
+        config.backends.redis_prefix = redis_prefix;
+        config.strategies.lock.wait_ms = 100;
     })
     .await;
     let sale = sale(&app, json!({ "name": "Busy", "stock": 3, "strategy": "lock/setnx" })).await;
     // Someone holds the sale's lock: a purchase waits 100 ms for it, then is
     // answered `503 busy` with `Retry-After: 1`.
-    let redis = redis::Client::open(Config::from_env().redis_url).unwrap();
+    let redis = redis::Client::open(Config::from_env().backends.redis_url).unwrap();
     let mut redis = redis.get_multiplexed_async_connection().await.unwrap();
     let key = format!("{prefix}:{{sale:{sale}}}:lock:setnx");
     let _: () = redis::cmd("SET").arg(&key).arg(1).query_async(&mut redis).await.unwrap();

@@ -186,7 +186,7 @@ pub struct DrainCeiling {
     pub samples: Vec<f64>,
     /// Purchases in the queue.
     pub units: u64,
-    /// The consumer's largest batch (`SECKILL_QUEUE_BATCH_SIZE` of the
+    /// The consumer's largest batch (`SECKILL_QUEUE_BATCH_MAX` of the
     /// instances).
     pub batch_size: u16,
     /// `value ÷ sql_tps.value`, the median over rounds of each round's

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
-use seckill::config::BuyerAuthMode;
-use seckill::strategy::REGISTRY;
+use seckill::backends;
+use seckill::config::{self, BuyerAuthMode};
+use seckill::http::settings as http_settings;
+use seckill::strategy::{REGISTRY, lock};
 
 use crate::balancer::Balancer;
 use crate::port::free_port;
@@ -69,7 +71,7 @@ impl Launch {
         command
             .arg("serve")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
+            .env(http_settings::ADDR_ENV, format!("127.0.0.1:{port}"))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -87,11 +89,11 @@ pub struct RedlockNodes {
 }
 
 impl RedlockNodes {
-    /// `REDLOCK_URLS` when set; otherwise, when `redis-server` is installed,
+    /// `SECKILL_LOCK_REDLOCK_URLS` when set; otherwise, when `redis-server` is installed,
     /// three nodes started on free ports with nothing kept on disk; otherwise
     /// an error that says what to set.
     pub async fn start(out: &Path) -> anyhow::Result<RedlockNodes> {
-        if let Ok(urls) = std::env::var("REDLOCK_URLS") {
+        if let Ok(urls) = std::env::var(lock::REDLOCK_URLS_ENV) {
             let urls = urls.split(',').map(|u| u.trim().to_owned()).collect();
             return Ok(RedlockNodes { urls, _children: vec![] });
         }
@@ -112,9 +114,10 @@ impl RedlockNodes {
                 .spawn()
                 .with_context(|| {
                     format!(
-                        "{} need independent Redis nodes: set REDLOCK_URLS, or install \
+                        "{} need independent Redis nodes: set {}, or install \
                          redis-server so that the load test starts three",
-                        needing_nodes()
+                        needing_nodes(),
+                        lock::REDLOCK_URLS_ENV
                     )
                 })?;
             children.push(child);
@@ -159,7 +162,7 @@ pub struct InstanceSettings<'a> {
 
 impl Instances {
     /// Starts `args.instances` processes (or adopts the targets); `redlock`
-    /// is passed as their `REDLOCK_URLS`.
+    /// is passed as their `SECKILL_LOCK_REDLOCK_URLS`.
     pub async fn start(
         args: &InstanceSettings<'_>,
         redlock: Option<&RedlockNodes>,
@@ -180,18 +183,18 @@ impl Instances {
         let buyer_key = buyer_auth
             .then(|| format!("{:032x}{:032x}", rand::random::<u128>(), rand::random::<u128>()));
         let mut env: Vec<(String, String)> = vec![
-            ("DATABASE_URL".into(), args.database_url.to_owned()),
-            ("REDIS_URL".into(), args.redis_url.to_owned()),
-            ("AMQP_URL".into(), args.amqp_url.to_owned()),
-            ("SECKILL_ADMIN_TOKEN".into(), admin_token.clone()),
-            ("SECKILL_REDIS_PREFIX".into(), redis_prefix.clone()),
-            ("SECKILL_AMQP_PREFIX".into(), amqp_prefix.clone()),
-            ("SECKILL_DB_POOL_SIZE".into(), args.pool_size.to_string()),
+            (backends::DATABASE_URL_ENV.into(), args.database_url.to_owned()),
+            (backends::REDIS_URL_ENV.into(), args.redis_url.to_owned()),
+            (backends::AMQP_URL_ENV.into(), args.amqp_url.to_owned()),
+            (config::ADMIN_TOKEN_ENV.into(), admin_token.clone()),
+            (backends::REDIS_PREFIX_ENV.into(), redis_prefix.clone()),
+            (backends::AMQP_PREFIX_ENV.into(), amqp_prefix.clone()),
+            (backends::DB_POOL_SIZE_ENV.into(), args.pool_size.to_string()),
             ("RUST_LOG".into(), std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())),
         ];
-        env.push(("SECKILL_BUYER_AUTH".into(), if buyer_auth { "on" } else { "off" }.into()));
-        env.extend(buyer_key.iter().map(|key| ("SECKILL_BUYER_JWT_KEY".to_owned(), key.clone())));
-        env.extend(redlock.map(|nodes| ("REDLOCK_URLS".to_owned(), nodes.urls.join(","))));
+        env.push((config::BUYER_AUTH_ENV.into(), if buyer_auth { "on" } else { "off" }.into()));
+        env.extend(buyer_key.iter().map(|key| (config::BUYER_JWT_KEY_ENV.to_owned(), key.clone())));
+        env.extend(redlock.map(|nodes| (lock::REDLOCK_URLS_ENV.to_owned(), nodes.urls.join(","))));
         let launch = Launch { bin, env, out: args.out.to_owned() };
         let mut urls = Vec::new();
         let mut children = Vec::new();
@@ -235,17 +238,17 @@ impl Instances {
     async fn adopt(args: &InstanceSettings<'_>) -> anyhow::Result<Instances> {
         let urls: Vec<String> =
             args.targets.iter().map(|u| u.trim_end_matches('/').to_owned()).collect();
-        let admin_token = std::env::var("SECKILL_ADMIN_TOKEN")
+        let admin_token = std::env::var(config::ADMIN_TOKEN_ENV)
             .unwrap_or_else(|_| seckill::config::DEV_ADMIN_TOKEN.to_owned());
         for url in &urls {
             wait_ready(url, Duration::from_secs(10)).await?;
         }
         let pool_connections = args.pool_size * urls.len() as u32;
         let amqp_prefix =
-            std::env::var("SECKILL_AMQP_PREFIX").unwrap_or_else(|_| "seckill".to_owned());
+            std::env::var(backends::AMQP_PREFIX_ENV).unwrap_or_else(|_| "seckill".to_owned());
         let buyer_key = match args.buyer_auth {
             BuyerAuthMode::Off => None,
-            BuyerAuthMode::On => Some(std::env::var("SECKILL_BUYER_JWT_KEY").context(
+            BuyerAuthMode::On => Some(std::env::var(config::BUYER_JWT_KEY_ENV).context(
                 "--buyer-auth on with --target signs buyer tokens with SECKILL_BUYER_JWT_KEY \
                  (the services' HS256 key): set it",
             )?),

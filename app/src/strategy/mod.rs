@@ -37,6 +37,7 @@ pub mod naive;
 pub mod queue;
 pub mod redis_decr;
 mod registry;
+mod settings;
 pub mod sql;
 pub mod sql_batched;
 pub mod sql_buckets;
@@ -47,6 +48,7 @@ pub use descriptor::{
     UnitTransaction,
 };
 pub use registry::{Deps, Strategies, UnknownStrategy, registration};
+pub use settings::StrategySettings;
 
 /// Every strategy of the service, in the order the comparison reports them.
 /// Registering a strategy is its one line here. Two registrations with one
@@ -92,8 +94,10 @@ pub struct Registration {
     /// them before it starts and reports Redis round trips or AMQP messages
     /// per unit only for strategies that need that server.
     pub needs: &'static [Backend],
-    /// Builds the strategy of one process. Errors: a configuration it cannot
-    /// work with (e.g. a malformed `REDLOCK_URLS`).
+    /// Builds the strategy of one process. A strategy with settings reads
+    /// its own section of `Deps::settings` here and nothing else of the
+    /// configuration. Errors: settings it cannot work with (e.g. a malformed
+    /// `SECKILL_LOCK_REDLOCK_URLS`).
     pub build: fn(&Deps) -> anyhow::Result<Arc<dyn Strategy>>,
     /// What a comparison expects of it under the conditions of a run.
     /// Default: correct under every condition.

@@ -45,6 +45,7 @@ use super::{
     StrategyName,
 };
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
+use crate::bounds::MAX_MS;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod counter;
@@ -65,7 +66,7 @@ pub const REGISTRATION: Registration = Registration {
     about: "a Redis DECRBY gate (Lua, per-user de-duplication), then the sql transaction; \
             compensation and reconciliation",
     needs: &[Backend::Postgres, Backend::Redis],
-    build: |deps| Ok(Arc::new(RedisDecr::new(deps))),
+    build: |deps| Ok(Arc::new(RedisDecr::new(deps, &deps.settings.redis_decr))),
     // Expected correct everywhere (the default): the Redis gate only
     // filters; the `sql` statement behind it still guards Postgres, and
     // every failure after the decrement is compensated. A reservation whose
@@ -119,6 +120,52 @@ impl AfterReserve {
     }
 }
 
+/// Settings of the `redis-decr` strategy (`SECKILL_REDIS_DECR_*`), its part
+/// of `crate::strategy::StrategySettings`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Strategy redis-decr")]
+#[group(id = "redis-decr")]
+pub struct Settings {
+    /// The period of the background reconciliation, in
+    /// milliseconds: one pass over the sales this Redis prefix holds per
+    /// period, run by one instance of those sharing the prefix; 0 turns the
+    /// background job off (`POST /admin/sales/{id}/reconcile` still works).
+    #[arg(
+        id = "REDIS_DECR_RECONCILE_INTERVAL_MS",
+        long = "redis-decr-reconcile-interval-ms",
+        env = "SECKILL_REDIS_DECR_RECONCILE_INTERVAL_MS",
+        default_value_t = 5000,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_MS)
+    )]
+    pub reconcile_interval_ms: u64,
+
+    /// Age in milliseconds after which a reservation without an
+    /// order counts as abandoned and is returned. Must exceed the longest
+    /// purchase (pool wait `SECKILL_DB_ACQUIRE_TIMEOUT_MS` plus the
+    /// transaction), or a slow purchase's unit is returned while it commits.
+    #[arg(
+        id = "REDIS_DECR_RECONCILE_GRACE_MS",
+        long = "redis-decr-reconcile-grace-ms",
+        env = "SECKILL_REDIS_DECR_RECONCILE_GRACE_MS",
+        default_value_t = 15000,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_MS)
+    )]
+    pub reconcile_grace_ms: u64,
+
+    /// Milliseconds the Redis keys of a sale are kept once the
+    /// reconciler found it ended or sold out with its books settled; it then
+    /// stops visiting the sale. A restock or a purchase that warms the
+    /// counter again keeps the keys. Default: 1 hour.
+    #[arg(
+        id = "REDIS_DECR_KEY_TTL_MS",
+        long = "redis-decr-key-ttl-ms",
+        env = "SECKILL_REDIS_DECR_KEY_TTL_MS",
+        default_value_t = 3_600_000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub key_ttl_ms: u64,
+}
+
 /// The `redis-decr` strategy; one per process, built from the shared pool,
 /// Redis handle and configuration.
 pub struct RedisDecr {
@@ -154,21 +201,22 @@ impl std::ops::Deref for RedisDecr {
 }
 
 impl RedisDecr {
-    pub fn new(deps: &Deps) -> Self {
-        let config = &deps.config;
+    /// The strategy of one process, with `settings` (its part of the
+    /// strategies' settings) over the connections of `deps`.
+    pub fn new(deps: &Deps, settings: &Settings) -> Self {
         let core = Core {
             db: deps.db.clone(),
             sql: Arc::new(Sql::new(deps.db.clone())),
             redis: deps.redis.clone(),
-            flags: Arc::new(SoldOutFlags::new(Duration::from_millis(config.sold_out_flag_ttl_ms))),
-            failpoint: AfterReserve::from_config(config.failpoints.as_deref()),
+            flags: Arc::new(SoldOutFlags::new(deps.settings.sold_out_flag_ttl())),
+            failpoint: AfterReserve::from_config(deps.failpoints.as_deref()),
         };
         Self {
             core: Arc::new(core),
-            grace_ms: i64::try_from(config.reconcile_grace_ms).unwrap_or(i64::MAX),
-            key_ttl_ms: config.redis_key_ttl_ms,
-            interval: Duration::from_millis(config.reconcile_interval_ms),
-            instance: config.instance().to_owned(),
+            grace_ms: i64::try_from(settings.reconcile_grace_ms).unwrap_or(i64::MAX),
+            key_ttl_ms: settings.key_ttl_ms,
+            interval: Duration::from_millis(settings.reconcile_interval_ms),
+            instance: deps.instance.clone(),
         }
     }
 }

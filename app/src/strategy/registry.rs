@@ -15,9 +15,9 @@ use anyhow::Context;
 use serde::{Deserialize, Deserializer};
 use sqlx::PgPool;
 
+use super::StrategySettings;
 use super::{Backend, REFERENCE, REGISTRY, Registration, Strategy, StrategyName, StrategyRoutes};
-use crate::backends::{AmqpHandle, RedisHandle};
-use crate::config::Config;
+use crate::backends::{AmqpHandle, BackendSettings, RedisHandle};
 use crate::sale::SaleCatalog;
 
 /// A strategy name that no registered strategy has. Its message lists the
@@ -173,8 +173,17 @@ pub struct Deps {
     pub redis: RedisHandle,
     /// The process's RabbitMQ handle, connected on first use.
     pub amqp: AmqpHandle,
-    /// The service's configuration.
-    pub config: Arc<Config>,
+    /// The strategies' settings; a strategy reads its own section.
+    pub settings: Arc<StrategySettings>,
+    /// Where the backing servers are, for a strategy that opens connections
+    /// of its own (`queue`'s second pool), and their namespaces.
+    pub backends: Arc<BackendSettings>,
+    /// This instance's name (`SECKILL_INSTANCE`), the `instance` label of
+    /// per-instance metrics; `unnamed` unless [`Deps::for_instance`] says.
+    pub instance: String,
+    /// `SECKILL_FAILPOINTS` (tests only); none unless [`Deps::for_instance`]
+    /// says.
+    pub failpoints: Option<String>,
     /// The process's sale catalogue (routes of a strategy answer `404` for an
     /// unknown sale from it).
     pub catalog: SaleCatalog,
@@ -183,15 +192,34 @@ pub struct Deps {
 }
 
 impl Deps {
-    /// Dependencies with no shared part made yet.
+    /// Dependencies with no shared part made yet: the connections, the
+    /// strategies' `settings` and the `backends` they were made from
+    /// (`crate::config::Config::deps` makes them from the configuration).
     pub fn new(
         db: PgPool,
         redis: RedisHandle,
         amqp: AmqpHandle,
-        config: Arc<Config>,
         catalog: SaleCatalog,
+        settings: StrategySettings,
+        backends: BackendSettings,
     ) -> Self {
-        Self { db, redis, amqp, config, catalog, shared: Default::default() }
+        Self {
+            db,
+            redis,
+            amqp,
+            settings: Arc::new(settings),
+            backends: Arc::new(backends),
+            instance: "unnamed".to_owned(),
+            failpoints: None,
+            catalog,
+            shared: Default::default(),
+        }
+    }
+
+    /// These dependencies for the instance named `instance`, with the
+    /// failpoints `failpoints` (`SECKILL_FAILPOINTS`) armed.
+    pub fn for_instance(self, instance: &str, failpoints: Option<&str>) -> Self {
+        Self { instance: instance.to_owned(), failpoints: failpoints.map(str::to_owned), ..self }
     }
 
     /// The one `T` that the strategies built from these dependencies share
@@ -220,8 +248,8 @@ impl Strategies {
     /// Builds every registered strategy, then collects their routes (those
     /// of one key once).
     ///
-    /// Errors: a strategy that cannot be built from this configuration (e.g.
-    /// a malformed `REDLOCK_URLS`), named in the message.
+    /// Errors: a strategy that cannot be built from its settings (e.g. a
+    /// malformed `SECKILL_LOCK_REDLOCK_URLS`), named in the message.
     pub fn new(deps: &Deps) -> anyhow::Result<Self> {
         let mut built = HashMap::with_capacity(REGISTRY.len());
         let mut routes: Vec<StrategyRoutes> = Vec::new();

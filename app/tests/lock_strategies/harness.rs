@@ -36,9 +36,9 @@ pub async fn spawn(prefix: &str, wait_ms: u64) -> TestApp {
 pub async fn spawn_on(url: &str, prefix: &str, wait_ms: u64) -> TestApp {
     let (url, prefix) = (url.to_owned(), prefix.to_owned());
     TestApp::spawn_with(move |config| {
-        config.redis_url = url;
-        config.redis_key_prefix = prefix;
-        config.lock_wait_ms = wait_ms;
+        config.backends.redis_url = url;
+        config.backends.redis_prefix = prefix;
+        config.strategies.lock.wait_ms = wait_ms;
     })
     .await
 }
@@ -59,10 +59,10 @@ pub async fn spawn_on_nodes_with(
     let (url, prefix) = (url.to_owned(), prefix.to_owned());
     let urls = nodes.iter().map(RedisServer::url).collect();
     TestApp::spawn_with(move |config| {
-        config.redis_url = url;
-        config.redis_key_prefix = prefix;
-        config.lock_wait_ms = wait_ms;
-        config.redlock_urls = urls;
+        config.backends.redis_url = url;
+        config.backends.redis_prefix = prefix;
+        config.strategies.lock.wait_ms = wait_ms;
+        config.strategies.lock.redlock_urls = urls;
     })
     .await
 }

@@ -38,13 +38,13 @@ async fn spawn_with_hold(nodes: &[RedisServer]) -> TestApp {
     let (prefix, urls): (_, Vec<_>) =
         (unique_prefix(), nodes.iter().map(RedisServer::url).collect());
     TestApp::spawn_with(move |config| {
-        config.redis_url = REDIS_URL.to_owned();
-        config.redis_key_prefix = prefix;
+        config.backends.redis_url = REDIS_URL.to_owned();
+        config.backends.redis_prefix = prefix;
         if !urls.is_empty() {
-            config.redlock_urls = urls;
+            config.strategies.lock.redlock_urls = urls;
         }
-        config.lock_wait_ms = WAIT.as_millis() as u64;
-        config.lock_hold_ms = HOLD.as_millis() as u64;
+        config.strategies.lock.wait_ms = WAIT.as_millis() as u64;
+        config.strategies.lock.hold_ms = HOLD.as_millis() as u64;
     })
     .await
 }

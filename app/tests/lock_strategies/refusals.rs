@@ -29,13 +29,13 @@ async fn service(prefix: &str, nodes: &[RedisServer]) -> TestApp {
     let (prefix, urls): (_, Vec<_>) =
         (prefix.to_owned(), nodes.iter().map(RedisServer::url).collect());
     TestApp::spawn_with(move |config| {
-        config.redis_url = SHARED_REDIS.to_owned();
-        config.redis_key_prefix = prefix;
+        config.backends.redis_url = SHARED_REDIS.to_owned();
+        config.backends.redis_prefix = prefix;
         if !urls.is_empty() {
-            config.redlock_urls = urls;
+            config.strategies.lock.redlock_urls = urls;
         }
-        config.lock_wait_ms = 5_000;
-        config.lock_hold_ms = 120_000;
+        config.strategies.lock.wait_ms = 5_000;
+        config.strategies.lock.hold_ms = 120_000;
     })
     .await
 }

@@ -37,12 +37,12 @@ async fn an_expiry_returns_its_unit_while_slow_buyers_hold_every_connection() {
     let url = private_database_url("full_pool");
     let database = url.clone();
     let app = TestApp::spawn_with(move |config| {
-        config.database_url = database;
-        config.db_pool_size = 2;
+        config.backends.database_url = database;
+        config.backends.db_pool_size = 2;
         // The slow purchases and the ones queued behind them wait, not fail.
-        config.db_acquire_timeout_ms = 60_000;
-        config.request_timeout_ms = 60_000;
-        config.expiry_sweep_interval_ms = SWEEP_MS;
+        config.backends.db_acquire_timeout_ms = 60_000;
+        config.http.request_timeout_ms = 60_000;
+        config.lifecycle.expiry_sweep_interval_ms = SWEEP_MS;
     })
     .await;
     let returning = window_sale(&app, "sql", 1, WINDOW_MS).await;

@@ -1,7 +1,6 @@
 //! What the lifecycle tests share: sales with a payment window, purchases
 //! that return their order id, and the order routes.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::{Response, StatusCode};
@@ -9,7 +8,7 @@ use seckill::backends::{AmqpHandle, RedisHandle};
 use seckill::config::Config;
 use seckill::lifecycle::Context;
 use seckill::sale::SaleCatalog;
-use seckill::strategy::{Deps, Strategies};
+use seckill::strategy::Strategies;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -107,16 +106,19 @@ impl Sweeps {
     /// shared test database).
     pub async fn on(url: &str) -> Self {
         let mut config = Config::defaults();
-        config.database_url = url.to_owned();
-        config.redis_url = test_support::redis_url();
-        config.amqp_url = test_support::amqp_url();
-        config.redis_key_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
-        config.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        config.backends.database_url = url.to_owned();
+        config.backends.redis_url = test_support::redis_url();
+        config.backends.amqp_url = test_support::amqp_url();
+        config.backends.redis_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        config.backends.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
         let db = PgPool::connect(url).await.unwrap();
-        let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone()).unwrap();
-        let amqp = AmqpHandle::new(config.amqp_url.clone(), config.amqp_prefix.clone());
+        let redis =
+            RedisHandle::new(&config.backends.redis_url, config.backends.redis_prefix.clone())
+                .unwrap();
+        let amqp =
+            AmqpHandle::new(config.backends.amqp_url.clone(), config.backends.amqp_prefix.clone());
         let catalog = SaleCatalog::default();
-        let deps = Deps::new(db.clone(), redis, amqp, Arc::new(config), catalog.clone());
+        let deps = config.deps(db.clone(), redis, amqp, catalog.clone());
         let strategies = Strategies::new(&deps).unwrap();
         Self { db, catalog, strategies }
     }

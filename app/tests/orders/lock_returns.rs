@@ -50,12 +50,12 @@ async fn service(database: Option<String>, nodes: &[RedisServer]) -> TestApp {
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     TestApp::spawn_with(move |config| {
         if let Some(url) = database {
-            config.database_url = url;
+            config.backends.database_url = url;
         }
-        config.redlock_urls = urls;
-        config.lock_wait_ms = LOCK_WAIT_MS;
-        config.lock_hold_ms = 120_000;
-        config.expiry_sweep_interval_ms = SWEEP_MS;
+        config.strategies.lock.redlock_urls = urls;
+        config.strategies.lock.wait_ms = LOCK_WAIT_MS;
+        config.strategies.lock.hold_ms = 120_000;
+        config.lifecycle.expiry_sweep_interval_ms = SWEEP_MS;
     })
     .await
 }

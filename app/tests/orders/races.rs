@@ -69,8 +69,8 @@ async fn two_sweeps_at_once_expire_each_order_once() {
     let url = private_database_url("two_sweeps");
     let own = url.clone();
     let app = TestApp::spawn_with(move |config| {
-        config.database_url = own;
-        config.expiry_sweep_interval_ms = 0;
+        config.backends.database_url = own;
+        config.lifecycle.expiry_sweep_interval_ms = 0;
     })
     .await;
     let db = sqlx::PgPool::connect(&url).await.unwrap();
@@ -97,7 +97,8 @@ async fn two_sweeps_at_once_expire_each_order_once() {
 
 #[tokio::test]
 async fn sweeps_on_two_instances_share_the_due_orders_and_the_books_stay_exact() {
-    let sweep_fast = |config: &mut seckill::config::Config| config.expiry_sweep_interval_ms = 20;
+    let sweep_fast =
+        |config: &mut seckill::config::Config| config.lifecycle.expiry_sweep_interval_ms = 20;
     let one = TestApp::spawn_with(sweep_fast).await;
     let two = TestApp::spawn_with(sweep_fast).await;
     let stock = 50;

@@ -15,7 +15,7 @@ use crate::{Broker, SHARED_AMQP, spawn_app, unique_prefix};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_settles_every_message_in_full_batches_and_accounts_its_time() {
     let prefix = unique_prefix();
-    let app = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let app = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = app.sale("queue", 110).await;
     let hooks = queue::REGISTRATION.ceiling.drain().expect("queue's ceiling is its drain");
     let broker = Broker::connect(&prefix).await;

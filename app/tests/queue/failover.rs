@@ -40,12 +40,12 @@ async fn killing_the_instance_with_the_active_consumer_hands_the_sale_to_another
         ("SECKILL_AMQP_PREFIX", prefix.clone()),
         ("SECKILL_QUEUE_PARTITIONS", "1".into()),
         ("SECKILL_QUEUE_CONSUME", "true".into()),
-        ("SECKILL_QUEUE_BATCH_SIZE", "3".into()),
+        ("SECKILL_QUEUE_BATCH_MAX", "3".into()),
     ])
     .start()
     .await;
     assert!(eventually(Duration::from_secs(10), || async { consumers().await == 1 }).await);
-    let survivor = spawn_app(&prefix, |config| config.queue_batch_size = 3).await;
+    let survivor = spawn_app(&prefix, |config| config.strategies.queue.batch_max = 3).await;
     // A single-active-consumer queue reports its active consumer only; give
     // the survivor's (waiting) consumer time to subscribe.
     tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -15,7 +15,7 @@ use crate::{
 async fn a_message_delivered_twice_yields_one_order_and_one_result() {
     let prefix = unique_prefix();
     // Accept without settling: no consumer yet.
-    let front = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let front = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = front.sale("queue", 5).await;
     let (status, body) = buy(&front, sale, 1).await;
     assert_eq!(status, StatusCode::ACCEPTED);
@@ -119,8 +119,8 @@ async fn dead_letters_counted(app: &crate::support::TestApp, reason: &str) -> u6
 async fn a_full_queue_answers_503_busy_and_accepts_nothing_it_cannot_keep() {
     let prefix = unique_prefix();
     let app = spawn_app(&prefix, |config| {
-        config.queue_consume = false;
-        config.queue_max_length = 3;
+        config.strategies.queue.consume = false;
+        config.strategies.queue.max_length = 3;
     })
     .await;
     let sale = app.sale("queue", 10).await;
@@ -144,7 +144,7 @@ async fn a_full_queue_answers_503_busy_and_accepts_nothing_it_cannot_keep() {
     assert_eq!(retry_after.as_deref(), Some("1"));
     let stats = queue_stats(&app, sale).await;
     assert_eq!((stats.accepted, stats.accepted_unresolved), (accepted, accepted), "{stats:?}");
-    let limit = seckill::config::Config::defaults().queue_delivery_limit;
+    let limit = seckill::config::Config::defaults().strategies.queue.delivery_limit;
     let broker = Broker::connect_to(&SHARED_AMQP, Topology::new(&prefix, 1, 3, limit)).await;
     assert_eq!(i64::from(broker.ready(&broker.topology.queue(0)).await), accepted);
     broker.delete_queues().await;

@@ -48,10 +48,10 @@ pub fn unique_prefix() -> String {
 pub async fn spawn_app(prefix: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
     let prefix = prefix.to_owned();
     TestApp::spawn_with(move |config| {
-        config.amqp_url = SHARED_AMQP.to_owned();
-        config.amqp_prefix = prefix;
-        config.queue_partitions = 1;
-        config.queue_consume = true;
+        config.backends.amqp_url = SHARED_AMQP.to_owned();
+        config.backends.amqp_prefix = prefix;
+        config.strategies.queue.partitions = 1;
+        config.strategies.queue.consume = true;
         tweak(config);
     })
     .await
@@ -76,7 +76,12 @@ pub async fn scratch_database(suffix: &str) -> String {
 /// [`spawn_app`]).
 pub fn topology(prefix: &str) -> Topology {
     let config = Config::defaults();
-    Topology::new(prefix, 1, config.queue_max_length, config.queue_delivery_limit)
+    Topology::new(
+        prefix,
+        1,
+        config.strategies.queue.max_length,
+        config.strategies.queue.delivery_limit,
+    )
 }
 
 /// The sum of `series` over the lines of `GET /metrics` whose labels hold

@@ -104,7 +104,7 @@ async fn waits_for_a_lock(db: &PgPool, application_name: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_consumer_still_committing_and_a_new_one_settle_the_same_messages_once() {
     let prefix = unique_prefix();
-    let app = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let app = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = app.sale("queue", 5).await;
     let batch: Vec<PurchaseMessage> = (1..=3)
         .map(|user| PurchaseMessage {
@@ -149,7 +149,7 @@ async fn an_old_consumer_still_committing_and_a_new_one_settle_the_same_messages
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_waits_for_the_result_until_its_bound() {
     let prefix = unique_prefix();
-    let front = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let front = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = front.sale("queue", 1).await;
     let (status, body) = buy(&front, sale, 1).await;
     assert_eq!(status, StatusCode::ACCEPTED);

@@ -113,7 +113,7 @@ async fn sold_out_events_not_published_by_the_services_own_user_are_ignored() {
     provoking("a sale event without a user-id and one the broker refuses (channel closed)");
     let prefix = unique_prefix();
     // Flags trusted for a minute: a flag set by an event stays visible.
-    let app = spawn_app(&prefix, |config| config.sold_out_flag_ttl_ms = 60_000).await;
+    let app = spawn_app(&prefix, |config| config.strategies.sold_out_flag_ttl_ms = 60_000).await;
     let (probe, forged, control) =
         (app.sale("queue", 5).await, app.sale("queue", 5).await, app.sale("queue", 5).await);
     let broker = Broker::connect(&prefix).await;
@@ -158,7 +158,7 @@ async fn a_buyer_cannot_read_another_buyers_queued_result() {
     // wait for it.
     let app = spawn_app(&prefix, |config| {
         with_buyer_auth(config);
-        config.queue_consume = false;
+        config.strategies.queue.consume = false;
     })
     .await;
     let sale = app.sale("queue", 5).await;

@@ -79,10 +79,10 @@ async fn a_queue_sale_runs_through_a_broker_user_limited_to_the_services_prefix(
     assert_the_user_is_limited(&node).await;
     let service_url = url(&node, "seckill");
     let app = TestApp::spawn_with(move |config| {
-        config.amqp_url = service_url;
-        config.amqp_prefix = "seckill".to_owned();
-        config.queue_partitions = 1;
-        config.queue_consume = true;
+        config.backends.amqp_url = service_url;
+        config.backends.amqp_prefix = "seckill".to_owned();
+        config.strategies.queue.partitions = 1;
+        config.strategies.queue.consume = true;
     })
     .await;
     let sale = app.sale("queue", 3).await;
@@ -110,9 +110,9 @@ async fn a_prefix_outside_the_users_permissions_is_answered_503_not_a_crash() {
     let node = node_with_the_services_user().await;
     let service_url = url(&node, "seckill");
     let app = TestApp::spawn_with(move |config| {
-        config.amqp_url = service_url;
-        config.amqp_prefix = "elsewhere".to_owned();
-        config.queue_partitions = 1;
+        config.backends.amqp_url = service_url;
+        config.backends.amqp_prefix = "elsewhere".to_owned();
+        config.strategies.queue.partitions = 1;
     })
     .await;
     let sale = app.sale("queue", 3).await;

@@ -41,11 +41,11 @@ async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_o
     let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
     let url = broker.url();
     let app = TestApp::spawn_with(move |config| {
-        config.amqp_url = url;
-        config.amqp_prefix = prefix;
-        config.queue_partitions = 1;
-        config.queue_consume = true;
-        config.queue_batch_size = 10;
+        config.backends.amqp_url = url;
+        config.backends.amqp_prefix = prefix;
+        config.strategies.queue.partitions = 1;
+        config.strategies.queue.consume = true;
+        config.strategies.queue.batch_max = 10;
     })
     .await;
     let sale = app

@@ -95,7 +95,9 @@ async fn every_key_of_a_sale_is_on_one_master_and_sales_spread_over_all(cluster:
 /// the cluster) corrects a counter set too low, with no one asking.
 async fn the_background_reconciler_heals_a_counter_on_the_cluster(url: &str) {
     let prefix = unique_prefix();
-    let app = spawn_app(url, &prefix, |config| config.reconcile_interval_ms = 100).await;
+    let app =
+        spawn_app(url, &prefix, |config| config.strategies.redis_decr.reconcile_interval_ms = 100)
+            .await;
     let sale = app.sale("redis-decr", 10).await;
     for user in 1..=2 {
         assert_eq!(buy(&app, sale, user).await.0, StatusCode::CREATED);

@@ -18,8 +18,8 @@ async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period
     let prefix = unique_prefix();
     // The survivor runs the background reconciler.
     let survivor = spawn_app(&SHARED_REDIS, &prefix, |config| {
-        config.reconcile_interval_ms = 200;
-        config.reconcile_grace_ms = GRACE_MS;
+        config.strategies.redis_decr.reconcile_interval_ms = 200;
+        config.strategies.redis_decr.reconcile_grace_ms = GRACE_MS;
     })
     .await;
     let sale = survivor.sale("redis-decr", 3).await;
@@ -28,7 +28,7 @@ async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period
     // A second instance that dies right after its first decrement.
     let mut doomed = seckill_child(&[
         ("SECKILL_REDIS_PREFIX", prefix.clone()),
-        ("SECKILL_RECONCILE_INTERVAL_MS", "0".into()),
+        ("SECKILL_REDIS_DECR_RECONCILE_INTERVAL_MS", "0".into()),
         ("SECKILL_FAILPOINTS", "redis-decr-after-reserve=exit".into()),
     ])
     .start()

@@ -60,8 +60,8 @@ async fn sales_run_as_a_redis_acl_user_limited_to_the_services_prefix() {
     add_the_services_user(&server, &prefix).await;
     let url = format!("redis://seckill:{PASSWORD}@127.0.0.1:{}", server.port);
     let app = TestApp::spawn_with(move |config| {
-        config.redis_url = url;
-        config.redis_key_prefix = prefix;
+        config.backends.redis_url = url;
+        config.backends.redis_prefix = prefix;
     })
     .await;
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();

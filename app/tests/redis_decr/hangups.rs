@@ -18,7 +18,7 @@ async fn a_purchase_dropped_while_its_reserve_script_waits_leaves_no_reservation
     // The request timeout drops the purchase's future, as a client that
     // hangs up or a timeout layer would.
     let app = spawn_app(&redis_server.url(), &prefix, |config| {
-        config.request_timeout_ms = 300;
+        config.http.request_timeout_ms = 300;
     })
     .await;
     let sale = app.sale("redis-decr", 2).await;

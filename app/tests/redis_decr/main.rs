@@ -52,9 +52,9 @@ pub fn unique_prefix() -> String {
 pub async fn spawn_app(url: &str, prefix: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
     let (url, prefix) = (url.to_owned(), prefix.to_owned());
     TestApp::spawn_with(move |config| {
-        config.redis_url = url;
-        config.redis_key_prefix = prefix;
-        config.reconcile_interval_ms = 0;
+        config.backends.redis_url = url;
+        config.backends.redis_prefix = prefix;
+        config.strategies.redis_decr.reconcile_interval_ms = 0;
         tweak(config);
     })
     .await

@@ -53,8 +53,8 @@ async fn keys_of_sales_that_sold_out_or_ended_expire_and_the_reconciler_stops_vi
     let prefix = unique_prefix();
     let service = seckill_child(&[
         ("SECKILL_REDIS_PREFIX", prefix.clone()),
-        ("SECKILL_RECONCILE_INTERVAL_MS", "300".into()),
-        ("SECKILL_REDIS_KEY_TTL_MS", "2000".into()),
+        ("SECKILL_REDIS_DECR_RECONCILE_INTERVAL_MS", "300".into()),
+        ("SECKILL_REDIS_DECR_KEY_TTL_MS", "2000".into()),
         ("SECKILL_INSTANCE", INSTANCE.into()),
     ])
     .start()

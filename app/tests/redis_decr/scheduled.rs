@@ -76,7 +76,7 @@ async fn the_background_reconciler_runs_once_per_period_across_three_instances()
     for i in 0..3 {
         let env = [
             ("SECKILL_REDIS_PREFIX", prefix.clone()),
-            ("SECKILL_RECONCILE_INTERVAL_MS", PERIOD_MS.to_string()),
+            ("SECKILL_REDIS_DECR_RECONCILE_INTERVAL_MS", PERIOD_MS.to_string()),
             ("SECKILL_INSTANCE", format!("instance-{i}")),
         ];
         services.push(seckill_child(&env).start().await);

@@ -22,7 +22,8 @@ async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance() {
 pub async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance_on(urls: &[String]) {
     let prefix = unique_prefix();
     // Flags that outlive the test: only the broadcast can clear them.
-    let long_flags = |config: &mut seckill::config::Config| config.sold_out_flag_ttl_ms = 60_000;
+    let long_flags =
+        |config: &mut seckill::config::Config| config.strategies.sold_out_flag_ttl_ms = 60_000;
     let a = spawn_app(&urls[0], &prefix, long_flags).await;
     let mut others = Vec::new();
     for url in &urls[1..] {
@@ -71,7 +72,9 @@ pub async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_broadcast_cannot_strand_stock_behind_the_flag() {
     let prefix = unique_prefix();
-    let app = spawn_app(&SHARED_REDIS, &prefix, |config| config.sold_out_flag_ttl_ms = 1000).await;
+    let app =
+        spawn_app(&SHARED_REDIS, &prefix, |config| config.strategies.sold_out_flag_ttl_ms = 1000)
+            .await;
     let sale = app.sale("redis-decr", 1).await;
     let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     assert_eq!(buy(&app, sale, 1).await.0, StatusCode::CREATED);
@@ -107,7 +110,7 @@ async fn a_lost_broadcast_cannot_strand_stock_behind_the_flag() {
 async fn an_order_larger_than_the_stock_left_does_not_close_the_sale() {
     // Flags that would outlive the test: only a wrong flag could refuse buyer 2.
     let app = spawn_app(&SHARED_REDIS, &unique_prefix(), |config| {
-        config.sold_out_flag_ttl_ms = 60_000;
+        config.strategies.sold_out_flag_ttl_ms = 60_000;
     })
     .await;
     crate::support::assert_an_oversize_order_leaves_the_sale_open(&app, "redis-decr").await;

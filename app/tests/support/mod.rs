@@ -32,8 +32,8 @@ pub fn buyer_token(user: i64) -> String {
 
 /// A `spawn_with` tweak: buyer authentication on, with [`BUYER_KEY`].
 pub fn with_buyer_auth(config: &mut Config) {
-    config.buyer_auth = Some(seckill::config::BuyerAuthMode::On);
-    config.buyer_key = Some(seckill::config::BuyerKey::Secret(BUYER_KEY.to_owned()));
+    config.auth.buyer_auth = Some(seckill::config::BuyerAuthMode::On);
+    config.auth.buyer_key = Some(seckill::config::BuyerKey::Secret(BUYER_KEY.to_owned()));
 }
 
 pub fn test_database_url() -> String {
@@ -67,31 +67,31 @@ impl TestApp {
         seckill::telemetry::init_tracing_or("warn,seckill::startup=error");
         // The defaults, not the environment: no stray SECKILL_* applies.
         let mut config = Config::defaults();
-        config.database_url = test_database_url();
-        config.redis_url = test_support::redis_url();
-        config.amqp_url = test_support::amqp_url();
-        config.addr = "127.0.0.1:0".parse().unwrap();
-        config.admin_token = Some(ADMIN_TOKEN.to_owned());
-        config.db_pool_size = 20;
+        config.backends.database_url = test_database_url();
+        config.backends.redis_url = test_support::redis_url();
+        config.backends.amqp_url = test_support::amqp_url();
+        config.http.addr = "127.0.0.1:0".parse().unwrap();
+        config.auth.admin_token = Some(ADMIN_TOKEN.to_owned());
+        config.backends.db_pool_size = 20;
         // Tests drive the strategies themselves: no answer from the cache of
         // known buyers in front of them, unless a test turns it on.
         config.known_buyers = 0;
         // Tests name their buyers in the body, unless a test turns buyer
         // authentication on.
-        config.buyer_auth = Some(seckill::config::BuyerAuthMode::Off);
+        config.auth.buyer_auth = Some(seckill::config::BuyerAuthMode::Off);
         // Test sales share ids with other databases' sales; a prefix of their
         // own keeps their Redis keys apart. Tests that run several instances
         // of one service set a shared prefix in `tweak`.
-        config.redis_key_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        config.backends.redis_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
         // Likewise for RabbitMQ queue names; and no queue consumers (whose
         // quorum queues would outlive the test) unless a test of the `queue`
         // strategy turns them on and deletes its queues afterwards.
-        config.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
-        config.queue_consume = false;
+        config.backends.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        config.strategies.queue.consume = false;
         // Tests share the database but not the broker's queue names: one
         // test's republish job would publish another test's pending requests
         // to its own queues. Only the tests of the job turn it on.
-        config.queue_republish_after_ms = TEST_REPUBLISH_AFTER_MS;
+        config.strategies.queue.republish_after_ms = TEST_REPUBLISH_AFTER_MS;
         tweak(&mut config);
         let app = Application::build(config).await.expect("service builds");
         let addr = app.local_addr();

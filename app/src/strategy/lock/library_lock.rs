@@ -46,7 +46,7 @@ pub const WATCHDOG: Registration = Registration {
     about: "the naive steps inside the lock library's reentrant lock, renewed by its watchdog",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| {
-        let lock = WatchdogLock::new(&deps.redis, WATCHDOG_NAME, deps.config.lock_hold())?;
+        let lock = WatchdogLock::new(&deps.redis, WATCHDOG_NAME, deps.settings.lock.hold())?;
         Ok(Shared::of(deps).locked(WATCHDOG_NAME, lock))
     },
     // The watchdog renews the lease through stalls of the critical section,
@@ -67,7 +67,7 @@ pub const FENCED: Registration = Registration {
     about: "lock/watchdog plus a fencing token checked by Postgres",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| {
-        let lock = WatchdogLock::new(&deps.redis, FENCED_NAME, deps.config.lock_hold())?;
+        let lock = WatchdogLock::new(&deps.redis, FENCED_NAME, deps.settings.lock.hold())?;
         Ok(Shared::of(deps).fenced(FENCED_NAME, lock))
     },
     // Expected correct everywhere (the default): renewed, and fenced —

@@ -8,7 +8,7 @@
 //! one commits.
 //!
 //! One round: wait for a delivery, take whatever else arrives within
-//! `SECKILL_QUEUE_BATCH_WINDOW_MS` up to `SECKILL_QUEUE_BATCH_SIZE`, settle
+//! `SECKILL_QUEUE_BATCH_WINDOW_MS` up to `SECKILL_QUEUE_BATCH_MAX`, settle
 //! them in one transaction ([`settle`]), then acknowledge them with one
 //! `basic.ack(multiple)` sent through the last delivery's own acker
 //! ([`acknowledge`]): an acknowledgement goes to the channel the deliveries
@@ -56,7 +56,6 @@ use super::settle::{self, Resolution, Settled};
 use super::sold_out_fanout::SoldOutGate;
 use super::{PurchaseMessage, Topology};
 use crate::backends::{AmqpHandle, count_amqp_messages};
-use crate::config::Config;
 use crate::strategy::StrategyError;
 use crate::strategy::descriptor::DrainTimes;
 
@@ -75,12 +74,14 @@ pub struct ConsumerSettings {
 }
 
 impl ConsumerSettings {
-    pub fn from_config(config: &Config) -> Self {
+    /// The batching of the `queue` strategy's `settings`, with the
+    /// failpoint armed when `failpoints` (`SECKILL_FAILPOINTS`) names it.
+    pub fn from_settings(settings: &super::Settings, failpoints: Option<&str>) -> Self {
         Self {
-            batch_size: config.queue_batch_size,
-            window: config.queue_batch_window(),
-            delivery_limit: config.queue_delivery_limit,
-            failpoint: before_ack_failpoint(config.failpoints.as_deref()),
+            batch_size: settings.batch_max,
+            window: Duration::from_millis(settings.batch_window_ms),
+            delivery_limit: settings.delivery_limit,
+            failpoint: before_ack_failpoint(failpoints),
         }
     }
 

@@ -26,7 +26,7 @@
 //!    within one pass however busy the sale is;
 //! 4. retires a sale that ended or sold out with its books settled (no
 //!    drift, no reservation left): its keys expire after
-//!    `SECKILL_REDIS_KEY_TTL_MS` (`retire.lua`) and it leaves the index of
+//!    `SECKILL_REDIS_DECR_KEY_TTL_MS` (`retire.lua`) and it leaves the index of
 //!    sales the background passes visit.
 //!
 //! Each fix is logged, counted in `seckill_reconcile_fixes_total{kind}` and
@@ -389,7 +389,7 @@ impl RedisDecr {
     }
 
     /// Lets the keys of a sale that ended or sold out, books settled at
-    /// sequence `seq`, expire after `SECKILL_REDIS_KEY_TTL_MS`, and takes it
+    /// sequence `seq`, expire after `SECKILL_REDIS_DECR_KEY_TTL_MS`, and takes it
     /// off the index the background passes visit (unless the sale moved on
     /// since `seq`).
     async fn retire(
