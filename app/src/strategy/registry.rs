@@ -124,6 +124,10 @@ pub struct Deps {
     /// The process's sale catalogue (routes of a strategy answer `404` for an
     /// unknown sale from it).
     pub catalog: SaleCatalog,
+    /// The configured failpoints ([`Deps::with_failpoints`]); none unless
+    /// set.
+    #[cfg(feature = "failpoints")]
+    pub failpoints: crate::failpoints::Failpoints,
     /// Parts several strategies of this process share, by type.
     shared: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
 }
@@ -137,7 +141,24 @@ impl Deps {
         config: Arc<Config>,
         catalog: SaleCatalog,
     ) -> Self {
-        Self { db, redis, amqp, config, catalog, shared: Default::default() }
+        Self {
+            db,
+            redis,
+            amqp,
+            config,
+            catalog,
+            #[cfg(feature = "failpoints")]
+            failpoints: Default::default(),
+            shared: Default::default(),
+        }
+    }
+
+    /// These dependencies with `failpoints` configured (the service's
+    /// `SECKILL_FAILPOINTS`, parsed once at start).
+    #[cfg(feature = "failpoints")]
+    pub fn with_failpoints(mut self, failpoints: crate::failpoints::Failpoints) -> Self {
+        self.failpoints = failpoints;
+        self
     }
 
     /// The one `T` that the strategies built from these dependencies share

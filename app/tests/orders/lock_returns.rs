@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use seckill::strategy::lock::{BEFORE_WRITE, BeforeWrite};
+use seckill::failpoints::{self, Armed, LOCK_BEFORE_WRITE};
+use seckill::strategy::lock::BeforeWrite;
 use serde_json::json;
 use sqlx::PgPool;
 use test_support::RedisServer;
@@ -77,14 +78,14 @@ async fn lock_sale(app: &TestApp, strategy: &str, stock: i64, window_ms: i64) ->
 /// A buyer holding the sale's lock, stopped after its read, right before
 /// its write.
 struct Holder {
-    stalled: redis_lock::failpoints::Armed<BeforeWrite>,
+    stalled: Armed<BeforeWrite>,
     answer: tokio::task::JoinHandle<StatusCode>,
 }
 
 impl Holder {
     /// `user` buys one unit of `sale` and stops at the failpoint.
     async fn stopped_before_its_write(app: &TestApp, sale: i64, user: i64) -> Holder {
-        let mut stalled = redis_lock::failpoints::arm::<BeforeWrite>(BEFORE_WRITE, sale);
+        let mut stalled = failpoints::arm::<BeforeWrite>(&LOCK_BEFORE_WRITE, sale);
         let (client, url) = (app.client.clone(), app.url(&format!("/sales/{sale}/orders")));
         let answer = tokio::spawn(async move {
             let body = json!({ "user_id": user });

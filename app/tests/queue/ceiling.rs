@@ -22,7 +22,7 @@ async fn the_drain_settles_every_message_in_full_batches_and_accounts_its_time()
         batch_size: 10,
         window: Duration::from_secs(2),
         delivery_limit: 5,
-        failpoint: None,
+        failpoints: Default::default(),
     };
     let start = Instant::now();
     let drain =

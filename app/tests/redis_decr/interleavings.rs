@@ -6,7 +6,7 @@
 //! corrects it behind the sale's gate by what a second measurement finds.
 
 use reqwest::StatusCode;
-use seckill::strategy::redis_decr::AFTER_SNAPSHOT;
+use seckill::failpoints::{self, REDIS_DECR_AFTER_SNAPSHOT};
 use test_support::CutProxy;
 
 use crate::{
@@ -104,7 +104,7 @@ async fn a_reconcile_pass_overtaken_by_a_purchase_corrects_nothing() {
     let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 10).await;
     let mut view = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
-    let mut stalled = redis_lock::failpoints::arm::<()>(AFTER_SNAPSHOT, sale);
+    let mut stalled = failpoints::arm::<()>(&REDIS_DECR_AFTER_SNAPSHOT, sale);
 
     let pass = reconcile_in_background(&app, sale);
     stalled.reached().await; // Redis read: counter 10, nothing reserved
@@ -133,7 +133,7 @@ async fn a_reconcile_pass_overtaken_by_a_purchase_corrects_a_real_drift_behind_t
     let sale = app.sale("redis-decr", 10).await;
     let mut view = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     view.set_stock(12).await; // two units above the truth
-    let mut stalled = redis_lock::failpoints::arm::<()>(AFTER_SNAPSHOT, sale);
+    let mut stalled = failpoints::arm::<()>(&REDIS_DECR_AFTER_SNAPSHOT, sale);
 
     let pass = reconcile_in_background(&app, sale);
     stalled.reached().await; // Redis read: counter 12

@@ -150,7 +150,7 @@ impl Queue {
             requests_db,
             background,
             publisher: Arc::new(publisher::Publisher::new(deps.amqp.clone(), topology.clone())),
-            consumer: consumer::ConsumerSettings::from_config(config),
+            consumer: consumer::ConsumerSettings::from_deps(deps),
             consume: config.queue_consume,
             retention: Duration::from_millis(config.queue_retention_ms),
             republish_after: Duration::from_millis(config.queue_republish_after_ms),
@@ -259,7 +259,7 @@ impl Strategy for Queue {
         if self.consume {
             let (db, amqp, topology) =
                 (self.db.clone(), self.background.clone(), self.topology.clone());
-            let (settings, gate) = (self.consumer, self.gate.clone());
+            let (settings, gate) = (self.consumer.clone(), self.gate.clone());
             tokio::spawn(async move {
                 consumer::declare_queues(&amqp, &topology).await;
                 tokio::spawn(dead_letters::run(db.clone(), amqp.clone(), topology.clone()));
@@ -269,7 +269,7 @@ impl Strategy for Queue {
                         amqp.clone(),
                         topology.clone(),
                         partition,
-                        settings,
+                        settings.clone(),
                         gate.clone(),
                     ));
                 }
