@@ -16,7 +16,7 @@ use seckill::strategy::lock::{Release, SaleLock};
 use serde_json::json;
 use test_support::{RedisServer, signal};
 
-use crate::harness::{
+use super::harness::{
     ChildApp, REDIS_URL, fake_sale, lease_ms, lock_stats, lock_stats_of_all, redis_conn, sale_with,
     spawn, spawn_on_nodes, unique_prefix, wait_until,
 };

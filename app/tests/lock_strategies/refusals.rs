@@ -18,10 +18,10 @@ use seckill::strategy::lock::BeforeWrite;
 use serde_json::json;
 use test_support::RedisServer;
 
-use crate::harness::{redis_conn, sale_with, unique_prefix};
+use super::harness::{redis_conn, sale_with, unique_prefix};
 use crate::support::TestApp;
 
-use crate::harness::REDIS_URL as SHARED_REDIS;
+use super::harness::REDIS_URL as SHARED_REDIS;
 
 /// A service on the shared Redis under `prefix` whose `lock/redlock` takes
 /// its quorum over `nodes` (none: the default nodes, unused), with a hold

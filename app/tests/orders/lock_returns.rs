@@ -16,9 +16,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use test_support::RedisServer;
 
-use crate::harness::{
-    bought, cancel, drop_database, pay_pending, private_database_url, reaches, remaining, status_of,
-};
+use super::harness::{bought, cancel, pay_pending, reaches, remaining, status_of};
 use crate::support::{TestApp, assert_problem};
 
 /// Every lock strategy.
@@ -174,7 +172,7 @@ async fn a_unit_returned_between_a_holders_read_and_write_stays_for_sale() {
 /// failpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_expiry_sweep_returns_units_while_a_buyer_holds_the_sale_lock() {
-    let url = private_database_url("lock_expiry");
+    let url = test_support::scratch_database("lock_expiry").await;
     let nodes = redlock_nodes().await;
     let app = service(Some(url.clone()), &nodes).await;
     let db = PgPool::connect(&url).await.unwrap();
@@ -218,5 +216,5 @@ async fn the_expiry_sweep_returns_units_while_a_buyer_holds_the_sale_lock() {
     }
     drop(app);
     db.close().await;
-    drop_database(&url).await;
+    test_support::drop_scratch_database(&url).await;
 }

@@ -8,7 +8,7 @@ use seckill::sale::SaleId;
 use seckill::strategy::queue::ceiling;
 use seckill::strategy::queue::consumer::ConsumerSettings;
 
-use crate::{SHARED_AMQP, spawn_app, unique_prefix};
+use super::{SHARED_AMQP, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_settles_every_message_in_full_batches_and_accounts_its_time() {

@@ -19,8 +19,8 @@ use seckill::strategy::queue::settle::{Resolution, settle};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
+use super::{Broker, SHARED_AMQP, buy, eventually, request, request_id, spawn_app, unique_prefix};
 use crate::support::test_database_url;
-use crate::{Broker, SHARED_AMQP, buy, eventually, request, request_id, spawn_app, unique_prefix};
 
 /// A consumer of `queue` on a connection of its own (an instance of its
 /// own), acknowledging nothing.

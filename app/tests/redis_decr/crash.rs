@@ -8,8 +8,8 @@ use serde_json::json;
 
 use seckill::failpoints;
 
+use super::{RedisView, SHARED_REDIS, eventually, reconcile, spawn_app, unique_prefix};
 use crate::support::seckill_child;
-use crate::{RedisView, SHARED_REDIS, eventually, reconcile, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period() {
