@@ -30,9 +30,24 @@ pub async fn scratch_database(purpose: &str) -> String {
     url
 }
 
-/// Drops a database made by [`scratch_database`], closing its connections.
+/// Drops a database made by [`scratch_database`], closing its connections;
+/// best effort. A service of the test may still be running over it and
+/// open a connection between the drop's termination of the others and the
+/// drop itself, so the drop is tried a few times; a database still left is
+/// reported on stderr and dropped by [`scratch_database`] on the next run.
 pub async fn drop_scratch_database(url: &str) {
-    Postgres::force_drop_database(url).await.expect("dropping the scratch database");
+    let mut last = None;
+    for _ in 0..10 {
+        match Postgres::force_drop_database(url).await {
+            Ok(()) => return,
+            Err(err) => last = Some(err),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    use std::io::Write as _;
+    let name = url.rsplit('/').next().unwrap_or(url);
+    let error = last.map(|err| err.to_string()).unwrap_or_default();
+    let _ = writeln!(std::io::stderr(), "note: scratch database {name} left behind: {error}");
 }
 
 /// `test-<random hex>`: a prefix for Redis keys, RabbitMQ queues or any
