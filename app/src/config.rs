@@ -152,8 +152,10 @@ pub struct Config {
     pub known_buyers: u64,
 
     /// Test-only fault injection, e.g. `redis-decr-after-reserve=exit`
-    /// (comma-separated `name=action`). Unset in production; see
-    /// docs/redis-decr.md for the failpoints and their actions.
+    /// (comma-separated `name=action`), parsed at start by the `failpoints`
+    /// module. Honoured only by a build with the cargo feature `failpoints`;
+    /// any other build refuses to start when it is set. See docs/testing.md
+    /// for the failpoints and their actions.
     #[arg(long, env = "SECKILL_FAILPOINTS", hide = true)]
     pub failpoints: Option<String>,
 
@@ -243,7 +245,7 @@ impl Config {
     ) -> Deps {
         let deps =
             Deps::new(db, redis, amqp, catalog, self.strategies.clone(), self.backends.clone());
-        deps.for_instance(self.instance(), self.failpoints.as_deref())
+        deps.for_instance(self.instance())
     }
 }
 

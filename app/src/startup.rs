@@ -76,6 +76,23 @@ pub fn sweep_pool(backends: &BackendSettings) -> anyhow::Result<PgPool> {
         .connect_lazy_with(options))
 }
 
+/// Refuses a `SECKILL_FAILPOINTS` setting in a build without the cargo
+/// feature `failpoints` (every release build): such a build has no
+/// failpoints, and a fault drill run on it would inject nothing, or a
+/// production instance would carry a drill's setting. Errors: the setting is
+/// there and not blank.
+#[cfg(not(feature = "failpoints"))]
+fn refuse_failpoints(config: &Config) -> anyhow::Result<()> {
+    match config.failpoints.as_deref().map(str::trim) {
+        None | Some("") => Ok(()),
+        Some(list) => anyhow::bail!(
+            "SECKILL_FAILPOINTS is set (`{list}`), but this build has no failpoints: they are \
+             compiled only with the cargo feature `failpoints`, for tests and fault drills. \
+             Unset it, or run a build with the feature."
+        ),
+    }
+}
+
 /// A bound, not yet running, service.
 pub struct Application {
     listener: TcpListener,
@@ -83,12 +100,19 @@ pub struct Application {
     metrics_listener: Option<TcpListener>,
     state: AppState,
     config: Arc<Config>,
+    /// The failpoints of `SECKILL_FAILPOINTS`, parsed once.
+    #[cfg(feature = "failpoints")]
+    failpoints: crate::failpoints::Failpoints,
 }
 
 impl Application {
     /// Prepares the database, builds the state and binds `config.http.addr`.
     pub async fn build(mut config: Config) -> anyhow::Result<Self> {
         config.check()?;
+        #[cfg(feature = "failpoints")]
+        let failpoints = crate::failpoints::Failpoints::from_setting(config.failpoints.as_deref())?;
+        #[cfg(not(feature = "failpoints"))]
+        refuse_failpoints(&config)?;
         let (_, dev_token) = config.admin_token();
         if dev_token {
             tracing::warn!(
@@ -139,6 +163,8 @@ impl Application {
         );
         let catalog = SaleCatalog::default();
         let deps = config.deps(db.clone(), redis.clone(), amqp.clone(), catalog.clone());
+        #[cfg(feature = "failpoints")]
+        let deps = deps.with_failpoints(failpoints.clone());
         let strategies = Strategies::new(&deps)?;
         strategies.start_background();
         let known_buyers = crate::known_buyers::KnownBuyers::new(config.known_buyers);
@@ -156,7 +182,14 @@ impl Application {
             known_buyers,
             buyer_auth,
         };
-        Ok(Self { listener, metrics_listener, state, config })
+        Ok(Self {
+            listener,
+            metrics_listener,
+            state,
+            config,
+            #[cfg(feature = "failpoints")]
+            failpoints,
+        })
     }
 
     /// The address actually bound (useful with port 0).
@@ -189,9 +222,8 @@ impl Application {
                 catalog: self.state.catalog.clone(),
                 strategies: self.state.strategies.clone(),
                 period,
-                failpoint: crate::lifecycle::sweep::Failpoint::from_config(
-                    config.failpoints.as_deref(),
-                ),
+                #[cfg(feature = "failpoints")]
+                failpoints: self.failpoints.clone(),
             };
             tokio::spawn(sweeper.run(stop_sweep.clone()));
         }

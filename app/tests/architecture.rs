@@ -33,6 +33,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             // Metric names, defined once for the service and the load test.
             "metric_names",
             "unit_return",
+            // Fault injection for tests (cargo feature `failpoints`).
+            "failpoints",
         ],
     ),
     ("HTTP vocabulary", &["web"]),

@@ -50,8 +50,6 @@ use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod counter;
 mod reconcile;
-#[cfg(feature = "failpoints")]
-pub use reconcile::AFTER_SNAPSHOT;
 mod sold_out_pubsub;
 
 use counter::{Buyer, ReservationId, Reserve, SaleCounter, sales_index_key};
@@ -75,50 +73,6 @@ pub const REGISTRATION: Registration = Registration {
     // Postgres: exact once settled.
     ..Registration::DEFAULTS
 };
-
-/// The failpoint that fires right after a successful reservation, before
-/// Postgres is asked (`SECKILL_FAILPOINTS=redis-decr-after-reserve=ACTION`).
-pub const AFTER_RESERVE_FAILPOINT: &str = "redis-decr-after-reserve";
-
-/// Exit status of a process stopped by the `exit` action of
-/// [`AFTER_RESERVE_FAILPOINT`].
-pub const FAILPOINT_EXIT_CODE: i32 = 86;
-
-/// What [`AFTER_RESERVE_FAILPOINT`] does (test-only; docs/redis-decr.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AfterReserve {
-    /// Behave as if Postgres failed: the purchase is answered `503
-    /// unavailable` and its reservation compensated.
-    Error,
-    /// End the process at once, as a crash would: the reservation stays open
-    /// for the reconciler.
-    Exit,
-}
-
-impl AfterReserve {
-    /// Reads the failpoint from a `name=action,…` list. Unknown actions are
-    /// reported and ignored; other names belong to other failpoints.
-    fn from_config(failpoints: Option<&str>) -> Option<Self> {
-        let action = failpoints?
-            .split(',')
-            .filter_map(|entry| entry.split_once('='))
-            .find(|(name, _)| name.trim() == AFTER_RESERVE_FAILPOINT)?
-            .1
-            .trim();
-        let parsed = match action {
-            "error" => Some(AfterReserve::Error),
-            "exit" => Some(AfterReserve::Exit),
-            other => {
-                tracing::error!(action = other, "unknown action for {AFTER_RESERVE_FAILPOINT}");
-                None
-            }
-        };
-        if let Some(action) = parsed {
-            tracing::warn!(?action, "failpoint {AFTER_RESERVE_FAILPOINT} is armed");
-        }
-        parsed
-    }
-}
 
 /// Settings of the `redis-decr` strategy (`SECKILL_REDIS_DECR_*`), its part
 /// of `crate::strategy::StrategySettings`.
@@ -189,7 +143,9 @@ pub struct Core {
     sql: Arc<Sql>,
     redis: RedisHandle,
     flags: Arc<SoldOutFlags>,
-    failpoint: Option<AfterReserve>,
+    /// The service's failpoints (`redis-decr-after-reserve`).
+    #[cfg(feature = "failpoints")]
+    failpoints: crate::failpoints::Failpoints,
 }
 
 impl std::ops::Deref for RedisDecr {
@@ -209,7 +165,8 @@ impl RedisDecr {
             sql: Arc::new(Sql::new(deps.db.clone())),
             redis: deps.redis.clone(),
             flags: Arc::new(SoldOutFlags::new(deps.settings.sold_out_flag_ttl())),
-            failpoint: AfterReserve::from_config(deps.failpoints.as_deref()),
+            #[cfg(feature = "failpoints")]
+            failpoints: deps.failpoints.clone(),
         };
         Self {
             core: Arc::new(core),
@@ -334,14 +291,12 @@ impl Core {
                 });
             }
         };
-        if self.failpoint == Some(AfterReserve::Exit) {
-            tracing::error!(
-                sale_id = sale.id.0,
-                reservation = reservation.as_str(),
-                "failpoint {AFTER_RESERVE_FAILPOINT}=exit: the process ends now"
-            );
-            std::process::exit(FAILPOINT_EXIT_CODE);
-        }
+        // `exit` ends the process in `fire`, the reservation left open.
+        #[cfg(feature = "failpoints")]
+        let fails = self.failpoints.fire(&crate::failpoints::REDIS_DECR_AFTER_RESERVE)
+            == Some(crate::failpoints::Action::Error);
+        #[cfg(not(feature = "failpoints"))]
+        let fails = false;
         let pending = Pending {
             sql: self.sql.clone(),
             conn,
@@ -350,7 +305,7 @@ impl Core {
             user,
             quantity,
             reservation,
-            failpoint: self.failpoint,
+            fails,
         };
         let (result, trips) = pending.settle().await;
         count_redis_round_trips(NAME.as_str(), trips);
@@ -425,20 +380,23 @@ struct Pending {
     user: UserId,
     quantity: Quantity,
     reservation: ReservationId,
-    failpoint: Option<AfterReserve>,
+    /// The failpoint `redis-decr-after-reserve=error` fired: Postgres is not
+    /// asked, and the purchase fails as if it had failed.
+    fails: bool,
 }
 
 impl Pending {
     /// Steps 3–4 of a purchase: the Postgres transaction, then confirm or
     /// compensate. Returns the answer and the Redis round trips made.
     async fn settle(self) -> (Result<Outcome, StrategyError>, u64) {
-        let Pending { sql, mut conn, counter, sale, user, quantity, reservation, failpoint } = self;
-        let result = match failpoint {
-            Some(AfterReserve::Error) => Err(StrategyError::Unavailable {
+        let Pending { sql, mut conn, counter, sale, user, quantity, reservation, fails } = self;
+        let result = if fails {
+            Err(StrategyError::Unavailable {
                 backend: Backend::Postgres,
-                source: anyhow::anyhow!("failpoint {AFTER_RESERVE_FAILPOINT}=error"),
-            }),
-            _ => sql.purchase(&sale, user, quantity).await,
+                source: anyhow::anyhow!("failpoint redis-decr-after-reserve=error"),
+            })
+        } else {
+            sql.purchase(&sale, user, quantity).await
         };
         let buyer = match &result {
             Ok(Outcome::Placed { .. }) => {

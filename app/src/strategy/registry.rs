@@ -181,12 +181,13 @@ pub struct Deps {
     /// This instance's name (`SECKILL_INSTANCE`), the `instance` label of
     /// per-instance metrics; `unnamed` unless [`Deps::for_instance`] says.
     pub instance: String,
-    /// `SECKILL_FAILPOINTS` (tests only); none unless [`Deps::for_instance`]
-    /// says.
-    pub failpoints: Option<String>,
     /// The process's sale catalogue (routes of a strategy answer `404` for an
     /// unknown sale from it).
     pub catalog: SaleCatalog,
+    /// The configured failpoints ([`Deps::with_failpoints`]); none unless
+    /// set.
+    #[cfg(feature = "failpoints")]
+    pub failpoints: crate::failpoints::Failpoints,
     /// Parts several strategies of this process share, by type.
     shared: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
 }
@@ -210,16 +211,24 @@ impl Deps {
             settings: Arc::new(settings),
             backends: Arc::new(backends),
             instance: "unnamed".to_owned(),
-            failpoints: None,
             catalog,
+            #[cfg(feature = "failpoints")]
+            failpoints: Default::default(),
             shared: Default::default(),
         }
     }
 
-    /// These dependencies for the instance named `instance`, with the
-    /// failpoints `failpoints` (`SECKILL_FAILPOINTS`) armed.
-    pub fn for_instance(self, instance: &str, failpoints: Option<&str>) -> Self {
-        Self { instance: instance.to_owned(), failpoints: failpoints.map(str::to_owned), ..self }
+    /// These dependencies for the instance named `instance`.
+    pub fn for_instance(self, instance: &str) -> Self {
+        Self { instance: instance.to_owned(), ..self }
+    }
+
+    /// These dependencies with `failpoints` configured (the service's
+    /// `SECKILL_FAILPOINTS`, parsed once at start).
+    #[cfg(feature = "failpoints")]
+    pub fn with_failpoints(mut self, failpoints: crate::failpoints::Failpoints) -> Self {
+        self.failpoints = failpoints;
+        self
     }
 
     /// The one `T` that the strategies built from these dependencies share

@@ -97,7 +97,7 @@ async fn every_correct_strategy_sells_q_units_whenever_the_sale_has_them() {
     let nodes =
         [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     let queues = prefix.clone();
     let app = TestApp::spawn_with(move |config| {
         config.strategies.lock.redlock_urls = urls;

@@ -21,10 +21,7 @@ use crate::support::{ADMIN_TOKEN, TestApp, seckill_child};
 pub static REDIS_URL: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(test_support::redis_url);
 
-/// A Redis key prefix no other test (or run) uses.
-pub fn unique_prefix() -> String {
-    format!("test-lockstrat-{}", uuid::Uuid::new_v4().simple())
-}
+pub use crate::support::unique_prefix;
 
 /// A service on the shared Redis under `prefix`, waiting at most `wait_ms`
 /// for a lock.

@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use test_support::RedisServer;
 
-use crate::harness::{REDIS_URL, sale_with, unique_prefix};
+use super::harness::{REDIS_URL, sale_with, unique_prefix};
 use crate::support::{TestApp, eventually};
 
 /// The bound under test.

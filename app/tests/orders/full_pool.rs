@@ -12,9 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::harness::{
-    bought, drop_database, private_database_url, reaches, remaining, window_sale,
-};
+use super::harness::{bought, reaches, remaining, window_sale};
 use crate::support::TestApp;
 
 /// The expiry sweep's period.
@@ -34,7 +32,7 @@ const BOUND: Duration = Duration::from_millis(1_000);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expiry_returns_its_unit_while_slow_buyers_hold_every_connection() {
-    let url = private_database_url("full_pool");
+    let url = test_support::scratch_database("full_pool").await;
     let database = url.clone();
     let app = TestApp::spawn_with(move |config| {
         config.backends.database_url = database;
@@ -81,5 +79,5 @@ async fn an_expiry_returns_its_unit_while_slow_buyers_hold_every_connection() {
     }
     db.close().await;
     drop(app);
-    drop_database(&url).await;
+    test_support::drop_scratch_database(&url).await;
 }

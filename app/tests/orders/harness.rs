@@ -12,7 +12,7 @@ use seckill::strategy::Strategies;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use crate::support::{TestApp, test_database_url};
+use crate::support::TestApp;
 
 /// Creates a sale of `stock` units under `strategy` whose orders must be paid
 /// within `window_ms`; returns its id.
@@ -109,8 +109,8 @@ impl Sweeps {
         config.backends.database_url = url.to_owned();
         config.backends.redis_url = test_support::redis_url();
         config.backends.amqp_url = test_support::amqp_url();
-        config.backends.redis_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
-        config.backends.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        config.backends.redis_prefix = test_support::unique_prefix();
+        config.backends.amqp_prefix = test_support::unique_prefix();
         let db = PgPool::connect(url).await.unwrap();
         let redis =
             RedisHandle::new(&config.backends.redis_url, config.backends.redis_prefix.clone())
@@ -141,23 +141,5 @@ pub async fn pay_pending(app: &TestApp, sale: i64) {
     .unwrap();
     for id in pending {
         assert_eq!(pay(app, id, None).await.status(), StatusCode::OK, "paying order {id}");
-    }
-}
-
-/// A database of its own next to the test database (same server), named
-/// `<test database>_<purpose>_<uuid>`; the service given it creates it.
-pub fn private_database_url(purpose: &str) -> String {
-    let base = test_database_url();
-    let (server, name) = base.rsplit_once('/').expect("a database URL ends in /name");
-    let name = name.split('?').next().unwrap_or(name);
-    format!("{server}/{name}_{purpose}_{}", uuid::Uuid::new_v4().simple())
-}
-
-/// Drops the test's own database (best effort: a leftover is harmless).
-pub async fn drop_database(url: &str) {
-    let name = url.rsplit('/').next().unwrap_or_default();
-    if let Ok(admin) = PgPool::connect(&test_database_url()).await {
-        let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-        let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin).await;
     }
 }

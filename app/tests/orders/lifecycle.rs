@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{
+use super::harness::{
     bought, cancel, order, order_action, pay, pay_pending, reaches, remaining, window_sale,
 };
 use crate::support::{TestApp, assert_problem};

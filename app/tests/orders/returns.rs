@@ -10,7 +10,7 @@ use test_support::RedisServer;
 
 use seckill::strategy::redis_decr::counter::SaleCounter;
 
-use crate::harness::{bought, cancel, pay_pending, remaining, window_sale};
+use super::harness::{bought, cancel, pay_pending, remaining, window_sale};
 use crate::support::{TestApp, assert_problem, eventually, resolved};
 
 /// The strategies whose returns this test drives through a service of its
@@ -104,7 +104,7 @@ async fn queued(app: &TestApp, sale: i64, user: i64) -> Result<i64, String> {
 /// row reads `returned`.
 #[tokio::test]
 async fn queue_sells_a_cancelled_unit_again_and_its_buyer_may_queue_again() {
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     let queues = prefix.clone();
     let app = TestApp::spawn_with(move |config| {
         config.backends.amqp_prefix = queues;
@@ -208,7 +208,7 @@ struct OneUnitSold {
 
 impl OneUnitSold {
     async fn new() -> OneUnitSold {
-        let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        let prefix = test_support::unique_prefix();
         let keys = prefix.clone();
         let app = TestApp::spawn_with(move |config| {
             config.backends.redis_prefix = keys;

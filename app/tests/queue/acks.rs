@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use seckill::metric_names::FAILPOINTS_FIRED_TOTAL;
 
-use crate::{
+use super::{
     Broker, buy, counted, drained, eventually, request_id, resolved, spawn_app, unique_prefix,
 };
 

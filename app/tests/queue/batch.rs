@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{Broker, buy, drained, request_id, resolved, spawn_app, unique_prefix};
+use super::{Broker, buy, drained, request_id, resolved, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_batch_grant_serves_requests_in_arrival_order() {

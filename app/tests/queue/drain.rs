@@ -10,7 +10,7 @@ use seckill::sale::{Quantity, SaleId, UserId};
 use seckill::strategy::descriptor::{Batching, DrainRun};
 use seckill::strategy::queue;
 
-use crate::{Broker, SHARED_AMQP, spawn_app, unique_prefix};
+use super::{Broker, SHARED_AMQP, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_settles_every_message_in_full_batches_and_accounts_its_time() {

@@ -5,11 +5,11 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use seckill::strategy::queue::{PurchaseMessage, Topology};
 
-use crate::support::{assert_problem, provoking};
-use crate::{
+use super::{
     Broker, SHARED_AMQP, buy, drained, eventually, queue_stats, request_id, resolved, spawn_app,
     unique_prefix,
 };
+use crate::support::{assert_problem, provoking};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_delivered_twice_yields_one_order_and_one_result() {
@@ -42,7 +42,7 @@ async fn a_message_delivered_twice_yields_one_order_and_one_result() {
     assert_eq!(status, StatusCode::ACCEPTED, "{behind}");
     let behind = resolved(&settler, sale, &request_id(&behind), Duration::from_secs(10)).await;
     assert_eq!(behind["status"], "placed", "{behind}");
-    let (_, again) = crate::request(&settler, sale, &id, 0).await;
+    let (_, again) = super::request(&settler, sale, &id, 0).await;
     assert_eq!(again, first, "same request, same result");
     let audit = settler.audit(sale).await;
     assert_eq!((audit.orders, audit.units_sold, audit.ledger_drift), (2, 2, 0));
@@ -112,7 +112,7 @@ async fn a_poison_message_is_rejected_after_bounded_retries_and_its_dead_letter_
 /// other test of this binary dead-letters).
 async fn dead_letters_counted(app: &crate::support::TestApp, reason: &str) -> u64 {
     let series = seckill::metric_names::QUEUE_DEAD_LETTERED_TOTAL;
-    crate::counted(app, series, &format!("reason=\"{reason}\"")).await
+    super::counted(app, series, &format!("reason=\"{reason}\"")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{Broker, buy, drained, eventually, request_id, resolved, spawn_app, unique_prefix};
+use super::{Broker, buy, drained, eventually, request_id, resolved, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_dropped_while_its_request_is_registered_still_resolves() {

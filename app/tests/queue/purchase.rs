@@ -6,8 +6,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use super::{Broker, buy, drained, request, request_id, resolved, spawn_app, unique_prefix};
 use crate::support::{ADMIN_TOKEN, assert_problem, provoking};
-use crate::{Broker, buy, drained, request, request_id, resolved, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_is_accepted_with_a_location_and_resolved_to_its_order() {
@@ -230,7 +230,7 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
         (&body["type"], &body["backend"]),
         (&json!("/problems/unavailable"), &json!("rabbitmq"))
     );
-    let stats = crate::queue_stats(&down, sale).await;
+    let stats = super::queue_stats(&down, sale).await;
     assert_eq!(stats.accepted, 0, "a refused request is not counted as accepted");
     Broker::connect(&prefix).await.delete_queues().await;
 }

@@ -11,8 +11,8 @@ use reqwest::StatusCode;
 use seckill::strategy::queue::PurchaseMessage;
 use serde_json::{Value, json};
 
+use super::{Broker, SHARED_AMQP, buy, eventually, resolved, spawn_app, unique_prefix};
 use crate::support::{buyer_token, provoking, with_buyer_auth};
-use crate::{Broker, SHARED_AMQP, buy, eventually, resolved, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_consumer_refuses_an_over_limit_message_published_directly_to_its_queue() {
@@ -47,7 +47,7 @@ async fn the_consumer_refuses_an_over_limit_message_published_directly_to_its_qu
     // consumer, in order) is settled with or after them.
     let (status, body) = buy(&app, limited, 1).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let id = crate::request_id(&body);
+    let id = super::request_id(&body);
     let result = resolved(&app, limited, &id, Duration::from_secs(10)).await;
     assert_eq!(result["status"], "placed", "{result}");
 
@@ -102,7 +102,7 @@ static NEXT_BUYER: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::
 
 /// `POST /sales/{sale}/orders` for a new buyer: `true` when refused as sold
 /// out.
-async fn refused_as_sold_out(app: &crate::TestApp, sale: i64) -> bool {
+async fn refused_as_sold_out(app: &super::TestApp, sale: i64) -> bool {
     let user = NEXT_BUYER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (status, body) = buy(app, sale, user).await;
     status == StatusCode::CONFLICT && body["type"] == "/problems/sold-out"

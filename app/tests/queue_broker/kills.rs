@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use test_support::{ChildService, ServiceLauncher};
 
-use crate::assert_every_request_resolved_once;
+use super::assert_every_request_resolved_once;
 use crate::support::drained;
 use crate::support::{TestApp, provoking, seckill_child};
 
@@ -67,8 +67,9 @@ async fn settling(front: &TestApp, sale: i64) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_kills_of_the_active_consumer_with_delivery_limit_1_lose_no_accepted_request() {
+    let _heavy = test_support::heavy();
     provoking("five SIGKILLs of the instance holding the active consumer");
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     // The front accepts; it does not consume.
     let front = {
         let prefix = prefix.clone();

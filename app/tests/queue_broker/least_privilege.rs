@@ -13,7 +13,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use test_support::RabbitMqNode;
 
-use crate::assert_every_request_resolved_once;
+use super::assert_every_request_resolved_once;
 use crate::support::{TestApp, drained, eventually, provoking};
 
 const PASSWORD: &str = "the-broker-password-of-this-test";
@@ -74,6 +74,7 @@ async fn buy_once_each(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_sale_runs_through_a_broker_user_limited_to_the_services_prefix() {
+    let _heavy = test_support::heavy();
     provoking("refusals of a queue outside the user's prefix and of the virtual host `/`");
     let node = node_with_the_services_user().await;
     assert_the_user_is_limited(&node).await;
@@ -106,6 +107,7 @@ async fn a_queue_sale_runs_through_a_broker_user_limited_to_the_services_prefix(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefix_outside_the_users_permissions_is_answered_503_not_a_crash() {
+    let _heavy = test_support::heavy();
     provoking("a broker that refuses the service's queue names (ACCESS_REFUSED)");
     let node = node_with_the_services_user().await;
     let service_url = url(&node, "seckill");

@@ -14,8 +14,8 @@ use seckill::sale::SaleId;
 use seckill::strategy::redis_decr::counter::SaleCounter;
 use test_support::RedisCluster;
 
-use crate::{RedisView, buy, spawn_app, unique_prefix};
-use crate::{compensation, purchase, reconcile, sold_out};
+use super::{RedisView, buy, spawn_app, unique_prefix};
+use super::{compensation, purchase, reconcile, sold_out};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_decr_keeps_exact_books_on_a_three_master_cluster() {
@@ -105,7 +105,7 @@ async fn the_background_reconciler_heals_a_counter_on_the_cluster(url: &str) {
     let mut redis = RedisView::new(url, &prefix, sale).await;
     redis.set_stock(5).await;
     // The pass corrects the counter, then records its fixes in Postgres.
-    let healed = crate::eventually(Duration::from_secs(10), || {
+    let healed = super::eventually(Duration::from_secs(10), || {
         let mut view = RedisView { conn: redis.conn.clone(), counter: redis.counter.clone() };
         let app = &app;
         async move {

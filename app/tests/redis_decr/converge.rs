@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{RedisView, SHARED_REDIS, spawn_app, unique_prefix};
+use super::{RedisView, SHARED_REDIS, spawn_app, unique_prefix};
 
 const INTERVAL_MS: u64 = 1000;
 

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::aio::ConnectionManager;
 use test_support::ChildService;
 
+use super::{SHARED_REDIS, unique_prefix};
 use crate::support::{ADMIN_TOKEN, seckill_child};
-use crate::{SHARED_REDIS, unique_prefix};
 
 const PERIOD_MS: u64 = 300;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{
+use super::{
     RedisView, SHARED_REDIS, SOLD_OUT, buy, eventually, restock, spawn_app, unique_prefix,
 };
 
@@ -35,17 +35,17 @@ pub async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance_o
     let buyers = (3..).take(others.len());
 
     assert_eq!(buy(&a, sale, 1).await.0, StatusCode::CREATED);
-    assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&a, sale, 2).await.1["type"].as_str(), Some(SOLD_OUT));
     for (b, user) in others.iter().zip(buyers.clone()) {
-        assert_eq!(buy(b, sale, user).await.1.as_deref(), Some(SOLD_OUT));
+        assert_eq!(buy(b, sale, user).await.1["type"].as_str(), Some(SOLD_OUT));
     }
 
     // Every instance now answers from its flag: stock that appears in Redis
     // without a broadcast is not seen.
     redis.set_stock(1).await;
-    assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&a, sale, 2).await.1["type"].as_str(), Some(SOLD_OUT));
     for (b, user) in others.iter().zip(buyers.clone()) {
-        assert_eq!(buy(b, sale, user).await.1.as_deref(), Some(SOLD_OUT));
+        assert_eq!(buy(b, sale, user).await.1["type"].as_str(), Some(SOLD_OUT));
     }
     redis.set_stock(0).await;
 
@@ -78,7 +78,7 @@ async fn a_lost_broadcast_cannot_strand_stock_behind_the_flag() {
     let sale = app.sale("redis-decr", 1).await;
     let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     assert_eq!(buy(&app, sale, 1).await.0, StatusCode::CREATED);
-    assert_eq!(buy(&app, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&app, sale, 2).await.1["type"].as_str(), Some(SOLD_OUT));
 
     // A restock whose broadcast is lost: Postgres and Redis gain a unit, but
     // nobody tells the instance.
@@ -128,17 +128,21 @@ async fn an_instance_started_after_the_sale_sold_out_refuses_its_first_buyer() {
     let sale = a.sale("redis-decr", 1).await;
     let redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     assert_eq!(buy(&a, sale, 1).await.0, StatusCode::CREATED);
-    assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&a, sale, 2).await.1["type"].as_str(), Some(SOLD_OUT));
 
     let b = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     for user in 3..6 {
-        assert_eq!(buy(&b, sale, user).await.1.as_deref(), Some(SOLD_OUT), "buyer {user}");
+        assert_eq!(buy(&b, sale, user).await.1["type"].as_str(), Some(SOLD_OUT), "buyer {user}");
     }
 
     let mut conn = redis.conn.clone();
     redis::cmd("DEL").arg(&redis.counter.stock_key).query_async::<i64>(&mut conn).await.unwrap();
     let c = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
-    assert_eq!(buy(&c, sale, 6).await.1.as_deref(), Some(SOLD_OUT), "after the counter was lost");
+    assert_eq!(
+        buy(&c, sale, 6).await.1["type"].as_str(),
+        Some(SOLD_OUT),
+        "after the counter was lost"
+    );
     let audit = a.audit(sale).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.oversold), (1, 0, 0));
 }

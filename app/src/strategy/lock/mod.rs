@@ -497,13 +497,8 @@ impl<L: SaleLock> Inner<L> {
 /// decision taken from a read.
 const RETURN: &str = "UPDATE sales SET returned_stock = returned_stock + $2 WHERE id = $1";
 
-/// Failpoint (tests only): a holder of the sale's lock, after its read and
-/// its simulated work, right before it asks whether it still holds the lock;
-/// keyed by sale id, resumed with a [`BeforeWrite`].
-#[cfg(feature = "failpoints")]
-pub const BEFORE_WRITE: &str = "lock/before-write";
-
-/// How a holder stopped at [`BEFORE_WRITE`] goes on.
+/// How a holder stopped at the failpoint `lock/before-write`
+/// ([`crate::failpoints::LOCK_BEFORE_WRITE`]) goes on.
 #[cfg(feature = "failpoints")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BeforeWrite {
@@ -532,7 +527,7 @@ struct HolderGuard<'a, L: SaleLock> {
 impl<L: SaleLock> WriteGuard for HolderGuard<'_, L> {
     async fn admits(&self) -> bool {
         #[cfg(feature = "failpoints")]
-        match redis_lock::failpoints::reached(BEFORE_WRITE, self.sale.0).await {
+        match crate::failpoints::reached(&crate::failpoints::LOCK_BEFORE_WRITE, self.sale.0).await {
             Some(BeforeWrite::AsIfStillHeld) => return true,
             Some(BeforeWrite::OnceLost) => {
                 if let Some(lost) = self.lock.lost(self.held) {

@@ -140,8 +140,7 @@ const DRAIN: DrainBench = DrainBench {
     drain: drain_queue,
     batching: || {
         let config = crate::config::Config::from_env();
-        let settings =
-            ConsumerSettings::from_settings(&config.strategies.queue, config.failpoints.as_deref());
+        let settings = ConsumerSettings::from_settings(&config.strategies.queue);
         Batching { batch_size: settings.batch_size, window: settings.window }
     },
 };
@@ -154,7 +153,8 @@ fn drain_queue(run: DrainRun<'_>) -> BoxFuture<'_, anyhow::Result<DrainTimes>> {
         window: run.batching.window,
         // A drain settles once and never rejects: the limit does not apply.
         delivery_limit: u32::MAX,
-        failpoint: None,
+        #[cfg(feature = "failpoints")]
+        failpoints: Default::default(),
     };
     let idle = Duration::from_secs(5);
     Box::pin(consumer::drain(run.db, run.channel, run.queue, settings, idle, run.expected))
@@ -325,10 +325,7 @@ impl Queue {
             requests_db,
             background,
             publisher: Arc::new(publisher::Publisher::new(deps.amqp.clone(), topology.clone())),
-            consumer: consumer::ConsumerSettings::from_settings(
-                settings,
-                deps.failpoints.as_deref(),
-            ),
+            consumer: consumer::ConsumerSettings::from_deps(deps, settings),
             consume: settings.consume,
             retention: Duration::from_millis(settings.retention_ms),
             republish_after: Duration::from_millis(settings.republish_after_ms),
@@ -437,7 +434,7 @@ impl Strategy for Queue {
         if self.consume {
             let (db, amqp, topology) =
                 (self.db.clone(), self.background.clone(), self.topology.clone());
-            let (settings, gate) = (self.consumer, self.gate.clone());
+            let (settings, gate) = (self.consumer.clone(), self.gate.clone());
             tokio::spawn(async move {
                 consumer::declare_queues(&amqp, &topology).await;
                 tokio::spawn(dead_letters::run(db.clone(), amqp.clone(), topology.clone()));
@@ -447,7 +444,7 @@ impl Strategy for Queue {
                         amqp.clone(),
                         topology.clone(),
                         partition,
-                        settings,
+                        settings.clone(),
                         gate.clone(),
                     ));
                 }

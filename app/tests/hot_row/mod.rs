@@ -6,9 +6,6 @@
 //! leave, and buckets that sell exactly their stock, whatever the quantities
 //! bought, without deadlock.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod batched;
 mod batched_faults;
 mod buckets;
@@ -132,7 +129,7 @@ impl Direct {
         config.backends.database_url = test_database_url();
         config.backends.redis_url = test_support::redis_url();
         config.backends.amqp_url = test_support::amqp_url();
-        let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        let prefix = test_support::unique_prefix();
         let db = PgPool::connect(&config.backends.database_url).await.unwrap();
         let redis = RedisHandle::new(&config.backends.redis_url, prefix.clone()).unwrap();
         let amqp = AmqpHandle::new(config.backends.amqp_url.clone(), prefix);
