@@ -52,7 +52,7 @@ for_tests() {
 }
 
 # What `loadtest compare ARGS` starts itself. The default strategies include
-# lock/redlock, whose three Redis nodes it starts unless REDLOCK_URLS names some.
+# lock/redlock, whose three Redis nodes it starts unless SECKILL_LOCK_REDLOCK_URLS names some.
 for_compare() {
   local args=" $* " strategies="" faults=""
   [[ "$args" =~ \ --strategies[=\ ]([^ ]*) ]] && strategies="${BASH_REMATCH[1]}"
@@ -62,7 +62,7 @@ for_compare() {
     need haproxy "--haproxy: the load balancer in front of the instances"
   fi
   if ! has redis-server; then
-    if { [ -z "${REDLOCK_URLS:-}" ] && { [ -z "$strategies" ] || [[ "$strategies" == *lock/redlock* ]]; }; } \
+    if { [ -z "${SECKILL_LOCK_REDLOCK_URLS:-}" ] && { [ -z "$strategies" ] || [[ "$strategies" == *lock/redlock* ]]; }; } \
       || [[ "$faults" == *redis-restart* || "$faults" == *all* || "$args" == *" --redis-cluster "* ]]; then
       need redis-server "Redis nodes of the comparison's own (lock/redlock, redis-restart, --redis-cluster)"
     fi

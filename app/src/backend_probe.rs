@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | Postgres | no pool connection within `SECKILL_DB_ACQUIRE_TIMEOUT_MS` (sqlx retries refused connections until then, so a pool timeout is also what an outage looks like) | one connection outside the pool, `SELECT 1`; `53300 too_many_connections` counts as an answer | [`POSTGRES_PROBE_TIMEOUT`] |
 //! | Redis (`REDIS_URL`) | a command of the shared connection or of the lock library got no reply within its timeout | a fresh connection, `PING` | [`REDIS_PROBE_TIMEOUT`] |
-//! | Redlock nodes (`REDLOCK_URLS`) | fewer than a quorum of nodes answered a lock command within the per-node timeout | a fresh connection and `PING` to every node; busy when a quorum answers | [`REDIS_PROBE_TIMEOUT`] |
+//! | Redlock nodes (`SECKILL_LOCK_REDLOCK_URLS`) | fewer than a quorum of nodes answered a lock command within the per-node timeout | a fresh connection and `PING` to every node; busy when a quorum answers | [`REDIS_PROBE_TIMEOUT`] |
 //! | RabbitMQ | no publisher confirm, or no connection, within its timeout | a fresh connection and a channel | [`RABBITMQ_PROBE_TIMEOUT`] |
 //!
 //! Only timeouts are probed ([`timed_out`]): a refused or dropped connection,
@@ -122,7 +122,7 @@ enum Target {
 impl BackendProbe {
     /// Probes of the servers the service uses: Postgres as `postgres`
     /// connects (the pool's own options), the Redis of `redis`, the nodes
-    /// of `redlock_urls` (`REDLOCK_URLS`; one that does not parse is left
+    /// of `redlock_urls` (`SECKILL_LOCK_REDLOCK_URLS`; one that does not parse is left
     /// out — the strategy refuses it at start), the broker at `amqp_url`.
     pub fn new(
         postgres: PgConnectOptions,

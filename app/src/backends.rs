@@ -13,7 +13,135 @@ use redis_lock::{RedisClient, RedisConnection};
 use tokio::sync::OnceCell;
 
 use crate::backend_probe::NoAnswerWithin;
+use crate::bounds::MAX_MS;
 use crate::outcome::{Backend, StrategyError};
+
+/// `DATABASE_URL`: the service's Postgres database.
+pub const DATABASE_URL_ENV: &str = "DATABASE_URL";
+/// `REDIS_URL`: the Redis of the strategies that use one.
+pub const REDIS_URL_ENV: &str = "REDIS_URL";
+/// `AMQP_URL`: the RabbitMQ of the `queue` strategy.
+pub const AMQP_URL_ENV: &str = "AMQP_URL";
+/// `SECKILL_DB_POOL_SIZE`: Postgres connections per instance.
+pub const DB_POOL_SIZE_ENV: &str = "SECKILL_DB_POOL_SIZE";
+/// `SECKILL_REDIS_PREFIX`: the namespace of the Redis keys.
+pub const REDIS_PREFIX_ENV: &str = "SECKILL_REDIS_PREFIX";
+/// `SECKILL_AMQP_PREFIX`: the namespace of the queues and exchanges.
+pub const AMQP_PREFIX_ENV: &str = "SECKILL_AMQP_PREFIX";
+
+/// Settings of the backing servers: where Postgres, Redis and RabbitMQ are,
+/// the Postgres pool, and the namespaces this service writes under. The
+/// three URLs keep the unprefixed names the tools around them read
+/// (`sqlx`'s `DATABASE_URL`, …).
+#[derive(Clone, clap::Args)]
+#[command(next_help_heading = "Backing servers")]
+pub struct BackendSettings {
+    /// Postgres connection URL; the database is created if it does not exist.
+    #[arg(
+        long,
+        env = DATABASE_URL_ENV,
+        default_value = "postgres://postgres@127.0.0.1:5432/seckill",
+        hide_env_values = true,
+        hide_default_value = true
+    )]
+    pub database_url: String,
+
+    /// Postgres connections in this instance's pool.
+    #[arg(
+        long,
+        env = DB_POOL_SIZE_ENV,
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub db_pool_size: u32,
+
+    /// How long a request waits for a pool connection, in milliseconds; then
+    /// it is answered 503 `busy` if Postgres answers a probe connection (the
+    /// pool is exhausted by slow work), 503 `unavailable` if it does not.
+    #[arg(
+        long,
+        env = "SECKILL_DB_ACQUIRE_TIMEOUT_MS",
+        default_value_t = 5000,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_MS)
+    )]
+    pub db_acquire_timeout_ms: u64,
+
+    /// Redis connection URL (lock and redis-decr strategies): one node,
+    /// `redis://[user:pass@]host:port[/db]`, or a Redis Cluster by its seed
+    /// nodes, `redis+cluster://[user:pass@]h1:p1,h2:p2,...` (every key of a
+    /// sale shares one hash slot; docs/scaling.md).
+    #[arg(
+        long,
+        env = REDIS_URL_ENV,
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
+    pub redis_url: String,
+
+    /// Namespace in front of every Redis key this service writes.
+    /// Letters, digits, `_`, `.` and `-`, 1 to 64 of them (no `{` or `}`:
+    /// the hash tags of a sale's keys must stay the sale's own).
+    #[arg(long, env = REDIS_PREFIX_ENV, default_value = "seckill", value_parser = prefix)]
+    pub redis_prefix: String,
+
+    /// RabbitMQ connection URL (queue strategy).
+    #[arg(
+        long,
+        env = AMQP_URL_ENV,
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        hide_env_values = true,
+        hide_default_value = true
+    )]
+    pub amqp_url: String,
+
+    /// Namespace in front of every queue and exchange this service declares
+    /// (`PREFIX.orders.N`, …); instances that share a sale share a prefix.
+    /// Letters, digits, `_`, `.` and `-`, 1 to 64 of them (AMQP names are at
+    /// most 255 bytes).
+    #[arg(long, env = AMQP_PREFIX_ENV, default_value = "seckill", value_parser = prefix)]
+    pub amqp_prefix: String,
+}
+
+impl BackendSettings {
+    /// `SECKILL_DB_ACQUIRE_TIMEOUT_MS`.
+    pub fn db_acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.db_acquire_timeout_ms)
+    }
+}
+
+impl std::fmt::Debug for BackendSettings {
+    /// Leaves the URLs out: a password may sit anywhere in one.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendSettings")
+            .field("db_pool_size", &self.db_pool_size)
+            .field("db_acquire_timeout_ms", &self.db_acquire_timeout_ms)
+            .field("redis_prefix", &self.redis_prefix)
+            .field("amqp_prefix", &self.amqp_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` with its password (the user information before `@`) replaced by
+/// `***`, for error messages.
+pub fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Parser of `SECKILL_REDIS_PREFIX` and `SECKILL_AMQP_PREFIX`: 1 to 64
+/// letters, digits, `_`, `.` or `-`.
+fn prefix(value: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    if (1..=64).contains(&value.len()) && value.chars().all(allowed) {
+        Ok(value.to_owned())
+    } else {
+        Err("1 to 64 letters, digits, `_`, `.` or `-` expected".to_owned())
+    }
+}
 
 /// Lazily connected Redis, shared by every strategy of the process: one
 /// node (`redis://…`) or a Redis Cluster (`redis+cluster://h1:p1,h2:p2,…`,

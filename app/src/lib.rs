@@ -13,7 +13,12 @@
 //!   what a strategy answers;
 //! - [`backend_probe`]: a timeout of a backing server told apart as
 //!   overload (`busy`) or outage (`unavailable`);
-//! - [`startup`]: database preparation and the server.
+//! - [`startup`]: database preparation and the server;
+//! - [`config`]: the command line of `seckill serve`, composed of the
+//!   settings each part defines next to its code.
+//! - `failpoints` (cargo feature `failpoints`, tests and fault drills only):
+//!   every fault the service can be made to show, in-process pauses and the
+//!   `SECKILL_FAILPOINTS` list.
 //!
 //! Modules import only from their own layer or below (vocabulary, then
 //! `web`, then the strategies, then the purchase path and the audit, then
@@ -22,8 +27,11 @@
 pub mod audit;
 pub mod backend_probe;
 pub mod backends;
+pub mod bounds;
 pub mod buyer_token;
 pub mod config;
+#[cfg(feature = "failpoints")]
+pub mod failpoints;
 pub mod http;
 pub mod known_buyers;
 pub mod lifecycle;

@@ -27,7 +27,7 @@ enum Command {
         /// Postgres connection URL.
         #[arg(
             long,
-            env = "DATABASE_URL",
+            env = seckill::backends::DATABASE_URL_ENV,
             default_value = "postgres://postgres@127.0.0.1:5432/seckill",
             hide_env_values = true,
             hide_default_value = true
@@ -69,6 +69,8 @@ fn strategies_help() -> String {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     telemetry::init_tracing();
+    let set = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
+    seckill::config::refuse_retired(set)?;
     let strategies = strategies_help();
     let command = Cli::command().after_help(strategies.clone()).mut_subcommand("serve", |serve| {
         serve.after_help(format!("{ADMIN_TOKEN_HELP}\n{strategies}"))
@@ -76,8 +78,8 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|err| err.exit());
     match cli.command {
         Command::Serve(mut config) => {
-            config.admin_token = seckill::config::admin_token_from_env()?;
-            config.buyer_key = seckill::config::buyer_key_from_env()?;
+            config.auth.admin_token = seckill::config::admin_token_from_env()?;
+            config.auth.buyer_key = seckill::config::buyer_key_from_env()?;
             let app = Application::build(config).await?;
             app.run_until(shutdown_signal()).await
         }

@@ -53,7 +53,7 @@ impl Outcome {
 pub enum Backend {
     /// The source of truth: sales, orders, requests (`DATABASE_URL`).
     Postgres,
-    /// Counters and locks of the Redis strategies (`REDIS_URL`, `REDLOCK_URLS`).
+    /// Counters and locks of the Redis strategies (`REDIS_URL`, `SECKILL_LOCK_REDLOCK_URLS`).
     Redis,
     /// The `queue` strategy's broker (`AMQP_URL`).
     Rabbitmq,

@@ -12,11 +12,12 @@ use sqlx::{PgPool, Postgres};
 use tokio::net::TcpListener;
 
 use crate::backend_probe::BackendProbe;
+use crate::backends::BackendSettings;
 use crate::backends::{AmqpHandle, RedisHandle};
 use crate::config::Config;
 use crate::http::{self, AppState};
 use crate::sale::SaleCatalog;
-use crate::strategy::{Deps, Strategies};
+use crate::strategy::Strategies;
 use crate::telemetry;
 use crate::web::BuyerAuth;
 
@@ -44,18 +45,19 @@ pub async fn prepare_database(url: &str) -> anyhow::Result<()> {
 
 /// How the service connects to Postgres: `DATABASE_URL`, application name
 /// `seckill`.
-pub fn connect_options(config: &Config) -> anyhow::Result<PgConnectOptions> {
-    let options: PgConnectOptions = config.database_url.parse().context("parsing DATABASE_URL")?;
+pub fn connect_options(backends: &BackendSettings) -> anyhow::Result<PgConnectOptions> {
+    let options: PgConnectOptions =
+        backends.database_url.parse().context("parsing DATABASE_URL")?;
     Ok(options.application_name("seckill"))
 }
 
-/// The service's Postgres pool: `config.db_pool_size` connections, failing a
-/// request that waits longer than `db_acquire_timeout` for one.
-pub fn db_pool(config: &Config) -> anyhow::Result<PgPool> {
-    let options = connect_options(config)?;
+/// The service's Postgres pool: `SECKILL_DB_POOL_SIZE` connections, failing a
+/// request that waits longer than `SECKILL_DB_ACQUIRE_TIMEOUT_MS` for one.
+pub fn db_pool(backends: &BackendSettings) -> anyhow::Result<PgPool> {
+    let options = connect_options(backends)?;
     Ok(PgPoolOptions::new()
-        .max_connections(config.db_pool_size)
-        .acquire_timeout(config.db_acquire_timeout())
+        .max_connections(backends.db_pool_size)
+        .acquire_timeout(backends.db_acquire_timeout())
         .idle_timeout(Duration::from_secs(60))
         .connect_lazy_with(options))
 }
@@ -65,13 +67,30 @@ pub fn db_pool(config: &Config) -> anyhow::Result<PgPool> {
 /// connection of [`db_pool`] held by purchases, a sweep sharing it waited for
 /// each order's transaction in line with them, and returned units came back
 /// seconds late under load). Application name `seckill-sweep`.
-pub fn sweep_pool(config: &Config) -> anyhow::Result<PgPool> {
-    let options = connect_options(config)?.application_name("seckill-sweep");
+pub fn sweep_pool(backends: &BackendSettings) -> anyhow::Result<PgPool> {
+    let options = connect_options(backends)?.application_name("seckill-sweep");
     Ok(PgPoolOptions::new()
         .max_connections(1)
-        .acquire_timeout(config.db_acquire_timeout())
+        .acquire_timeout(backends.db_acquire_timeout())
         .idle_timeout(Duration::from_secs(60))
         .connect_lazy_with(options))
+}
+
+/// Refuses a `SECKILL_FAILPOINTS` setting in a build without the cargo
+/// feature `failpoints` (every release build): such a build has no
+/// failpoints, and a fault drill run on it would inject nothing, or a
+/// production instance would carry a drill's setting. Errors: the setting is
+/// there and not blank.
+#[cfg(not(feature = "failpoints"))]
+fn refuse_failpoints(config: &Config) -> anyhow::Result<()> {
+    match config.failpoints.as_deref().map(str::trim) {
+        None | Some("") => Ok(()),
+        Some(list) => anyhow::bail!(
+            "SECKILL_FAILPOINTS is set (`{list}`), but this build has no failpoints: they are \
+             compiled only with the cargo feature `failpoints`, for tests and fault drills. \
+             Unset it, or run a build with the feature."
+        ),
+    }
 }
 
 /// A bound, not yet running, service.
@@ -80,12 +99,20 @@ pub struct Application {
     /// The metrics listener, when `SECKILL_METRICS_ADDR` asks for one.
     metrics_listener: Option<TcpListener>,
     state: AppState,
+    config: Arc<Config>,
+    /// The failpoints of `SECKILL_FAILPOINTS`, parsed once.
+    #[cfg(feature = "failpoints")]
+    failpoints: crate::failpoints::Failpoints,
 }
 
 impl Application {
-    /// Prepares the database, builds the state and binds `config.addr`.
+    /// Prepares the database, builds the state and binds `config.http.addr`.
     pub async fn build(mut config: Config) -> anyhow::Result<Self> {
         config.check()?;
+        #[cfg(feature = "failpoints")]
+        let failpoints = crate::failpoints::Failpoints::from_setting(config.failpoints.as_deref())?;
+        #[cfg(not(feature = "failpoints"))]
+        refuse_failpoints(&config)?;
         let (_, dev_token) = config.admin_token();
         if dev_token {
             tracing::warn!(
@@ -94,7 +121,7 @@ impl Application {
                 crate::config::DEV_ADMIN_TOKEN
             );
         }
-        let buyer_auth = BuyerAuth(config.buyer_verifier()?.map(Arc::new));
+        let buyer_auth = BuyerAuth(config.auth.buyer_verifier()?.map(Arc::new));
         match &buyer_auth.0 {
             Some(verifier) => tracing::info!(
                 algorithm = ?verifier.algorithm(),
@@ -106,13 +133,13 @@ impl Application {
                  or read results as anyone"
             ),
         }
-        prepare_database(&config.database_url).await?;
-        let db = db_pool(&config)?;
-        let postgres = connect_options(&config)?;
-        let listener = TcpListener::bind(config.addr)
+        prepare_database(&config.backends.database_url).await?;
+        let db = db_pool(&config.backends)?;
+        let postgres = connect_options(&config.backends)?;
+        let listener = TcpListener::bind(config.http.addr)
             .await
-            .with_context(|| format!("binding {}", config.addr))?;
-        let metrics_listener = match config.metrics_addr {
+            .with_context(|| format!("binding {}", config.http.addr))?;
+        let metrics_listener = match config.http.metrics_addr {
             Some(addr) => Some(
                 TcpListener::bind(addr)
                     .await
@@ -124,18 +151,20 @@ impl Application {
             config.instance = Some(listener.local_addr()?.to_string());
         }
         let config = Arc::new(config);
-        let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone())
+        let backends = &config.backends;
+        let redis = RedisHandle::new(&backends.redis_url, backends.redis_prefix.clone())
             .context("parsing REDIS_URL")?;
-        let amqp = AmqpHandle::new(config.amqp_url.clone(), config.amqp_prefix.clone());
+        let amqp = AmqpHandle::new(backends.amqp_url.clone(), backends.amqp_prefix.clone());
         let probe = BackendProbe::new(
             postgres,
             redis.client().clone(),
-            &config.redlock_urls,
-            config.amqp_url.clone(),
+            &config.strategies.lock.redlock_urls,
+            backends.amqp_url.clone(),
         );
         let catalog = SaleCatalog::default();
-        let deps =
-            Deps::new(db.clone(), redis.clone(), amqp.clone(), config.clone(), catalog.clone());
+        let deps = config.deps(db.clone(), redis.clone(), amqp.clone(), catalog.clone());
+        #[cfg(feature = "failpoints")]
+        let deps = deps.with_failpoints(failpoints.clone());
         let strategies = Strategies::new(&deps)?;
         strategies.start_background();
         let known_buyers = crate::known_buyers::KnownBuyers::new(config.known_buyers);
@@ -145,14 +174,22 @@ impl Application {
             amqp,
             catalog,
             metrics: telemetry::metrics_handle(),
-            config,
+            http: Arc::new(config.http.clone()),
+            auth: Arc::new(config.auth.clone()),
             db,
             probe,
             admin_failures: Default::default(),
             known_buyers,
             buyer_auth,
         };
-        Ok(Self { listener, metrics_listener, state })
+        Ok(Self {
+            listener,
+            metrics_listener,
+            state,
+            config,
+            #[cfg(feature = "failpoints")]
+            failpoints,
+        })
     }
 
     /// The address actually bound (useful with port 0).
@@ -175,26 +212,25 @@ impl Application {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let (db, amqp) = (self.state.db.clone(), self.state.amqp.clone());
-        let config = &self.state.config;
+        let config = &self.config;
         // The expiry sweep runs while the service serves, and stops before
         // the pool closes.
         let stop_sweep = tokio_util::sync::CancellationToken::new();
-        if config.expiry_sweep_interval_ms > 0 {
+        if let Some(period) = config.lifecycle.sweep_period() {
             let sweeper = crate::lifecycle::sweep::Sweeper {
-                db: sweep_pool(config)?,
+                db: sweep_pool(&config.backends)?,
                 catalog: self.state.catalog.clone(),
                 strategies: self.state.strategies.clone(),
-                period: Duration::from_millis(config.expiry_sweep_interval_ms),
-                failpoint: crate::lifecycle::sweep::Failpoint::from_config(
-                    config.failpoints.as_deref(),
-                ),
+                period,
+                #[cfg(feature = "failpoints")]
+                failpoints: self.failpoints.clone(),
             };
             tokio::spawn(sweeper.run(stop_sweep.clone()));
         }
         let limits = server::Limits {
-            max_connections: usize::try_from(config.max_connections).unwrap_or(usize::MAX),
-            header_timeout: Duration::from_millis(config.header_timeout_ms),
-            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+            max_connections: usize::try_from(config.http.max_connections).unwrap_or(usize::MAX),
+            header_timeout: Duration::from_millis(config.http.header_timeout_ms),
+            idle_timeout: Duration::from_millis(config.http.idle_timeout_ms),
         };
         let metrics = self.state.metrics.clone();
         let app = http::router(self.state);

@@ -11,9 +11,6 @@
 //! nodes of its own for `lock/redlock`, and queue names of its own on the
 //! shared broker, deleted at the end.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
@@ -30,12 +27,13 @@ const RUN_WITHIN: Duration = Duration::from_secs(600);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_keeps_its_openapi_contract_under_schemathesis() {
+    let _heavy = test_support::heavy();
     let nodes =
         [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];
     let redlock = nodes.iter().map(RedisServer::url).collect::<Vec<_>>().join(",");
-    let prefix = format!("test-contract-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     let service = seckill_child(&[
-        ("REDLOCK_URLS", redlock),
+        ("SECKILL_LOCK_REDLOCK_URLS", redlock),
         ("SECKILL_REDIS_PREFIX", prefix.clone()),
         ("SECKILL_AMQP_PREFIX", prefix.clone()),
         ("RUST_LOG", "warn".to_owned()),
@@ -75,9 +73,9 @@ async fn delete_queues(prefix: &str) {
     let config = Config::defaults();
     let topology = Topology::new(
         prefix,
-        config.queue_partitions,
-        config.queue_max_length,
-        config.queue_delivery_limit,
+        config.strategies.queue.partitions,
+        config.strategies.queue.max_length,
+        config.strategies.queue.delivery_limit,
     );
     let url = test_support::amqp_url();
     let conn = Connection::connect(&url, ConnectionProperties::default()).await.unwrap();

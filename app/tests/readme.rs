@@ -5,15 +5,10 @@
 //! holds other sales — as after a comparison — so that a walkthrough that
 //! buys from a fixed sale id fails here before it fails a reader.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use reqwest::Url;
 use serde_json::{Value, json};
-use sqlx::Postgres;
-use sqlx::migrate::MigrateDatabase;
 
 use crate::support::{TestApp, test_database_url};
 
@@ -31,20 +26,11 @@ fn walkthrough(readme: &str) -> String {
     body.split_once("```").expect("the ```sh block is closed").0.to_owned()
 }
 
-/// A database beside the test database, dropped and created afresh.
-async fn scratch_database() -> String {
-    let mut url = Url::parse(&test_database_url()).expect("TEST_DATABASE_URL is a URL");
-    url.set_path("seckill_test_walkthrough");
-    let url = url.to_string();
-    Postgres::force_drop_database(&url).await.expect("dropping the scratch database");
-    url
-}
-
 /// Runs `script` with bash in the repository root, the service's
 /// configuration pointing at `port` and `database`, and a service binary
 /// that is already built.
 fn run_script(script: &str, port: u16, database: &str) -> Output {
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     Command::new("bash")
         .args(["-euo", "pipefail", "-c", script])
         .current_dir(root())
@@ -68,10 +54,12 @@ fn run_script(script: &str, port: u16, database: &str) -> Output {
 
 #[tokio::test]
 async fn the_readme_walkthrough_buys_from_the_sale_it_created_on_a_database_with_other_sales() {
-    let database = scratch_database().await;
+    let _heavy = test_support::heavy();
+    let database = test_support::scratch_database("walkthrough").await;
     // Leftovers, as a comparison or an earlier try leaves them: user 42 has
     // already bought from sale 1, so a walkthrough aimed at sale 1 gets 409.
-    let earlier = TestApp::spawn_with(|config| config.database_url = database.clone()).await;
+    let earlier =
+        TestApp::spawn_with(|config| config.backends.database_url = database.clone()).await;
     let leftover = earlier.sale("sql", 1_000_000).await;
     earlier.create_sale(json!({ "name": "another", "stock": 5, "strategy": "sql" })).await;
     assert_eq!(earlier.buy(leftover, 42).await.status(), reqwest::StatusCode::CREATED);
@@ -108,7 +96,7 @@ async fn the_readme_walkthrough_buys_from_the_sale_it_created_on_a_database_with
     assert!(stdout.contains("stopped"), "the walkthrough stops the service:\n{stdout}");
 
     earlier.db.close().await;
-    Postgres::force_drop_database(&database).await.expect("dropping the scratch database");
+    test_support::drop_scratch_database(&database).await;
 }
 
 /// A port `p` with `p + 1` and `p + 2` free too, a moment ago.
@@ -124,6 +112,7 @@ fn three_free_ports() -> u16 {
 
 #[tokio::test]
 async fn serve_replicas_runs_two_replicas_behind_haproxy_that_share_the_books() {
+    let _heavy = test_support::heavy();
     let database = test_database_url();
     let port = three_free_ports();
     let started = run_script("SERVE_REPLICAS=2 scripts/serve.sh", port, &database);
@@ -135,7 +124,7 @@ async fn serve_replicas_runs_two_replicas_behind_haproxy_that_share_the_books() 
         let client = reqwest::Client::new();
         let base = format!("http://127.0.0.1:{port}");
         let body = json!({ "name": "replicas", "stock": 3, "strategy": "sql" });
-        let sale = support::create_sale_at(&base, "dev-admin-token", body).await;
+        let sale = crate::support::create_sale_at(&base, "dev-admin-token", body).await;
         let mut statuses = Vec::new();
         for user in 1..=6 {
             let url = format!("{base}/sales/{sale}/orders");

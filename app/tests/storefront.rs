@@ -14,8 +14,6 @@
 //! (JSON stays the default), the page's files and their validators, and the
 //! buyer's order route.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -153,13 +151,13 @@ async fn an_answer_lost_on_the_network_is_retried_without_a_second_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_purchase_shows_queued_then_the_order_once_settled() {
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     let queue_config = |consume: bool| {
         let prefix = prefix.clone();
         move |config: &mut Config| {
-            config.amqp_prefix = prefix;
-            config.queue_partitions = 1;
-            config.queue_consume = consume;
+            config.backends.amqp_prefix = prefix;
+            config.strategies.queue.partitions = 1;
+            config.strategies.queue.consume = consume;
         }
     };
     // The page's instance runs no consumer: the purchase stays queued.
@@ -182,8 +180,13 @@ async fn a_queue_purchase_shows_queued_then_the_order_once_settled() {
     shoot(&browser, "queue-placed").await;
 
     let config = Config::from_env();
-    let topology = Topology::new(&prefix, 1, config.queue_max_length, config.queue_delivery_limit);
-    topology.delete_at(&config.amqp_url).await.expect("the test's queues are deleted");
+    let topology = Topology::new(
+        &prefix,
+        1,
+        config.strategies.queue.max_length,
+        config.strategies.queue.delivery_limit,
+    );
+    topology.delete_at(&config.backends.amqp_url).await.expect("the test's queues are deleted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,17 +222,17 @@ async fn the_last_unit_taken_by_someone_else_is_told_sold_out_on_a_phone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_answer_is_retried_after_its_retry_after_and_then_placed() {
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     let redis_prefix = prefix.clone();
     let app = TestApp::spawn_with(move |config| {
-        config.redis_key_prefix = redis_prefix;
-        config.lock_wait_ms = 100;
+        config.backends.redis_prefix = redis_prefix;
+        config.strategies.lock.wait_ms = 100;
     })
     .await;
     let sale = sale(&app, json!({ "name": "Busy", "stock": 3, "strategy": "lock/setnx" })).await;
     // Someone holds the sale's lock: a purchase waits 100 ms for it, then is
     // answered `503 busy` with `Retry-After: 1`.
-    let redis = redis::Client::open(Config::from_env().redis_url).unwrap();
+    let redis = redis::Client::open(Config::from_env().backends.redis_url).unwrap();
     let mut redis = redis.get_multiplexed_async_connection().await.unwrap();
     let key = format!("{prefix}:{{sale:{sale}}}:lock:setnx");
     let _: () = redis::cmd("SET").arg(&key).arg(1).query_async(&mut redis).await.unwrap();
@@ -358,7 +361,7 @@ async fn a_browser_gets_the_page_and_every_other_client_the_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_buyer_auth_on_the_page_buys_as_the_buyer_of_its_token_and_asks_for_one_without() {
-    let app = TestApp::spawn_with(support::with_buyer_auth).await;
+    let app = TestApp::spawn_with(crate::support::with_buyer_auth).await;
     let sale = sale(&app, json!({ "name": "Members only", "stock": 5, "strategy": "sql" })).await;
 
     // Without a token: the buy is refused and the page asks to sign in.
@@ -372,7 +375,7 @@ async fn with_buyer_auth_on_the_page_buys_as_the_buyer_of_its_token_and_asks_for
     // With a token in the fragment: the page buys as its `sub`, and the token
     // leaves the address bar.
     let browser = Browser::start(900, 1000).await;
-    let token = support::buyer_token(4242);
+    let token = crate::support::buyer_token(4242);
     browser.goto(&app.url(&format!("/sales/{sale}#token={token}"))).await;
     browser.wait_for(&format!("{STATUS} !== 'loading'"), STEP).await;
     assert_eq!(browser.eval("location.hash").await, "");

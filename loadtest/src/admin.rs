@@ -8,8 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use seckill::audit::Audit;
 use seckill::sale::SaleId;
-use seckill::strategy::queue::QueueStats;
-use seckill::strategy::sql_batched::BatchStats;
+use seckill::strategy::descriptor::{BatchStats, QueueStats};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -77,8 +76,8 @@ impl Admin {
         last["max_concurrency"].as_i64().context("lock-stats without max_concurrency")
     }
 
-    /// The `sql/batched` batches of `sale` over all instances: each instance
-    /// counts its own.
+    /// The batches of `sale` (of a strategy that settles in batches) over all
+    /// instances: each instance counts its own.
     pub async fn batch_stats(&self, urls: &[String], sale: SaleId) -> anyhow::Result<BatchStats> {
         let mut all = Vec::with_capacity(urls.len());
         for url in urls {
@@ -88,8 +87,9 @@ impl Admin {
         Ok(BatchStats::merge(sale, &all))
     }
 
-    /// The queue statistics of `sales` once none has an unresolved request,
-    /// or as they stand after `within`.
+    /// The settling statistics of `sales` (of a strategy that settles after
+    /// its answer) once none has an unresolved request, or as they stand
+    /// after `within`.
     pub async fn drained(
         &self,
         sales: &[SaleId],
@@ -111,7 +111,7 @@ impl Admin {
     }
 
     async fn queue_stats(&self, sale: SaleId) -> anyhow::Result<QueueStats> {
-        self.get(format!("{}/admin/sales/{}/queue", self.base, sale.0), "queue stats").await
+        self.get(format!("{}/admin/sales/{}/queue", self.base, sale.0), "settling statistics").await
     }
 
     pub async fn audit(&self, sale: SaleId) -> anyhow::Result<Audit> {

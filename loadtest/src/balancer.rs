@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
-use crate::instances::free_port;
+use crate::port::free_port;
 
 /// Name of the backend of the instances in the configuration and the
 /// statistics.

@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use seckill::sale::{Quantity, SaleId, UserId};
-use seckill::strategy::{Outcome, StrategyName, sql::take_and_order};
+use seckill::strategy::descriptor::SettleBatch;
+use seckill::strategy::{Ceiling, DrainBench, Outcome, REFERENCE, StrategyName, registration};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 
@@ -51,19 +52,23 @@ impl Kind {
         }
     }
 
-    /// The per-round ceiling that bounds `strategy`'s sell-through: the
-    /// consumer's drain for `queue` (it settles in batches), one `sql`
-    /// transaction per unit for the strategies that take at least that per
-    /// unit, and none for `sql/batched` (a transaction settles many units;
-    /// its own ceiling, `sql_batched_units_per_s`, is measured after the
-    /// runs at the batch size they reached) and `sql/buckets` (its units
-    /// spread over several rows, each as fast as `sql_tps`).
+    /// The per-round ceiling that bounds the sell-through of the strategy
+    /// named `strategy`, from its registration's `ceiling`: the consumer's
+    /// drain for a strategy that settles from a queue, one reference
+    /// transaction per unit (`sql_tps`) for the strategies that take at
+    /// least that per unit, and none for one that settles many units per
+    /// transaction (its own ceiling, `sql_batched_units_per_s`, is measured
+    /// after the runs at the batch size they reached) or spreads its units
+    /// over several rows. A name no strategy is registered under (a report
+    /// of another version) is bounded by `sql_tps`.
     pub fn bounding_sell_through(strategy: &str) -> Option<Kind> {
-        use seckill::strategy::{queue, sql_batched, sql_buckets};
-        match strategy {
-            s if s == queue::NAME.as_str() => Some(Kind::QueueDrain),
-            s if s == sql_batched::NAME.as_str() || s == sql_buckets::NAME.as_str() => None,
-            _ => Some(Kind::SqlTps),
+        let Ok(name) = strategy.parse::<StrategyName>() else {
+            return Some(Kind::SqlTps);
+        };
+        match registration(name).ceiling {
+            Ceiling::PerUnitTransaction => Some(Kind::SqlTps),
+            Ceiling::Drain(_) => Some(Kind::QueueDrain),
+            Ceiling::Batches(_) | Ceiling::Unbounded => None,
         }
     }
 }
@@ -137,7 +142,8 @@ pub struct HttpCeiling {
     pub duration_s: f64,
 }
 
-/// `sql_tps`: the `sql` strategy's transaction issued directly through sqlx.
+/// `sql_tps`: the reference strategy's transaction
+/// (`seckill::strategy::REFERENCE`, `sql`) issued directly through sqlx.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SqlCeiling {
     pub value: f64,
@@ -169,8 +175,9 @@ pub struct AmqpCeiling {
     pub duration_s: f64,
 }
 
-/// `queue_drain_units_per_s`: the `queue` consumer settling a pre-filled
-/// queue of one-unit purchases, with no HTTP in front.
+/// `queue_drain_units_per_s`: the consumer of the compared strategy that
+/// settles from a queue (`queue`) settling a pre-filled queue of one-unit
+/// purchases, with no HTTP in front.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DrainCeiling {
     /// Units settled per second.
@@ -179,7 +186,7 @@ pub struct DrainCeiling {
     pub samples: Vec<f64>,
     /// Purchases in the queue.
     pub units: u64,
-    /// The consumer's largest batch (`SECKILL_QUEUE_BATCH_SIZE` of the
+    /// The consumer's largest batch (`SECKILL_QUEUE_BATCH_MAX` of the
     /// instances).
     pub batch_size: u16,
     /// `value ÷ sql_tps.value`, the median over rounds of each round's
@@ -187,9 +194,10 @@ pub struct DrainCeiling {
     pub ratio_vs_sql_tps: Option<f64>,
 }
 
-/// `sql_batched_units_per_s`: the `sql/batched` strategy's batch
-/// transaction driven directly against Postgres, with no HTTP in front, at
-/// the batch size the strategy reached in the runs.
+/// `sql_batched_units_per_s`: the batch transaction of the compared
+/// strategy that settles in batches (`sql/batched`) driven directly against
+/// Postgres, with no HTTP in front, at the batch size the strategy reached
+/// in the runs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BatchedCeiling {
     /// Units settled per second.
@@ -293,7 +301,7 @@ impl Ceilings {
 
 /// Which strategies a comparison runs decides which ceilings it measures:
 /// `redis_ops` and `amqp_rps` when a strategy uses that server, the drain
-/// when `queue` runs.
+/// when a strategy settles from a queue ([`drained`]).
 pub fn wanted(strategies: &[StrategyName], kind: Kind) -> bool {
     use seckill::strategy::Backend;
     let uses = |backend| strategies.iter().any(|s| s.needs().contains(&backend));
@@ -301,8 +309,27 @@ pub fn wanted(strategies: &[StrategyName], kind: Kind) -> bool {
         Kind::HttpRps | Kind::SqlTps => true,
         Kind::RedisOps => uses(Backend::Redis),
         Kind::AmqpRps => uses(Backend::Rabbitmq),
-        Kind::QueueDrain => strategies.contains(&seckill::strategy::queue::NAME),
+        Kind::QueueDrain => drained(strategies).is_some(),
     }
+}
+
+/// The first of `strategies` whose ceiling is a queue's drain, with its
+/// drain hooks: the strategy `queue_drain_units_per_s` measures.
+pub fn drained(strategies: &[StrategyName]) -> Option<(StrategyName, DrainBench)> {
+    strategies.iter().find_map(|&name| registration(name).ceiling.drain().map(|d| (name, d)))
+}
+
+/// The first of `strategies` whose ceiling is its own batch transaction,
+/// with that transaction: the strategy `sql_batched_units_per_s` measures.
+pub fn batched(strategies: &[StrategyName]) -> Option<(StrategyName, SettleBatch)> {
+    strategies.iter().find_map(|&name| registration(name).ceiling.settle_batch().map(|s| (name, s)))
+}
+
+/// A round's `http_rps` sample from its runs' own samples: their median
+/// (0 when no run measured one).
+pub fn http_sample(own: impl IntoIterator<Item = Option<f64>>) -> f64 {
+    let own: Vec<f64> = own.into_iter().flatten().collect();
+    crate::stats::median(&own).unwrap_or(0.0)
 }
 
 /// `clients` concurrent tasks sending `DECR` on one scratch key over one
@@ -338,8 +365,9 @@ pub async fn redis_ops(redis_url: &str, clients: u64, seconds: f64) -> anyhow::R
 }
 
 /// Sells units of `sale` (which must have far more stock than can sell in
-/// `seconds`) one per transaction, exactly as the `sql` strategy does, over
-/// `connections` connections, and returns committed transactions per second.
+/// `seconds`) one per transaction, exactly as the reference strategy does
+/// (its registration's `transaction`), over `connections` connections, and
+/// returns committed transactions per second.
 pub async fn sql_tps(
     database_url: &str,
     sale: SaleId,
@@ -357,6 +385,9 @@ pub async fn sql_tps(
         warm.push(pool.acquire().await?);
     }
     drop(warm);
+    let transaction = registration(REFERENCE).transaction.ok_or_else(|| {
+        anyhow::anyhow!("the reference strategy `{REFERENCE}` has no transaction")
+    })?;
     let next_user = Arc::new(AtomicI64::new(1));
     let committed = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -367,7 +398,7 @@ pub async fn sql_tps(
         tasks.spawn(async move {
             while Instant::now() < deadline {
                 let user = UserId::parse(next_user.fetch_add(1, Relaxed)).expect("positive");
-                match take_and_order(&pool, sale, user, Quantity::ONE).await {
+                match transaction(pool.clone(), sale, user, Quantity::ONE).await {
                     Ok(Outcome::Placed { .. }) => {
                         committed.fetch_add(1, Relaxed);
                     }
@@ -437,6 +468,13 @@ mod tests {
         assert_eq!(c.round(2).get(Kind::SqlTps), Some(200.0));
         assert_eq!(c.round(3).get(Kind::QueueDrain), Some(1_500.0));
         assert_eq!(c.round(3).get(Kind::RedisOps), None);
+    }
+
+    #[test]
+    fn a_rounds_http_sample_is_the_median_of_its_runs_own() {
+        assert_eq!(http_sample([Some(900.0), None, Some(1_500.0), Some(1_000.0)]), 1_000.0);
+        assert_eq!(http_sample([Some(900.0), Some(1_100.0)]), 1_000.0);
+        assert_eq!(http_sample([None, None]), 0.0);
     }
 
     #[test]

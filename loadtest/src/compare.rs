@@ -4,19 +4,19 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use seckill::strategy::queue::ceiling::Drain;
-use seckill::strategy::queue::consumer::ConsumerSettings;
+use seckill::strategy::{REFERENCE, REGISTRY, StrategyName, registration};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::admin::Admin;
+use crate::bench::{self, Drain, DrainTarget};
 use crate::ceilings::{
     self, AmqpCeiling, BatchedCeiling, Ceilings, DrainCeiling, HttpCeiling, Kind, RedisCeiling,
     Round, SqlCeiling,
 };
 use crate::cost::PgXacts;
 use crate::fault;
-use crate::instances::{Instances, RedlockNodes};
+use crate::instances::{InstanceSettings, Instances, RedlockNodes};
 use crate::interrupt::{self, Cause};
 use crate::live::Live;
 use crate::partial::SoFar;
@@ -71,7 +71,7 @@ async fn run_to_end(mut args: CompareArgs, total: u64, sofar: &SoFar) -> anyhow:
             "--faults kills, stops and restarts instances the comparison started: not with --target"
         );
     }
-    preflight::check(&args).await?;
+    preflight::check(&preflight_servers(&args)).await?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
     let live = match args.serve_progress {
@@ -81,7 +81,7 @@ async fn run_to_end(mut args: CompareArgs, total: u64, sofar: &SoFar) -> anyhow:
     let mut progress = Progress::new(total, args.quiet, live.clone());
     let (redlock, servers) = start_servers(&mut args, &mut progress).await?;
     progress.stage("starting the instances");
-    let instances = Instances::start(&args, redlock.as_ref()).await?;
+    let instances = Instances::start(&instance_settings(&args), redlock.as_ref()).await?;
     // On a broker of its own, the queues go with the node.
     if args.target.is_empty() && servers.broker.is_none() {
         sofar.queues_declared(&instances.amqp_prefix, &args.amqp_url);
@@ -102,16 +102,16 @@ async fn run_to_end(mut args: CompareArgs, total: u64, sofar: &SoFar) -> anyhow:
     Ok(report.runs.iter().all(|run| run.verdict != report::Verdict::Broke))
 }
 
-/// The servers the comparison starts for itself: `lock/redlock`'s nodes,
-/// and those of its faults and `--redis-cluster`, which `args` then names
-/// in place of the shared ones.
+/// The servers the comparison starts for itself: the Redlock nodes of a
+/// strategy that needs them (its registration's `redlock_nodes`), and those
+/// of its faults and `--redis-cluster`, which `args` then names in place of
+/// the shared ones.
 async fn start_servers(
     args: &mut CompareArgs,
     progress: &mut Progress,
 ) -> anyhow::Result<(Option<RedlockNodes>, fault::OwnedServers)> {
-    let redlock = if args.strategies.contains(&seckill::strategy::lock::library_redlock::NAME)
-        && args.target.is_empty()
-    {
+    let needs_nodes = args.strategies.iter().any(|&s| registration(s).redlock_nodes);
+    let redlock = if needs_nodes && args.target.is_empty() {
         progress.stage("starting the Redlock nodes");
         Some(RedlockNodes::start(&args.out).await?)
     } else {
@@ -134,6 +134,33 @@ async fn start_servers(
         args.amqp_url = url;
     }
     Ok((redlock, servers))
+}
+
+/// The servers the preflight checks, from the flags.
+fn preflight_servers(args: &CompareArgs) -> preflight::Servers<'_> {
+    preflight::Servers {
+        strategies: &args.strategies,
+        database_url: &args.database_url,
+        redis_url: (!args.redis_cluster).then_some(args.redis_url.as_str()),
+        amqp_url: &args.amqp_url,
+    }
+}
+
+/// What the instances are started (or adopted) with, from the flags.
+fn instance_settings(args: &CompareArgs) -> InstanceSettings<'_> {
+    InstanceSettings {
+        targets: &args.target,
+        seckill_bin: args.seckill_bin.as_deref(),
+        out: &args.out,
+        database_url: &args.database_url,
+        redis_url: &args.redis_url,
+        amqp_url: &args.amqp_url,
+        buyer_auth: args.buyer_auth,
+        pool_size: args.pool_size,
+        instances: args.instances,
+        haproxy: args.haproxy,
+        users: args.users,
+    }
 }
 
 /// The tables of a finished comparison on stdout.
@@ -166,21 +193,19 @@ async fn stop(instances: Instances, args: &CompareArgs) {
     }
 }
 
-/// Deletes the queues of the instances' `prefix` on `amqp_url`, giving up
-/// after 10 s (a broker that is gone, as an owned node is once stopped).
+/// Deletes the queues of the instances' `prefix` on `amqp_url` (those of
+/// every registration that has some: each process declares them whatever
+/// is compared), giving up on each after 10 s (a broker that is gone, as an
+/// owned node is once stopped).
 async fn delete_queues(prefix: &str, amqp_url: &str) {
-    let defaults = seckill::config::Config::from_env();
-    let topology = seckill::strategy::queue::Topology::new(
-        prefix,
-        defaults.queue_partitions,
-        defaults.queue_max_length,
-        defaults.queue_delivery_limit,
-    );
-    let deleted = tokio::time::timeout(Duration::from_secs(10), topology.delete_at(amqp_url));
-    match deleted.await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => tracing::warn!(error = %err, "could not delete the run's queues"),
-        Err(_) => tracing::warn!("deleting the run's queues took more than 10 s"),
+    for queues in REGISTRY.iter().filter_map(|r| r.queues) {
+        let deleted =
+            tokio::time::timeout(Duration::from_secs(10), (queues.delete)(prefix, amqp_url));
+        match deleted.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "could not delete the run's queues"),
+            Err(_) => tracing::warn!("deleting the run's queues took more than 10 s"),
+        }
     }
 }
 
@@ -203,11 +228,13 @@ pub async fn drain_check(check: DrainCheckArgs) -> Result<anyhow::Result<()>, Ca
 /// [`drain_check`] from preflight to its verdict.
 async fn drain_check_to_end(check: DrainCheckArgs) -> anyhow::Result<()> {
     let mut args = check.compare;
-    args.strategies = vec![seckill::strategy::queue::NAME];
-    preflight::check(&args).await?;
+    let drained = ceilings::drained(StrategyName::ALL)
+        .context("no registered strategy settles from a queue: nothing to drain")?;
+    args.strategies = vec![drained.0];
+    preflight::check(&preflight_servers(&args)).await?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    let instances = Instances::start(&args, None).await?;
+    let instances = Instances::start(&instance_settings(&args), None).await?;
     let result = drain_samples(&args, &instances, check.samples).await;
     stop(instances, &args).await;
     let low = result?;
@@ -318,19 +345,19 @@ async fn compare(
             servers,
         };
         let round_runs = run_round(&bench, repeat, progress, sofar).await?;
-        round.set(Kind::HttpRps, http_sample(round_runs.iter().map(|r| r.http_rps)));
+        round.set(Kind::HttpRps, ceilings::http_sample(round_runs.iter().map(|r| r.http_rps)));
         ceilings.record(&round);
         sofar.round_finished(&ceilings);
         runs.extend(round_runs);
     }
     db.close().await;
     report::relate_to_sql(&mut runs);
-    if args.strategies.contains(&seckill::strategy::sql_batched::NAME) {
-        progress.stage("measuring the sql/batched ceiling");
+    if let Some((strategy, _)) = ceilings::batched(&args.strategies) {
+        progress.stage(&format!("measuring the {strategy} ceiling"));
         let batched = batched_ceiling(args, instances, &admin, &runs, ceilings.sql_tps.value)
             .await
             .context("measuring sql_batched_units_per_s")?;
-        report::relate_to_batched_ceiling(&mut runs, batched.value);
+        report::relate_to_batched_ceiling(&mut runs, strategy, batched.value);
         ceilings.sql_batched_units_per_s = Some(batched);
     }
     let balancer = match &instances.balancer {
@@ -383,13 +410,6 @@ fn round_keys(args: &CompareArgs, repeat: u64) -> Vec<RunKey> {
     keys
 }
 
-/// A round's `http_rps` sample from its runs' own samples: their median
-/// (0 when no run measured one).
-pub fn http_sample(own: impl IntoIterator<Item = Option<f64>>) -> f64 {
-    let own: Vec<f64> = own.into_iter().flatten().collect();
-    crate::stats::median(&own).unwrap_or(0.0)
-}
-
 /// The strategies in the order round `repeat` (from 1) runs them: the order
 /// given, rotated left by `repeat - 1` places, so that over the rounds no
 /// strategy always runs first or last. Whatever changes along a round (a
@@ -415,7 +435,6 @@ fn unmeasured_ceilings(args: &CompareArgs) -> Ceilings {
         targets => targets,
     };
     let wanted = |kind| ceilings::wanted(&args.strategies, kind);
-    let settings = consumer_settings();
     Ceilings {
         sql_batched_units_per_s: None,
         http_rps: HttpCeiling {
@@ -447,7 +466,8 @@ fn unmeasured_ceilings(args: &CompareArgs) -> Ceilings {
             value: 0.0,
             samples: vec![],
             units: drain_units(args),
-            batch_size: settings.batch_size,
+            batch_size: ceilings::drained(&args.strategies)
+                .map_or(0, |(_, bench)| (bench.batching)().batch_size),
             ratio_vs_sql_tps: None,
         }),
     }
@@ -481,30 +501,23 @@ async fn measure(
     match kind {
         Kind::HttpRps => scenario::http_ceiling(&instances.buyer_urls, args.users, seconds).await,
         Kind::SqlTps => {
-            let body =
-                json!({ "name": "sql_tps ceiling", "stock": 1_000_000_000_i64, "strategy": "sql" });
-            let sale = admin.create_sale(body).await?;
+            let sale = admin.create_sale(ceiling_sale(kind.name(), REFERENCE)).await?;
             let connections = instances.pool_connections;
             ceilings::sql_tps(&args.database_url, sale, connections, seconds as f64).await
         }
         Kind::RedisOps => ceilings::redis_ops(&args.redis_url, args.users, seconds as f64).await,
         Kind::AmqpRps => {
-            seckill::strategy::queue::ceiling::amqp_round_trips(
-                &args.amqp_url,
-                &instances.amqp_prefix,
-                args.users,
-                seconds as f64,
-            )
-            .await
+            let prefix = &instances.amqp_prefix;
+            bench::amqp_round_trips(&args.amqp_url, prefix, args.users, seconds as f64).await
         }
         Kind::QueueDrain => Ok(queue_drain(args, &instances.amqp_prefix, admin).await?.units_per_s),
     }
 }
 
-/// The consumer settings of the instances (the service's defaults, read
-/// from the same environment the instances inherit).
-fn consumer_settings() -> ConsumerSettings {
-    ConsumerSettings::from_config(&seckill::config::Config::from_env())
+/// A sale for the ceiling `name` of `strategy`, with far more stock than
+/// can sell while it is measured.
+fn ceiling_sale(name: &str, strategy: StrategyName) -> serde_json::Value {
+    json!({ "name": format!("{name} ceiling"), "stock": 1_000_000_000_i64, "strategy": strategy })
 }
 
 /// Purchases in the drain ceiling's queue: `ceiling_duration × 20 000`, at
@@ -514,37 +527,29 @@ pub fn drain_units(args: &CompareArgs) -> u64 {
 }
 
 /// One sample of `queue_drain_units_per_s`: a pre-filled queue of one-unit
-/// purchases of a large `queue` sale, settled by the strategy's own batch
-/// transaction with the instances' batch settings.
+/// purchases of a large sale of the compared strategy that settles from a
+/// queue, settled by that strategy's own consumer with the instances' batch
+/// settings (`crate::bench::drain`).
 pub async fn queue_drain(
     args: &CompareArgs,
     amqp_prefix: &str,
     admin: &Admin,
 ) -> anyhow::Result<Drain> {
-    let sale = admin
-        .create_sale(json!({
-            "name": "queue_drain ceiling", "stock": 1_000_000_000_i64, "strategy": "queue"
-        }))
-        .await?;
+    let (strategy, hooks) =
+        ceilings::drained(&args.strategies).context("no compared strategy settles from a queue")?;
+    let sale = admin.create_sale(ceiling_sale(Kind::QueueDrain.name(), strategy)).await?;
     let db = PgPoolOptions::new().max_connections(1).connect(&args.database_url).await?;
-    let drain = seckill::strategy::queue::ceiling::drain(
-        &db,
-        &args.amqp_url,
-        amqp_prefix,
-        sale,
-        1,
-        drain_units(args),
-        consumer_settings(),
-    )
-    .await;
+    let target = DrainTarget { db: &db, amqp_url: &args.amqp_url, prefix: amqp_prefix, sale };
+    let drain = bench::drain(target, hooks, (hooks.batching)(), 1, drain_units(args)).await;
     db.close().await;
     drain
 }
 
-/// `sql_batched_units_per_s`, after the runs: the `sql/batched` batch
-/// transaction (`seckill::strategy::sql_batched::ceiling`) on a large sale,
-/// at the mean batch size the strategy's runs reached (1 when none sold), by
-/// one driver per instance, for `ceiling_duration` seconds.
+/// `sql_batched_units_per_s`, after the runs: the batch transaction of the
+/// compared strategy whose ceiling it is (`crate::bench::batch_units_per_s`)
+/// on a large sale, at the mean batch size that strategy's runs reached (1
+/// when none sold), by one driver per instance, for `ceiling_duration`
+/// seconds.
 async fn batched_ceiling(
     args: &CompareArgs,
     instances: &Instances,
@@ -552,10 +557,11 @@ async fn batched_ceiling(
     runs: &[Run],
     sql_tps: f64,
 ) -> anyhow::Result<BatchedCeiling> {
-    let name = seckill::strategy::sql_batched::NAME.as_str();
+    let (strategy, settle) =
+        ceilings::batched(&args.strategies).context("no compared strategy settles in batches")?;
     let means: Vec<f64> = runs
         .iter()
-        .filter(|run| run.strategy == name)
+        .filter(|run| run.strategy == strategy.as_str())
         .filter_map(|run| run.batch_sizes.as_ref().map(|sizes| sizes.mean))
         .collect();
     let batch_size = if means.is_empty() {
@@ -565,25 +571,14 @@ async fn batched_ceiling(
     };
     let connections = instances.urls.len().max(1);
     let seconds = args.ceiling_duration as f64;
-    let sale = admin
-        .create_sale(json!({
-            "name": "sql_batched ceiling", "stock": 1_000_000_000_i64, "strategy": name
-        }))
-        .await?;
+    let sale = admin.create_sale(ceiling_sale("batch transaction", strategy)).await?;
     let db = sqlx::postgres::PgPoolOptions::new()
         .max_connections(connections as u32)
         .min_connections(connections as u32)
         .connect(&args.database_url)
         .await?;
-    let value = seckill::strategy::sql_batched::ceiling::units_per_s(
-        &db,
-        sale,
-        1,
-        batch_size,
-        connections,
-        seconds,
-    )
-    .await;
+    let value =
+        bench::batch_units_per_s(&db, settle, sale, 1, batch_size, connections, seconds).await;
     db.close().await;
     let value = value?;
     Ok(BatchedCeiling {
@@ -597,14 +592,7 @@ async fn batched_ceiling(
 
 #[cfg(test)]
 mod tests {
-    use super::{http_sample, round_order};
-
-    #[test]
-    fn a_rounds_http_sample_is_the_median_of_its_runs_own() {
-        assert_eq!(http_sample([Some(900.0), None, Some(1_500.0), Some(1_000.0)]), 1_000.0);
-        assert_eq!(http_sample([Some(900.0), Some(1_100.0)]), 1_000.0);
-        assert_eq!(http_sample([None, None]), 0.0);
-    }
+    use super::round_order;
 
     #[test]
     fn each_round_starts_one_strategy_later() {

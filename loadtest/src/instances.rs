@@ -11,10 +11,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
-use seckill::config::BuyerAuthMode;
+use seckill::backends;
+use seckill::config::{self, BuyerAuthMode};
+use seckill::http::settings as http_settings;
+use seckill::strategy::{REGISTRY, lock};
 
-use crate::CompareArgs;
 use crate::balancer::Balancer;
+use crate::port::free_port;
 
 /// The instances of one invocation.
 pub struct Instances {
@@ -68,7 +71,7 @@ impl Launch {
         command
             .arg("serve")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("SECKILL_ADDR", format!("127.0.0.1:{port}"))
+            .env(http_settings::ADDR_ENV, format!("127.0.0.1:{port}"))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -86,11 +89,11 @@ pub struct RedlockNodes {
 }
 
 impl RedlockNodes {
-    /// `REDLOCK_URLS` when set; otherwise, when `redis-server` is installed,
+    /// `SECKILL_LOCK_REDLOCK_URLS` when set; otherwise, when `redis-server` is installed,
     /// three nodes started on free ports with nothing kept on disk; otherwise
     /// an error that says what to set.
     pub async fn start(out: &Path) -> anyhow::Result<RedlockNodes> {
-        if let Ok(urls) = std::env::var("REDLOCK_URLS") {
+        if let Ok(urls) = std::env::var(lock::REDLOCK_URLS_ENV) {
             let urls = urls.split(',').map(|u| u.trim().to_owned()).collect();
             return Ok(RedlockNodes { urls, _children: vec![] });
         }
@@ -109,10 +112,14 @@ impl RedlockNodes {
                 .stderr(log)
                 .kill_on_drop(true)
                 .spawn()
-                .context(
-                    "lock/redlock needs independent Redis nodes: set REDLOCK_URLS, \
-                     or install redis-server so that the load test starts three",
-                )?;
+                .with_context(|| {
+                    format!(
+                        "{} need independent Redis nodes: set {}, or install \
+                         redis-server so that the load test starts three",
+                        needing_nodes(),
+                        lock::REDLOCK_URLS_ENV
+                    )
+                })?;
             children.push(child);
             urls.push(format!("redis://127.0.0.1:{port}"));
         }
@@ -130,42 +137,65 @@ impl RedlockNodes {
     }
 }
 
+/// What starting (or adopting) the instances needs of the invocation.
+pub struct InstanceSettings<'a> {
+    /// Running services to adopt instead of starting any (`--target`).
+    pub targets: &'a [String],
+    /// The service binary (`--seckill-bin`; default: `seckill` next to this
+    /// executable).
+    pub seckill_bin: Option<&'a Path>,
+    /// Where each instance writes its log (`instance-<i>.log`).
+    pub out: &'a Path,
+    pub database_url: &'a str,
+    pub redis_url: &'a str,
+    pub amqp_url: &'a str,
+    pub buyer_auth: BuyerAuthMode,
+    /// Postgres connections of each instance (`SECKILL_DB_POOL_SIZE`).
+    pub pool_size: u32,
+    /// Instances to start.
+    pub instances: u64,
+    /// Whether buyers go through an HAProxy in front of the instances.
+    pub haproxy: bool,
+    /// Concurrent buyers (the balancer's connection limit).
+    pub users: u64,
+}
+
 impl Instances {
-    /// Starts `--instances` processes (or adopts `--target`s); `redlock` is
-    /// passed as their `REDLOCK_URLS`.
+    /// Starts `args.instances` processes (or adopts the targets); `redlock`
+    /// is passed as their `SECKILL_LOCK_REDLOCK_URLS`.
     pub async fn start(
-        args: &CompareArgs,
+        args: &InstanceSettings<'_>,
         redlock: Option<&RedlockNodes>,
     ) -> anyhow::Result<Instances> {
-        if !args.target.is_empty() {
+        if !args.targets.is_empty() {
             return Instances::adopt(args).await;
         }
-        let bin = seckill_binary(args.seckill_bin.as_deref())?;
-        std::fs::create_dir_all(&args.out)?;
+        let bin = seckill_binary(args.seckill_bin)?;
+        std::fs::create_dir_all(args.out)?;
         let admin_token = format!("loadtest-{:032x}", rand::random::<u128>());
         // One Redis namespace for all instances of this invocation, and none
         // shared with any other service or test on the same Redis.
         let redis_prefix = format!("loadtest-{:016x}", rand::random::<u64>());
         // Likewise for queue and exchange names on RabbitMQ.
         let amqp_prefix = format!("loadtest-{:016x}", rand::random::<u64>());
-        declare_queues(&amqp_prefix, &args.amqp_url).await;
+        declare_queues(&amqp_prefix, args.amqp_url).await;
         let buyer_auth = args.buyer_auth == BuyerAuthMode::On;
         let buyer_key = buyer_auth
             .then(|| format!("{:032x}{:032x}", rand::random::<u128>(), rand::random::<u128>()));
         let mut env: Vec<(String, String)> = vec![
-            ("DATABASE_URL".into(), args.database_url.clone()),
-            ("REDIS_URL".into(), args.redis_url.clone()),
-            ("AMQP_URL".into(), args.amqp_url.clone()),
-            ("SECKILL_ADMIN_TOKEN".into(), admin_token.clone()),
-            ("SECKILL_REDIS_PREFIX".into(), redis_prefix.clone()),
-            ("SECKILL_AMQP_PREFIX".into(), amqp_prefix.clone()),
-            ("SECKILL_DB_POOL_SIZE".into(), args.pool_size.to_string()),
+            (backends::DATABASE_URL_ENV.into(), args.database_url.to_owned()),
+            (backends::REDIS_URL_ENV.into(), args.redis_url.to_owned()),
+            (backends::AMQP_URL_ENV.into(), args.amqp_url.to_owned()),
+            (config::ADMIN_TOKEN_ENV.into(), admin_token.clone()),
+            (backends::REDIS_PREFIX_ENV.into(), redis_prefix.clone()),
+            (backends::AMQP_PREFIX_ENV.into(), amqp_prefix.clone()),
+            (backends::DB_POOL_SIZE_ENV.into(), args.pool_size.to_string()),
             ("RUST_LOG".into(), std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())),
         ];
-        env.push(("SECKILL_BUYER_AUTH".into(), if buyer_auth { "on" } else { "off" }.into()));
-        env.extend(buyer_key.iter().map(|key| ("SECKILL_BUYER_JWT_KEY".to_owned(), key.clone())));
-        env.extend(redlock.map(|nodes| ("REDLOCK_URLS".to_owned(), nodes.urls.join(","))));
-        let launch = Launch { bin, env, out: args.out.clone() };
+        env.push((config::BUYER_AUTH_ENV.into(), if buyer_auth { "on" } else { "off" }.into()));
+        env.extend(buyer_key.iter().map(|key| (config::BUYER_JWT_KEY_ENV.to_owned(), key.clone())));
+        env.extend(redlock.map(|nodes| (lock::REDLOCK_URLS_ENV.to_owned(), nodes.urls.join(","))));
+        let launch = Launch { bin, env, out: args.out.to_owned() };
         let mut urls = Vec::new();
         let mut children = Vec::new();
         for i in 0..args.instances as usize {
@@ -183,7 +213,7 @@ impl Instances {
         }
         let pool_connections = args.pool_size * args.instances as u32;
         let balancer = match args.haproxy {
-            true => Some(Balancer::start(&urls, args.users, &args.out).await?),
+            true => Some(Balancer::start(&urls, args.users, args.out).await?),
             false => None,
         };
         let buyer_urls = balancer.as_ref().map_or_else(|| urls.clone(), |b| vec![b.url.clone()]);
@@ -201,24 +231,24 @@ impl Instances {
         })
     }
 
-    /// The running services of `--target`, once each answers `/readyz`; the
+    /// The running services of the targets, once each answers `/readyz`; the
     /// admin token and AMQP prefix are the environment's (else the service's
     /// defaults), and so is the buyer token key with `--buyer-auth on`
     /// (`SECKILL_BUYER_JWT_KEY`, required then).
-    async fn adopt(args: &CompareArgs) -> anyhow::Result<Instances> {
+    async fn adopt(args: &InstanceSettings<'_>) -> anyhow::Result<Instances> {
         let urls: Vec<String> =
-            args.target.iter().map(|u| u.trim_end_matches('/').to_owned()).collect();
-        let admin_token = std::env::var("SECKILL_ADMIN_TOKEN")
+            args.targets.iter().map(|u| u.trim_end_matches('/').to_owned()).collect();
+        let admin_token = std::env::var(config::ADMIN_TOKEN_ENV)
             .unwrap_or_else(|_| seckill::config::DEV_ADMIN_TOKEN.to_owned());
         for url in &urls {
             wait_ready(url, Duration::from_secs(10)).await?;
         }
         let pool_connections = args.pool_size * urls.len() as u32;
         let amqp_prefix =
-            std::env::var("SECKILL_AMQP_PREFIX").unwrap_or_else(|_| "seckill".to_owned());
+            std::env::var(backends::AMQP_PREFIX_ENV).unwrap_or_else(|_| "seckill".to_owned());
         let buyer_key = match args.buyer_auth {
             BuyerAuthMode::Off => None,
-            BuyerAuthMode::On => Some(std::env::var("SECKILL_BUYER_JWT_KEY").context(
+            BuyerAuthMode::On => Some(std::env::var(config::BUYER_JWT_KEY_ENV).context(
                 "--buyer-auth on with --target signs buyer tokens with SECKILL_BUYER_JWT_KEY \
                  (the services' HS256 key): set it",
             )?),
@@ -291,25 +321,30 @@ impl Instances {
     }
 }
 
-/// Declares the queues of the instances' `prefix` before they start, so that
-/// they find them ready instead of racing to create them (RabbitMQ 3.10
-/// closes a connection that subscribes to a quorum queue another is still
-/// creating). Best effort: a comparison without `queue` needs no broker, and
-/// the instances declare what is missing themselves.
+/// Declares the queues of the instances' `prefix` (those of every
+/// registration that has some) before they start, so that they find them
+/// ready instead of racing to create them (RabbitMQ 3.10 closes a
+/// connection that subscribes to a quorum queue another is still creating).
+/// Best effort: a comparison of strategies without a queue needs no broker,
+/// and the instances declare what is missing themselves.
 async fn declare_queues(prefix: &str, amqp_url: &str) {
-    let defaults = seckill::config::Config::from_env();
-    let topology = seckill::strategy::queue::Topology::new(
-        prefix,
-        defaults.queue_partitions,
-        defaults.queue_max_length,
-        defaults.queue_delivery_limit,
-    );
-    let declared = tokio::time::timeout(Duration::from_secs(10), topology.declare_at(amqp_url));
-    match declared.await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => tracing::debug!(error = %err, "could not declare the run's queues"),
-        Err(_) => tracing::debug!("declaring the run's queues took more than 10 s"),
+    for queues in REGISTRY.iter().filter_map(|r| r.queues) {
+        let declared =
+            tokio::time::timeout(Duration::from_secs(10), (queues.declare)(prefix, amqp_url));
+        match declared.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::debug!(error = %err, "could not declare the run's queues"),
+            Err(_) => tracing::debug!("declaring the run's queues took more than 10 s"),
+        }
     }
+}
+
+/// The strategies whose registration asks for Redlock nodes, e.g.
+/// `lock/redlock`.
+fn needing_nodes() -> String {
+    let names: Vec<&str> =
+        REGISTRY.iter().filter(|r| r.redlock_nodes).map(|r| r.name.as_str()).collect();
+    names.join(", ")
 }
 
 /// `--seckill-bin`, else `seckill` next to the running executable.
@@ -327,11 +362,6 @@ fn seckill_binary(given: Option<&Path>) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(path)
-}
-
-/// A port that was free a moment ago (the instance binds it right after).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 async fn wait_ready(url: &str, limit: Duration) -> anyhow::Result<()> {

@@ -5,6 +5,7 @@
 
 mod admin;
 mod balancer;
+mod bench;
 mod ceilings;
 mod compare;
 mod cost;
@@ -16,6 +17,7 @@ mod instances;
 mod interrupt;
 mod live;
 mod partial;
+mod port;
 mod preflight;
 mod profile;
 mod progress;
@@ -24,6 +26,8 @@ mod run;
 mod scenario;
 mod scrape;
 mod series;
+#[cfg(test)]
+mod source_names;
 mod stats;
 mod steady;
 

@@ -88,7 +88,7 @@ impl SoFar {
                 state.runs.iter().filter(|run| run.repeat == *repeat).map(|r| r.http_rps).collect();
             if !own.is_empty() {
                 let mut round = round.clone();
-                round.set(Kind::HttpRps, crate::compare::http_sample(own));
+                round.set(Kind::HttpRps, crate::ceilings::http_sample(own));
                 ceilings.record(&round);
             }
         }

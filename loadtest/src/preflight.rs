@@ -9,11 +9,22 @@ use sqlx::ConnectOptions;
 use sqlx::postgres::PgConnectOptions;
 use tokio::net::TcpStream;
 
-use crate::CompareArgs;
-
 const HINT: &str = "start them with `scripts/services.sh up` (see README, Quick start)";
 
-pub async fn check(args: &CompareArgs) -> anyhow::Result<()> {
+/// The servers a comparison would use.
+pub struct Servers<'a> {
+    /// The compared strategies: their registrations name the servers they
+    /// need.
+    pub strategies: &'a [StrategyName],
+    pub database_url: &'a str,
+    /// `None` when the comparison starts its own Redis (`--redis-cluster`).
+    pub redis_url: Option<&'a str>,
+    pub amqp_url: &'a str,
+}
+
+/// Checks each server the strategies need (Postgres always). Errors: one
+/// does not answer, with what to set or start.
+pub async fn check(args: &Servers<'_>) -> anyhow::Result<()> {
     let mut needed: Vec<Backend> =
         args.strategies.iter().flat_map(|s: &StrategyName| s.needs().iter().copied()).collect();
     needed.push(Backend::Postgres); // the sql_tps ceiling talks to Postgres directly
@@ -21,11 +32,13 @@ pub async fn check(args: &CompareArgs) -> anyhow::Result<()> {
     needed.dedup();
     for backend in needed {
         match backend {
-            Backend::Postgres => postgres(&args.database_url).await?,
-            // --redis-cluster: the comparison starts its own.
-            Backend::Redis if args.redis_cluster => {}
-            Backend::Redis => redis(&args.redis_url).await?,
-            Backend::Rabbitmq => tcp("RabbitMQ", "AMQP_URL", &args.amqp_url, 5672).await?,
+            Backend::Postgres => postgres(args.database_url).await?,
+            Backend::Redis => match args.redis_url {
+                Some(url) => redis(url).await?,
+                // --redis-cluster: the comparison starts its own.
+                None => {}
+            },
+            Backend::Rabbitmq => tcp("RabbitMQ", "AMQP_URL", args.amqp_url, 5672).await?,
         }
     }
     Ok(())

@@ -15,9 +15,8 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use seckill::audit::Audit;
 use seckill::sale::SaleId;
-use seckill::strategy::StrategyName;
-use seckill::strategy::queue::QueueStats;
-use seckill::strategy::sql_batched::BatchStats;
+use seckill::strategy::descriptor::{BatchStats, QueueStats};
+use seckill::strategy::{Settles, StrategyName, registration};
 use serde_json::{Value, json};
 
 use crate::CompareArgs;
@@ -37,8 +36,9 @@ use crate::scrape::{self, Counters, Figure};
 use crate::series;
 use crate::steady::{self, Window};
 
-/// How long the sale phase of a `queue` run waits for every accepted
-/// request to be resolved; what is left then counts as `accepted_unresolved`.
+/// How long the sale phase of a run whose strategy settles after its answer
+/// waits for every accepted request to be resolved; what is left then
+/// counts as `accepted_unresolved`.
 const QUEUE_DRAIN_WAIT: Duration = Duration::from_secs(120);
 
 /// What the runs of one comparison share.
@@ -81,7 +81,8 @@ struct Phases {
     /// The `http_rps` ceiling measured right before the rejection phase.
     http_rps: f64,
     rejection: PhaseResult,
-    /// The statistics of a `queue` run's sales once drained.
+    /// The statistics of the run's sales once settled, for a strategy that
+    /// settles after its answer.
     queue_stats: Option<Vec<QueueStats>>,
     /// The batches of a `sql/batched` run's sales, over every instance.
     group_commit: Option<BatchStats>,
@@ -163,7 +164,7 @@ pub async fn run_one(
 ) -> anyhow::Result<Run> {
     let instances = bench.instances.urls.len();
     let conditions = Conditions { profile: key.profile, instances, fault: key.fault };
-    let expected = expected(key.strategy, &conditions)?;
+    let expected = expected(registration(key.strategy), &conditions);
     let prepared = prepare(bench, key).await?;
     let phases = run_phases(bench, key, &prepared, progress).await?;
     progress.phase("audit");
@@ -365,7 +366,8 @@ fn sale_body(key: RunKey, i: usize, stock: u64, knobs: &Value) -> Value {
     body
 }
 
-/// The sale phase (with the queue's drain for `queue`), the readings around
+/// The sale phase (with the settling of a strategy that settles after its
+/// answer), the readings around
 /// it, and the rejection phase; the RSS sampler covers all of it.
 async fn run_phases(
     bench: &Bench<'_>,
@@ -432,18 +434,20 @@ async fn run_phases(
     })
 }
 
-/// What the sale phase leaves to finish before its readings: a `queue`
-/// run's drain, a payment run's unpaid orders expiring, a `sql/batched`
-/// run's batch statistics. Answers the queue's and the batches' figures
-/// where they apply.
+/// What the sale phase leaves to finish before its readings: the requests
+/// still to settle of a strategy that settles after its answer, a payment
+/// run's unpaid orders expiring, the batch statistics of a strategy that
+/// settles in batches (its registration's `settles` and `ceiling`).
+/// Answers the settling and the batches' figures where they apply.
 async fn finish_sale_phase(
     bench: &Bench<'_>,
     key: RunKey,
     prepared: &Prepared,
     progress: &mut Progress,
 ) -> anyhow::Result<(Option<Vec<QueueStats>>, Option<BatchStats>)> {
-    let queue_stats = if key.strategy == seckill::strategy::queue::NAME {
-        progress.phase("waiting for the queue to drain");
+    let strategy = registration(key.strategy);
+    let queue_stats = if strategy.settles == Settles::AfterTheAnswer {
+        progress.phase("waiting for the accepted requests to settle");
         Some(bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?)
     } else {
         None
@@ -452,7 +456,7 @@ async fn finish_sale_phase(
         progress.phase("waiting for the unpaid orders to expire");
         pending_ended(bench, &prepared.sales, window).await?;
     }
-    let group_commit = if key.strategy == seckill::strategy::sql_batched::NAME {
+    let group_commit = if strategy.ceiling.settle_batch().is_some() {
         Some(batch_stats(bench, &prepared.sales).await?)
     } else {
         None
@@ -671,7 +675,8 @@ const SETTLE_POLL: Duration = Duration::from_millis(250);
 
 /// The settle period after a fault run's sale phase: waits until every unit
 /// of the run's sales is sold, their Redis counter (if any) agrees with
-/// Postgres and (for `queue`) no accepted request is pending, or until
+/// Postgres and (for a strategy that settles after its answer) no accepted
+/// request is pending, or until
 /// `--settle-s` has passed; answers how long it took. Books that oversold
 /// or drifted end it at once: nothing heals those.
 /// Meanwhile the service heals what it can: leases expire, the reconciler
@@ -690,7 +695,7 @@ async fn settle(
             settled &= beyond_healing
                 || (audit.remaining_stock <= 0 && audit.redis_drift.unwrap_or(0) == 0);
         }
-        if strategy == seckill::strategy::queue::NAME {
+        if registration(strategy).settles == Settles::AfterTheAnswer {
             let stats = bench.admin.drained(sales, Duration::ZERO).await?;
             settled &= stats.iter().all(|s| s.accepted_unresolved == 0);
         }
@@ -719,7 +724,8 @@ async fn readings(bench: &Bench<'_>) -> anyhow::Result<(Xacts, Counters)> {
     Ok((xacts, counters))
 }
 
-/// The `sql/batched` batches of the run's sales, over every instance.
+/// The batches of the run's sales, over every instance (a strategy that
+/// settles in batches).
 async fn batch_stats(bench: &Bench<'_>, sales: &[SaleId]) -> anyhow::Result<BatchStats> {
     let mut all = Vec::with_capacity(sales.len());
     for &sale in sales {
@@ -1029,7 +1035,7 @@ fn payment_record(
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
-    use seckill::strategy::queue::results::E2eLatency;
+    use seckill::strategy::descriptor::E2eLatency;
 
     use super::*;
     use crate::profile::SaleKnobs;
@@ -1238,7 +1244,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         Measured {
             key,
             conditions,
-            expected: expected(key.strategy, &conditions).unwrap(),
+            expected: expected(seckill::strategy::registration(key.strategy), &conditions),
             prepared: Prepared { plan, sales: vec![SaleId(7)], buyers: 300 },
             phases: Phases {
                 sale: phase(400, 2.0, Some(at(0))),

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 use seckill::metric_names;
-use seckill::strategy::{Backend, StrategyName};
+use seckill::strategy::{Backend, StrategyName, registration};
 
 /// What follows a metric's name when the series has labels.
 const LABELS: char = '{';
@@ -44,9 +44,10 @@ fn uses_rabbitmq(strategy: StrategyName) -> bool {
     strategy.needs().contains(&Backend::Rabbitmq)
 }
 
-/// The `lock/*` strategies register their lock counters at 0 when built.
+/// The strategies that take a lock (their registration's `takes_a_lock`)
+/// register their lock counters at 0 when built.
 fn takes_a_lock(strategy: StrategyName) -> bool {
-    strategy.as_str().starts_with("lock/")
+    registration(strategy).takes_a_lock
 }
 
 /// Round trips to Redis, per strategy: counted by every strategy that uses

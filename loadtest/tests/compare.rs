@@ -7,8 +7,6 @@
 
 const STOCK: i64 = 200;
 
-mod support;
-
 #[test]
 fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
     let out = std::env::temp_dir().join(format!("loadtest-{}", std::process::id()));
@@ -17,7 +15,7 @@ fn compare_writes_a_schema_v2_report_and_judges_every_profile() {
     let profiles = [&profiles[..], &["--sales", "4", "--flood", "300"]].concat();
     let mut args = vec!["--strategies", "naive,sql", "--stock", &stock, "--repeat", "1"];
     args.extend(profiles);
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     assert_eq!(report["schema_version"], 2);
     for key in ["generated_at", "machine", "config", "ceilings", "runs", "summary"] {
         assert!(!report[key].is_null(), "report.{key} is missing");
@@ -101,7 +99,7 @@ fn with_buyer_auth_on_every_purchase_carries_a_verified_token_and_the_books_hold
     let out = std::env::temp_dir().join(format!("loadtest-auth-{}", std::process::id()));
     let stock = STOCK.to_string();
     let args = ["--strategies", "sql", "--stock", &stock, "--repeat", "1", "--buyer-auth", "on"];
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     assert_eq!(report["config"]["buyer_auth"], "on");
     let run = &report["runs"][0];
     assert_eq!(run["verdict"], "ok", "{run}");

@@ -5,14 +5,12 @@
 
 const STOCK: i64 = 200;
 
-mod support;
-
 #[test]
 fn a_comparison_through_a_load_balancer_keeps_exact_books_on_every_replica() {
     let out = std::env::temp_dir().join(format!("loadtest-balanced-{}", std::process::id()));
     let stock = STOCK.to_string();
     let args = ["--strategies", "sql,redis-decr", "--stock", &stock, "--repeat", "1", "--haproxy"];
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     for run in report["runs"].as_array().unwrap() {
         let name = run["strategy"].to_string();
         assert_eq!(run["verdict"], "ok", "{name}: {run}");

@@ -5,8 +5,6 @@
 
 const STOCK: i64 = 200;
 
-mod support;
-
 #[test]
 fn a_comparison_on_a_three_master_redis_cluster_keeps_exact_books() {
     let out = std::env::temp_dir().join(format!("loadtest-cluster-{}", std::process::id()));
@@ -20,7 +18,7 @@ fn a_comparison_on_a_three_master_redis_cluster_keeps_exact_books() {
         "1",
         "--redis-cluster",
     ];
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     for run in report["runs"].as_array().unwrap() {
         let name = run["strategy"].to_string();
         assert_eq!(run["verdict"], "ok", "{name}: {run}");

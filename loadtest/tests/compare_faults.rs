@@ -8,8 +8,6 @@
 
 const STOCK: i64 = 200;
 
-mod support;
-
 use serde_json::Value;
 
 /// The run of `strategy` under `fault`.
@@ -80,7 +78,7 @@ fn a_killed_setnx_holder_sticks_the_sale_and_sql_loses_nothing() {
         "--settle-s",
         "3",
     ];
-    let report = support::compare_on(1, &out, &args);
+    let report = crate::support::compare_on(1, &out, &args);
     let setnx = run(&report, "lock/setnx", "kill-instance");
     assert_hit(setnx);
     assert_eq!((&setnx["expected"], &setnx["verdict"]), (&"breaks".into(), &"ok".into()));
@@ -132,7 +130,7 @@ fn under_every_instance_and_postgres_fault_fenced_and_queued_sales_stay_exact_an
         "--settle-s",
         "5",
     ];
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     assert_eq!(report["runs"].as_array().unwrap().len(), 9, "3 strategies × 3 faults");
     for fault in ["kill-instance", "pause-instance", "pg-terminate"] {
         let naive = run(&report, "naive", fault);
@@ -175,7 +173,7 @@ fn a_restarted_redis_and_broker_lose_nothing_of_redis_decr_and_queue_and_naive_o
         "--settle-s",
         "20",
     ];
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     // The comparison used servers of its own, never the shared ones.
     let config = &report["config"];
     assert_ne!(config["redis_url"], "redis://127.0.0.1:6379", "{config}");

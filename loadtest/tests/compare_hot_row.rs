@@ -7,8 +7,6 @@
 
 use serde_json::Value;
 
-mod support;
-
 const STOCK: i64 = 200;
 
 #[test]
@@ -17,7 +15,7 @@ fn compare_reports_the_hot_row_strategies_with_batch_sizes_and_their_ceiling() {
     let strategies = "sql,sql/batched,sql/buckets";
     let out = std::env::temp_dir().join(format!("loadtest-hot-row-{}", std::process::id()));
     let args = ["--strategies", strategies, "--stock", &stock, "--repeat", "1"];
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     let runs = report["runs"].as_array().unwrap();
     let run = |strategy: &str| runs.iter().find(|r| r["strategy"] == strategy).unwrap();
     for strategy in ["sql/batched", "sql/buckets"] {

@@ -7,9 +7,6 @@
 //! report of the runs it finished, marked partial. Killed with `SIGKILL`,
 //! which it cannot catch, it must leave none alive either.
 
-#[allow(dead_code)] // this binary uses only the database of `support`
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -86,7 +83,7 @@ fn start(out: &Path, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
         .args(args)
         .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
         .args(["--ceiling-duration", "1", "--repeat", "1", "--stock", "200"])
-        .args(["--database-url", &support::test_database_url(), "--out"])
+        .args(["--database-url", &crate::support::test_database_url(), "--out"])
         .arg(out)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -199,6 +196,7 @@ fn interrupt(out: &Path, args: &[&str], expected: &[&str], signal: &str, code: i
 
 #[test]
 fn a_comparison_stopped_by_sigterm_stops_its_instances_and_owned_redis_and_rabbitmq_nodes() {
+    let _heavy = test_support::heavy();
     let out = std::env::temp_dir().join(format!("loadtest-sigterm-{}", std::process::id()));
     let args = [
         "--strategies",
@@ -218,6 +216,7 @@ fn a_comparison_stopped_by_sigterm_stops_its_instances_and_owned_redis_and_rabbi
 
 #[test]
 fn a_comparison_stopped_by_sigint_stops_its_instances_balancer_and_redlock_nodes() {
+    let _heavy = test_support::heavy();
     let out = std::env::temp_dir().join(format!("loadtest-sigint-{}", std::process::id()));
     let args = ["--strategies", "sql,lock/redlock", "--haproxy"];
     let report = interrupt(&out, &args, &["seckill", "haproxy", "redis-server"], "INT", 130);
@@ -229,6 +228,7 @@ fn a_comparison_stopped_by_sigint_stops_its_instances_balancer_and_redlock_nodes
 /// die with its parent, the RabbitMQ node's Erlang VM included.
 #[test]
 fn a_comparison_killed_with_sigkill_leaves_no_process_either() {
+    let _heavy = test_support::heavy();
     let out = std::env::temp_dir().join(format!("loadtest-sigkill-{}", std::process::id()));
     let args = [
         "--strategies",

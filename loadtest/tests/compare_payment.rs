@@ -5,8 +5,6 @@
 
 const STOCK: i64 = 100;
 
-mod support;
-
 #[test]
 fn compare_payment_returns_and_resells_units_with_exact_books() {
     let out = std::env::temp_dir().join(format!("loadtest-payment-{}", std::process::id()));
@@ -17,7 +15,7 @@ fn compare_payment_returns_and_resells_units_with_exact_books() {
         &["--payment-window-ms", "500", "--unpaid-share", "0.3", "--sale-window-s", "50"],
     ]
     .concat();
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     for run in runs {

@@ -6,9 +6,7 @@
 
 const STOCK: i64 = 200;
 
-mod support;
-
-use support::test_database_url;
+use crate::support::test_database_url;
 
 /// Sales of the test database with an id above `after` and `name`.
 fn sales_named(after: i64, name: &str) -> i64 {
@@ -50,7 +48,7 @@ fn compare_reports_the_queue_strategy_with_its_ceilings_and_queue_fields() {
     let before = last_sale_id();
     let stock = STOCK.to_string();
     let args = ["--strategies", "sql,queue", "--stock", &stock, "--repeat", "1"];
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     // `--database-url` chose where the comparison writes: the test database.
     for name in ["sql / burst / 1 / sale 1", "queue / burst / 1 / sale 1"] {
         assert!(sales_named(before, name) >= 1, "{name} is not in the test database");

@@ -10,8 +10,6 @@ use serde_json::Value;
 const STOCK: i64 = 200;
 const ROUNDS: usize = 3;
 
-mod support;
-
 fn number(value: &Value, what: &str) -> f64 {
     value.as_f64().unwrap_or_else(|| panic!("{what} is not a number: {value}"))
 }
@@ -98,7 +96,7 @@ fn three_rounds_give_per_round_ceilings_intervals_and_cpu_accounting() {
     let out = std::env::temp_dir().join(format!("loadtest-repeat-{}", std::process::id()));
     let (stock, rounds) = (STOCK.to_string(), ROUNDS.to_string());
     let args = ["--strategies", "sql,redis-decr", "--stock", &stock, "--repeat", &rounds];
-    let report = support::compare(&out, &args);
+    let report = crate::support::compare(&out, &args);
     assert_eq!(report["schema_version"], 2);
     check_ceilings(&report["ceilings"]);
     let runs = report["runs"].as_array().unwrap();

@@ -6,10 +6,6 @@
 //! comparison writes keeps each run's series, which report.html draws.
 //! Screenshots: `target/screenshots/live-*.png`.
 
-// Only the database URL is used here.
-#[allow(dead_code)]
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -42,6 +38,7 @@ impl Drop for Comparison {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_live_view_follows_a_comparison_and_the_report_keeps_each_runs_series() {
+    let _heavy = test_support::heavy();
     let out = std::env::temp_dir().join(format!("loadtest-live-{}", std::process::id()));
     let port = test_support::free_port();
     let addr = format!("127.0.0.1:{port}");
@@ -52,7 +49,7 @@ async fn the_live_view_follows_a_comparison_and_the_report_keeps_each_runs_serie
         .args(["--strategies", "naive,sql", "--stock", "300", "--repeat", "1"])
         .args(["--users", "8", "--work-ms", "10", "--instances", "1"])
         .args(["--rejection-phase", "1", "--ceiling-duration", "1", "--quiet"])
-        .args(["--database-url", &support::test_database_url(), "--serve-progress", &addr])
+        .args(["--database-url", &crate::support::test_database_url(), "--serve-progress", &addr])
         .arg("--out")
         .arg(&out)
         .stdout(Stdio::null())

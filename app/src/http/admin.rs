@@ -344,7 +344,7 @@ pub async fn audit(
 }
 
 /// `POST /admin/sales/{id}/reconcile`: one reconciliation pass now (the
-/// background job runs the same pass every `SECKILL_RECONCILE_INTERVAL_MS`).
+/// background job runs the same pass every `SECKILL_REDIS_DECR_RECONCILE_INTERVAL_MS`).
 /// For a strategy with nothing to reconcile the report has `redis_drift:
 /// null` and no fixes.
 #[utoipa::path(

@@ -41,6 +41,8 @@ use subtle::ConstantTimeEq;
 use super::AppState;
 use crate::web::AppError;
 
+pub mod settings;
+
 /// Wrong admin tokens one client may send per [`WINDOW`] before it is
 /// answered `429`: enough for a person who mistyped, far too few to guess
 /// a token of 32 random bytes.
@@ -98,13 +100,13 @@ fn authorize(
     extensions: &Extensions,
 ) -> Result<(), AppError> {
     let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|info| info.0.ip());
-    let client = peer.map(|peer| client_address(peer, headers, &state.config.trusted_proxies));
+    let client = peer.map(|peer| client_address(peer, headers, &state.auth.trusted_proxies));
     if let Some(retry_after) =
         client.and_then(|ip| state.admin_failures.blocked(ip, Instant::now()))
     {
         return Err(AppError::TooManyAttempts { retry_after });
     }
-    let (expected, _) = state.config.admin_token();
+    let (expected, _) = state.auth.admin_token();
     let result = check_bearer(headers.get(header::AUTHORIZATION), expected);
     if let Err(AppError::Forbidden) = &result {
         let failures = client.map(|ip| state.admin_failures.record(ip, Instant::now()));

@@ -27,7 +27,6 @@ use utoipa_axum::routes;
 
 use crate::backend_probe::BackendProbe;
 use crate::backends::{AmqpHandle, RedisHandle};
-use crate::config::Config;
 use crate::outcome::StrategyError;
 use crate::sale::SaleCatalog;
 use crate::strategy::Strategies;
@@ -39,14 +38,20 @@ mod health;
 pub mod openapi;
 mod orders;
 mod sales;
+pub mod settings;
 mod storefront;
 
+pub use auth::settings as auth_settings;
 pub use health::metrics_router;
 
 /// Everything a handler may need; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    pub config: Arc<Config>,
+    /// The HTTP server's settings (the request timeout, whether `/metrics`
+    /// has a listener of its own).
+    pub http: Arc<settings::HttpSettings>,
+    /// The admin token, buyer authentication, the trusted load balancers.
+    pub auth: Arc<auth::settings::AuthSettings>,
     pub db: PgPool,
     pub catalog: SaleCatalog,
     pub strategies: Strategies,
@@ -87,7 +92,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(middleware::from_fn_with_state(state.probe.clone(), sort_timeouts))
-        .layer(middleware::from_fn_with_state(state.config.request_timeout(), request_timeout))
+        .layer(middleware::from_fn_with_state(state.http.request_timeout(), request_timeout))
         .layer(
             // Requests that match no route are counted under one label, not
             // their raw path: a client must not be able to mint series.
@@ -130,7 +135,7 @@ fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(openapi::openapi_json));
-    if state.config.metrics_addr.is_none() {
+    if state.http.metrics_addr.is_none() {
         api = api.routes(routes!(health::metrics));
     }
     for routes in state.strategies.routes() {
@@ -192,32 +197,31 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::strategy::Deps;
 
     /// A state whose servers are never contacted: lazy pools and handles.
     fn offline_state() -> AppState {
-        let config = Arc::new(Config::from_env());
+        let config = crate::config::Config::from_env();
         let db = sqlx::postgres::PgPoolOptions::new()
-            .connect_lazy(&config.database_url)
+            .connect_lazy(&config.backends.database_url)
             .expect("a parsable DATABASE_URL");
-        let redis = RedisHandle::new(&config.redis_url, "offline").unwrap();
-        let amqp = AmqpHandle::new(config.amqp_url.clone(), "offline");
+        let redis = RedisHandle::new(&config.backends.redis_url, "offline").unwrap();
+        let amqp = AmqpHandle::new(config.backends.amqp_url.clone(), "offline");
         let catalog = SaleCatalog::default();
-        let deps =
-            Deps::new(db.clone(), redis.clone(), amqp.clone(), config.clone(), catalog.clone());
+        let deps = config.deps(db.clone(), redis.clone(), amqp.clone(), catalog.clone());
         AppState {
             strategies: Strategies::new(&deps).unwrap(),
             probe: BackendProbe::new(
-                crate::startup::connect_options(&config).unwrap(),
+                crate::startup::connect_options(&config.backends).unwrap(),
                 redis.client().clone(),
-                &config.redlock_urls,
-                config.amqp_url.clone(),
+                &config.strategies.lock.redlock_urls,
+                config.backends.amqp_url.clone(),
             ),
             admin_failures: Default::default(),
             known_buyers: Default::default(),
             buyer_auth: BuyerAuth(None),
             metrics: crate::telemetry::metrics_handle(),
-            config,
+            http: Arc::new(config.http.clone()),
+            auth: Arc::new(config.auth.clone()),
             db,
             catalog,
             redis,

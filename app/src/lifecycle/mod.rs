@@ -21,6 +21,7 @@
 use metrics::counter;
 use sqlx::PgPool;
 
+use crate::bounds::MAX_MS;
 use crate::metric_names::ORDERS_ENDED_TOTAL;
 use crate::outcome::StrategyError;
 use crate::sale::{ORDER_COLUMNS, Order, OrderStatus, SaleCatalog, SaleId, UserId};
@@ -28,6 +29,33 @@ use crate::strategy::Strategies;
 use crate::unit_return::{Claim, Ending, PendingOrder, Returned};
 
 pub mod sweep;
+
+/// Settings of the order lifecycle: the expiry sweep.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Order lifecycle")]
+#[group(id = "lifecycle")]
+pub struct Settings {
+    /// The period of the expiry sweep, in milliseconds: every instance looks
+    /// this often for orders still unpaid at the end of their payment window
+    /// and expires them, returning their units (`FOR UPDATE SKIP LOCKED`, so
+    /// instances sweeping at once share the work); 0 turns this instance's
+    /// sweep off.
+    #[arg(
+        long,
+        env = "SECKILL_EXPIRY_SWEEP_INTERVAL_MS",
+        default_value_t = 500,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_MS)
+    )]
+    pub expiry_sweep_interval_ms: u64,
+}
+
+impl Settings {
+    /// The sweep's period; `None` when this instance's sweep is off.
+    pub fn sweep_period(&self) -> Option<std::time::Duration> {
+        (self.expiry_sweep_interval_ms > 0)
+            .then(|| std::time::Duration::from_millis(self.expiry_sweep_interval_ms))
+    }
+}
 
 /// What the lifecycle reads besides its request.
 #[derive(Clone, Copy)]

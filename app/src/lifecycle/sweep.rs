@@ -58,50 +58,16 @@ FOR UPDATE SKIP LOCKED";
 ///
 /// Errors: Postgres, when claiming the next order fails.
 pub async fn sweep_once(context: Context<'_>) -> Result<usize, StrategyError> {
-    sweep_pass(context, Failpoint::Off).await
+    sweep_pass(context, || false).await
 }
 
-/// The test-only failpoint of the sweep (`SECKILL_FAILPOINTS`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failpoint {
-    Off,
-    /// `expiry-sweep-before-commit=hang`: the first order a pass claims is
-    /// returned and its status changed, and the transaction then hangs
-    /// uncommitted, its row locked, until the process dies. For a test that
-    /// kills an instance mid-sweep.
-    HangBeforeCommit,
-}
-
-/// The name of the sweep's failpoint in `SECKILL_FAILPOINTS`.
-pub const BEFORE_COMMIT_FAILPOINT: &str = "expiry-sweep-before-commit";
-
-impl Failpoint {
-    /// Reads the failpoint from a `name=action,…` list; other names belong to
-    /// other failpoints, and an action other than `hang` is reported and
-    /// ignored.
-    pub fn from_config(failpoints: Option<&str>) -> Failpoint {
-        let action = failpoints.and_then(|list| {
-            list.split(',')
-                .filter_map(|entry| entry.split_once('='))
-                .find(|(name, _)| name.trim() == BEFORE_COMMIT_FAILPOINT)
-                .map(|(_, action)| action.trim())
-        });
-        match action {
-            None => Failpoint::Off,
-            Some("hang") => {
-                tracing::warn!("failpoint {BEFORE_COMMIT_FAILPOINT} is armed");
-                Failpoint::HangBeforeCommit
-            }
-            Some(other) => {
-                tracing::error!(action = other, "unknown action for {BEFORE_COMMIT_FAILPOINT}");
-                Failpoint::Off
-            }
-        }
-    }
-}
-
-/// [`sweep_once`], with the sweep's failpoint.
-async fn sweep_pass(context: Context<'_>, failpoint: Failpoint) -> Result<usize, StrategyError> {
+/// [`sweep_once`]; a claim for which `hangs_before_commit` answers true is
+/// held before its commit until the process dies (the failpoint
+/// `expiry-sweep-before-commit=hang`, [`Sweeper::hangs_before_commit`]).
+async fn sweep_pass(
+    context: Context<'_>,
+    hangs_before_commit: impl Fn() -> bool,
+) -> Result<usize, StrategyError> {
     let (mut expired, mut failed) = (0, Vec::<i64>::new());
     while expired < MAX_PER_PASS && failed.len() < MAX_FAILURES_PER_PASS {
         let mut tx = context.db.begin().await?;
@@ -114,10 +80,7 @@ async fn sweep_pass(context: Context<'_>, failpoint: Failpoint) -> Result<usize,
             super::LifecycleError::Strategy(err) => err,
             other => StrategyError::Internal(other.into()),
         })?;
-        let claim = match failpoint {
-            Failpoint::Off => claim,
-            Failpoint::HangBeforeCommit => claim.holding_before_commit(),
-        };
+        let claim = if hangs_before_commit() { claim.holding_before_commit() } else { claim };
         match return_units(context, claim).await {
             Ok(_) => expired += 1,
             Err(err) => {
@@ -137,8 +100,9 @@ pub struct Sweeper {
     pub catalog: SaleCatalog,
     pub strategies: Strategies,
     pub period: Duration,
-    /// Test-only ([`Failpoint`]); [`Failpoint::Off`] in service.
-    pub failpoint: Failpoint,
+    /// The service's failpoints (`expiry-sweep-before-commit`).
+    #[cfg(feature = "failpoints")]
+    pub failpoints: crate::failpoints::Failpoints,
 }
 
 impl Sweeper {
@@ -157,11 +121,25 @@ impl Sweeper {
             }
             let context =
                 Context { db: &self.db, catalog: &self.catalog, strategies: &self.strategies };
-            match sweep_pass(context, self.failpoint).await {
+            match sweep_pass(context, || self.hangs_before_commit()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(expired = n, "expiry sweep"),
                 Err(err) => tracing::warn!(error = %err, "expiry sweep failed"),
             }
         }
+    }
+
+    /// Whether the failpoint `expiry-sweep-before-commit=hang` fires for the
+    /// claim at hand: its transaction then hangs uncommitted, its order's
+    /// row locked, until the process dies. For a test that kills an
+    /// instance mid-sweep. Never without the cargo feature `failpoints`.
+    fn hangs_before_commit(&self) -> bool {
+        #[cfg(feature = "failpoints")]
+        {
+            use crate::failpoints::{Action, EXPIRY_SWEEP_BEFORE_COMMIT};
+            self.failpoints.fire(&EXPIRY_SWEEP_BEFORE_COMMIT) == Some(Action::Hang)
+        }
+        #[cfg(not(feature = "failpoints"))]
+        false
     }
 }

@@ -82,11 +82,6 @@ pub async fn ordered_buyers(
     Ok(ordered.into_iter().collect())
 }
 
-/// Failpoint (tests only): a batch that has locked its sale and read what it
-/// decides from, right before its write; keyed by sale id.
-#[cfg(feature = "failpoints")]
-pub const BEFORE_TAKE_STOCK: &str = "batch/before-take-stock";
-
 /// `$1` sale id, `$2` units, `$3` buyers, `$4` their quantities. One order
 /// per buyer, or none at all when fewer than `$2` units remain.
 const TAKE_STOCK_AND_ORDER: &str = "\
@@ -113,7 +108,7 @@ pub async fn take_stock_and_order(
     granted: &[(i64, i32)],
 ) -> Result<HashMap<i64, i64>, sqlx::Error> {
     #[cfg(feature = "failpoints")]
-    redis_lock::failpoints::reached::<()>(BEFORE_TAKE_STOCK, sale_id).await;
+    crate::failpoints::reached::<()>(&crate::failpoints::BATCH_BEFORE_TAKE_STOCK, sale_id).await;
     if granted.is_empty() {
         return Ok(HashMap::new());
     }

@@ -31,20 +31,28 @@ pub use crate::strategy_name::StrategyName;
 pub use crate::unit_return::{Claim, Returned};
 
 pub mod batch;
+pub mod descriptor;
 pub mod lock;
 pub mod naive;
 pub mod queue;
 pub mod redis_decr;
 mod registry;
+mod settings;
 pub mod sql;
 pub mod sql_batched;
 pub mod sql_buckets;
 pub mod sql_for_update;
 
+pub use descriptor::{
+    Ceiling, Conditions, DrainBench, Expectation, Fault, KillTarget, Queues, Settles,
+    UnitTransaction,
+};
 pub use registry::{Deps, Strategies, UnknownStrategy, registration};
+pub use settings::StrategySettings;
 
 /// Every strategy of the service, in the order the comparison reports them.
-/// Registering a strategy is its one line here.
+/// Registering a strategy is its one line here. Two registrations with one
+/// name do not compile (`registry::NAMES_ARE_UNIQUE`).
 pub const REGISTRY: &[Registration] = &[
     naive::REGISTRATION,
     sql::REGISTRATION,
@@ -62,8 +70,20 @@ pub const REGISTRY: &[Registration] = &[
     queue::REGISTRATION,
 ];
 
-/// What the service needs to know of one strategy, declared by the
-/// strategy's module next to its implementation.
+/// The reference strategy: the `sql_tps` ceiling issues its
+/// [`Registration::transaction`], and the comparison relates every other
+/// strategy's sell-through to its runs (`vs_sql`). It must be registered and
+/// have a transaction (checked at compile time).
+pub const REFERENCE: StrategyName = sql::NAME;
+
+/// What the service and the load test need to know of one strategy,
+/// declared by the strategy's module next to its implementation.
+///
+/// The first four fields are required; the others describe the strategy to
+/// a comparison (`descriptor`) and default to a plain correct Postgres
+/// strategy. State only what differs, with
+/// `..Registration::DEFAULTS`.
+#[derive(Clone, Copy)]
 pub struct Registration {
     /// The wire name: `sales.strategy`, the `strategy` label of the metrics,
     /// the reports.
@@ -74,9 +94,54 @@ pub struct Registration {
     /// them before it starts and reports Redis round trips or AMQP messages
     /// per unit only for strategies that need that server.
     pub needs: &'static [Backend],
-    /// Builds the strategy of one process. Errors: a configuration it cannot
-    /// work with (e.g. a malformed `REDLOCK_URLS`).
+    /// Builds the strategy of one process. A strategy with settings reads
+    /// its own section of `Deps::settings` here and nothing else of the
+    /// configuration. Errors: settings it cannot work with (e.g. a malformed
+    /// `SECKILL_LOCK_REDLOCK_URLS`).
     pub build: fn(&Deps) -> anyhow::Result<Arc<dyn Strategy>>,
+    /// What a comparison expects of it under the conditions of a run.
+    /// Default: correct under every condition.
+    pub expect: fn(&Conditions) -> Expectation,
+    /// When it settles a purchase relative to the answer. Default: before
+    /// the answer.
+    pub settles: Settles,
+    /// The ceiling that bounds its sell-through. Default: one transaction
+    /// per unit (`sql_tps`).
+    pub ceiling: Ceiling,
+    /// Which instance a killed-instance fault kills. Default: the first.
+    pub kill: KillTarget,
+    /// Whether it guards a critical section with a lock per sale: it then
+    /// exports the lock counters (`seckill_lock_*`, `seckill_fence_*`) and
+    /// its sales answer `GET /admin/sales/{id}/lock-stats`. Default: no.
+    pub takes_a_lock: bool,
+    /// Whether it needs independent Redis nodes (`REDLOCK_URLS`), which the
+    /// load test starts when none are given. Default: no.
+    pub redlock_nodes: bool,
+    /// One purchase as its own transaction without HTTP: the `sql_tps`
+    /// ceiling's transaction when this is [`REFERENCE`]. Default: none.
+    pub transaction: Option<UnitTransaction>,
+    /// Broker queues every process declares for it. Default: none.
+    pub queues: Option<Queues>,
+}
+
+impl Registration {
+    /// The optional fields at their defaults; the required ones are
+    /// placeholders that every registration replaces (a registration with an
+    /// empty name does not compile into [`REGISTRY`]).
+    pub const DEFAULTS: Registration = Registration {
+        name: StrategyName::declare(""),
+        about: "",
+        needs: &[Backend::Postgres],
+        build: |_| anyhow::bail!("a registration must name its own build"),
+        expect: descriptor::always_correct,
+        settles: Settles::BeforeTheAnswer,
+        ceiling: Ceiling::PerUnitTransaction,
+        kill: KillTarget::First,
+        takes_a_lock: false,
+        redlock_nodes: false,
+        transaction: None,
+        queues: None,
+    };
 }
 
 /// HTTP routes a strategy serves besides the purchase (e.g. the `queue`

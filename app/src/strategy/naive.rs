@@ -40,6 +40,12 @@ pub const REGISTRATION: Registration = Registration {
     about: "check-then-act with no protection: the baseline that oversells",
     needs: &[Backend::Postgres],
     build: |deps| Ok(Arc::new(Naive::new(deps.db.clone()))),
+    // Lost updates: it reads the stock, checks it in the application and
+    // writes back the computed value with nothing between read and write.
+    // Its returns (`payment`) are relative updates its own absolute write
+    // can overwrite: it breaks under every condition.
+    expect: |_| super::Expectation::Breaks,
+    ..Registration::DEFAULTS
 };
 
 pub struct Naive {

@@ -45,12 +45,11 @@ use super::{
     StrategyName,
 };
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
+use crate::bounds::MAX_MS;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
 pub mod counter;
 mod reconcile;
-#[cfg(feature = "failpoints")]
-pub use reconcile::AFTER_SNAPSHOT;
 mod sold_out_pubsub;
 
 use counter::{Buyer, ReservationId, Reserve, SaleCounter, sales_index_key};
@@ -65,51 +64,60 @@ pub const REGISTRATION: Registration = Registration {
     about: "a Redis DECRBY gate (Lua, per-user de-duplication), then the sql transaction; \
             compensation and reconciliation",
     needs: &[Backend::Postgres, Backend::Redis],
-    build: |deps| Ok(Arc::new(RedisDecr::new(deps))),
+    build: |deps| Ok(Arc::new(RedisDecr::new(deps, &deps.settings.redis_decr))),
+    // Expected correct everywhere (the default): the Redis gate only
+    // filters; the `sql` statement behind it still guards Postgres, and
+    // every failure after the decrement is compensated. A reservation whose
+    // instance died before its order is returned by the reconciler after
+    // its grace, and a counter a restarted Redis lost is warmed again from
+    // Postgres: exact once settled.
+    ..Registration::DEFAULTS
 };
 
-/// The failpoint that fires right after a successful reservation, before
-/// Postgres is asked (`SECKILL_FAILPOINTS=redis-decr-after-reserve=ACTION`).
-pub const AFTER_RESERVE_FAILPOINT: &str = "redis-decr-after-reserve";
+/// Settings of the `redis-decr` strategy (`SECKILL_REDIS_DECR_*`), its part
+/// of `crate::strategy::StrategySettings`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Strategy redis-decr")]
+#[group(id = "redis-decr")]
+pub struct Settings {
+    /// The period of the background reconciliation, in
+    /// milliseconds: one pass over the sales this Redis prefix holds per
+    /// period, run by one instance of those sharing the prefix; 0 turns the
+    /// background job off (`POST /admin/sales/{id}/reconcile` still works).
+    #[arg(
+        id = "REDIS_DECR_RECONCILE_INTERVAL_MS",
+        long = "redis-decr-reconcile-interval-ms",
+        env = "SECKILL_REDIS_DECR_RECONCILE_INTERVAL_MS",
+        default_value_t = 5000,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_MS)
+    )]
+    pub reconcile_interval_ms: u64,
 
-/// Exit status of a process stopped by the `exit` action of
-/// [`AFTER_RESERVE_FAILPOINT`].
-pub const FAILPOINT_EXIT_CODE: i32 = 86;
+    /// Age in milliseconds after which a reservation without an
+    /// order counts as abandoned and is returned. Must exceed the longest
+    /// purchase (pool wait `SECKILL_DB_ACQUIRE_TIMEOUT_MS` plus the
+    /// transaction), or a slow purchase's unit is returned while it commits.
+    #[arg(
+        id = "REDIS_DECR_RECONCILE_GRACE_MS",
+        long = "redis-decr-reconcile-grace-ms",
+        env = "SECKILL_REDIS_DECR_RECONCILE_GRACE_MS",
+        default_value_t = 15000,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_MS)
+    )]
+    pub reconcile_grace_ms: u64,
 
-/// What [`AFTER_RESERVE_FAILPOINT`] does (test-only; docs/redis-decr.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AfterReserve {
-    /// Behave as if Postgres failed: the purchase is answered `503
-    /// unavailable` and its reservation compensated.
-    Error,
-    /// End the process at once, as a crash would: the reservation stays open
-    /// for the reconciler.
-    Exit,
-}
-
-impl AfterReserve {
-    /// Reads the failpoint from a `name=action,…` list. Unknown actions are
-    /// reported and ignored; other names belong to other failpoints.
-    fn from_config(failpoints: Option<&str>) -> Option<Self> {
-        let action = failpoints?
-            .split(',')
-            .filter_map(|entry| entry.split_once('='))
-            .find(|(name, _)| name.trim() == AFTER_RESERVE_FAILPOINT)?
-            .1
-            .trim();
-        let parsed = match action {
-            "error" => Some(AfterReserve::Error),
-            "exit" => Some(AfterReserve::Exit),
-            other => {
-                tracing::error!(action = other, "unknown action for {AFTER_RESERVE_FAILPOINT}");
-                None
-            }
-        };
-        if let Some(action) = parsed {
-            tracing::warn!(?action, "failpoint {AFTER_RESERVE_FAILPOINT} is armed");
-        }
-        parsed
-    }
+    /// Milliseconds the Redis keys of a sale are kept once the
+    /// reconciler found it ended or sold out with its books settled; it then
+    /// stops visiting the sale. A restock or a purchase that warms the
+    /// counter again keeps the keys. Default: 1 hour.
+    #[arg(
+        id = "REDIS_DECR_KEY_TTL_MS",
+        long = "redis-decr-key-ttl-ms",
+        env = "SECKILL_REDIS_DECR_KEY_TTL_MS",
+        default_value_t = 3_600_000,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub key_ttl_ms: u64,
 }
 
 /// The `redis-decr` strategy; one per process, built from the shared pool,
@@ -135,7 +143,9 @@ pub struct Core {
     sql: Arc<Sql>,
     redis: RedisHandle,
     flags: Arc<SoldOutFlags>,
-    failpoint: Option<AfterReserve>,
+    /// The service's failpoints (`redis-decr-after-reserve`).
+    #[cfg(feature = "failpoints")]
+    failpoints: crate::failpoints::Failpoints,
 }
 
 impl std::ops::Deref for RedisDecr {
@@ -147,21 +157,23 @@ impl std::ops::Deref for RedisDecr {
 }
 
 impl RedisDecr {
-    pub fn new(deps: &Deps) -> Self {
-        let config = &deps.config;
+    /// The strategy of one process, with `settings` (its part of the
+    /// strategies' settings) over the connections of `deps`.
+    pub fn new(deps: &Deps, settings: &Settings) -> Self {
         let core = Core {
             db: deps.db.clone(),
             sql: Arc::new(Sql::new(deps.db.clone())),
             redis: deps.redis.clone(),
-            flags: Arc::new(SoldOutFlags::new(Duration::from_millis(config.sold_out_flag_ttl_ms))),
-            failpoint: AfterReserve::from_config(config.failpoints.as_deref()),
+            flags: Arc::new(SoldOutFlags::new(deps.settings.sold_out_flag_ttl())),
+            #[cfg(feature = "failpoints")]
+            failpoints: deps.failpoints.clone(),
         };
         Self {
             core: Arc::new(core),
-            grace_ms: i64::try_from(config.reconcile_grace_ms).unwrap_or(i64::MAX),
-            key_ttl_ms: config.redis_key_ttl_ms,
-            interval: Duration::from_millis(config.reconcile_interval_ms),
-            instance: config.instance().to_owned(),
+            grace_ms: i64::try_from(settings.reconcile_grace_ms).unwrap_or(i64::MAX),
+            key_ttl_ms: settings.key_ttl_ms,
+            interval: Duration::from_millis(settings.reconcile_interval_ms),
+            instance: deps.instance.clone(),
         }
     }
 }
@@ -279,14 +291,12 @@ impl Core {
                 });
             }
         };
-        if self.failpoint == Some(AfterReserve::Exit) {
-            tracing::error!(
-                sale_id = sale.id.0,
-                reservation = reservation.as_str(),
-                "failpoint {AFTER_RESERVE_FAILPOINT}=exit: the process ends now"
-            );
-            std::process::exit(FAILPOINT_EXIT_CODE);
-        }
+        // `exit` ends the process in `fire`, the reservation left open.
+        #[cfg(feature = "failpoints")]
+        let fails = self.failpoints.fire(&crate::failpoints::REDIS_DECR_AFTER_RESERVE)
+            == Some(crate::failpoints::Action::Error);
+        #[cfg(not(feature = "failpoints"))]
+        let fails = false;
         let pending = Pending {
             sql: self.sql.clone(),
             conn,
@@ -295,7 +305,7 @@ impl Core {
             user,
             quantity,
             reservation,
-            failpoint: self.failpoint,
+            fails,
         };
         let (result, trips) = pending.settle().await;
         count_redis_round_trips(NAME.as_str(), trips);
@@ -370,20 +380,23 @@ struct Pending {
     user: UserId,
     quantity: Quantity,
     reservation: ReservationId,
-    failpoint: Option<AfterReserve>,
+    /// The failpoint `redis-decr-after-reserve=error` fired: Postgres is not
+    /// asked, and the purchase fails as if it had failed.
+    fails: bool,
 }
 
 impl Pending {
     /// Steps 3–4 of a purchase: the Postgres transaction, then confirm or
     /// compensate. Returns the answer and the Redis round trips made.
     async fn settle(self) -> (Result<Outcome, StrategyError>, u64) {
-        let Pending { sql, mut conn, counter, sale, user, quantity, reservation, failpoint } = self;
-        let result = match failpoint {
-            Some(AfterReserve::Error) => Err(StrategyError::Unavailable {
+        let Pending { sql, mut conn, counter, sale, user, quantity, reservation, fails } = self;
+        let result = if fails {
+            Err(StrategyError::Unavailable {
                 backend: Backend::Postgres,
-                source: anyhow::anyhow!("failpoint {AFTER_RESERVE_FAILPOINT}=error"),
-            }),
-            _ => sql.purchase(&sale, user, quantity).await,
+                source: anyhow::anyhow!("failpoint redis-decr-after-reserve=error"),
+            })
+        } else {
+            sql.purchase(&sale, user, quantity).await
         };
         let buyer = match &result {
             Ok(Outcome::Placed { .. }) => {

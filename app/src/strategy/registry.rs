@@ -15,9 +15,9 @@ use anyhow::Context;
 use serde::{Deserialize, Deserializer};
 use sqlx::PgPool;
 
-use super::{Backend, REGISTRY, Registration, Strategy, StrategyName, StrategyRoutes};
-use crate::backends::{AmqpHandle, RedisHandle};
-use crate::config::Config;
+use super::StrategySettings;
+use super::{Backend, REFERENCE, REGISTRY, Registration, Strategy, StrategyName, StrategyRoutes};
+use crate::backends::{AmqpHandle, BackendSettings, RedisHandle};
 use crate::sale::SaleCatalog;
 
 /// A strategy name that no registered strategy has. Its message lists the
@@ -79,6 +79,9 @@ impl utoipa::ToSchema for StrategyName {}
 
 /// The names of [`REGISTRY`], computed once at compile time.
 const NAMES: [StrategyName; REGISTRY.len()] = {
+    // Evaluated with every build: the checks above are part of the names.
+    let () = NAMES_ARE_UNIQUE;
+    let () = REFERENCE_IS_REGISTERED;
     let mut names = [StrategyName::declare(""); REGISTRY.len()];
     let mut i = 0;
     while i < REGISTRY.len() {
@@ -86,6 +89,57 @@ const NAMES: [StrategyName; REGISTRY.len()] = {
         i += 1;
     }
     names
+};
+
+/// Whether two names are the same, at compile time.
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Every registration has a name of its own: two registrations with one name
+/// (or one left at the empty name of `Registration::DEFAULTS`) fail to
+/// compile here.
+const NAMES_ARE_UNIQUE: () = {
+    let mut i = 0;
+    while i < REGISTRY.len() {
+        let name = REGISTRY[i].name.as_str();
+        assert!(!name.is_empty(), "a registration has an empty name");
+        let mut j = i + 1;
+        while j < REGISTRY.len() {
+            assert!(
+                !same(name, REGISTRY[j].name.as_str()),
+                "two registrations in REGISTRY share one name"
+            );
+            j += 1;
+        }
+        i += 1;
+    }
+};
+
+/// The reference strategy is registered, and has the transaction that the
+/// `sql_tps` ceiling issues.
+const REFERENCE_IS_REGISTERED: () = {
+    let mut i = 0;
+    let mut found = false;
+    while i < REGISTRY.len() {
+        if same(REGISTRY[i].name.as_str(), REFERENCE.as_str()) {
+            assert!(REGISTRY[i].transaction.is_some(), "the reference strategy has no transaction");
+            found = true;
+        }
+        i += 1;
+    }
+    assert!(found, "the reference strategy is not in REGISTRY");
 };
 
 impl StrategyName {
@@ -119,25 +173,62 @@ pub struct Deps {
     pub redis: RedisHandle,
     /// The process's RabbitMQ handle, connected on first use.
     pub amqp: AmqpHandle,
-    /// The service's configuration.
-    pub config: Arc<Config>,
+    /// The strategies' settings; a strategy reads its own section.
+    pub settings: Arc<StrategySettings>,
+    /// Where the backing servers are, for a strategy that opens connections
+    /// of its own (`queue`'s second pool), and their namespaces.
+    pub backends: Arc<BackendSettings>,
+    /// This instance's name (`SECKILL_INSTANCE`), the `instance` label of
+    /// per-instance metrics; `unnamed` unless [`Deps::for_instance`] says.
+    pub instance: String,
     /// The process's sale catalogue (routes of a strategy answer `404` for an
     /// unknown sale from it).
     pub catalog: SaleCatalog,
+    /// The configured failpoints ([`Deps::with_failpoints`]); none unless
+    /// set.
+    #[cfg(feature = "failpoints")]
+    pub failpoints: crate::failpoints::Failpoints,
     /// Parts several strategies of this process share, by type.
     shared: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
 }
 
 impl Deps {
-    /// Dependencies with no shared part made yet.
+    /// Dependencies with no shared part made yet: the connections, the
+    /// strategies' `settings` and the `backends` they were made from
+    /// (`crate::config::Config::deps` makes them from the configuration).
     pub fn new(
         db: PgPool,
         redis: RedisHandle,
         amqp: AmqpHandle,
-        config: Arc<Config>,
         catalog: SaleCatalog,
+        settings: StrategySettings,
+        backends: BackendSettings,
     ) -> Self {
-        Self { db, redis, amqp, config, catalog, shared: Default::default() }
+        Self {
+            db,
+            redis,
+            amqp,
+            settings: Arc::new(settings),
+            backends: Arc::new(backends),
+            instance: "unnamed".to_owned(),
+            catalog,
+            #[cfg(feature = "failpoints")]
+            failpoints: Default::default(),
+            shared: Default::default(),
+        }
+    }
+
+    /// These dependencies for the instance named `instance`.
+    pub fn for_instance(self, instance: &str) -> Self {
+        Self { instance: instance.to_owned(), ..self }
+    }
+
+    /// These dependencies with `failpoints` configured (the service's
+    /// `SECKILL_FAILPOINTS`, parsed once at start).
+    #[cfg(feature = "failpoints")]
+    pub fn with_failpoints(mut self, failpoints: crate::failpoints::Failpoints) -> Self {
+        self.failpoints = failpoints;
+        self
     }
 
     /// The one `T` that the strategies built from these dependencies share
@@ -166,8 +257,8 @@ impl Strategies {
     /// Builds every registered strategy, then collects their routes (those
     /// of one key once).
     ///
-    /// Errors: a strategy that cannot be built from this configuration (e.g.
-    /// a malformed `REDLOCK_URLS`), named in the message.
+    /// Errors: a strategy that cannot be built from its settings (e.g. a
+    /// malformed `SECKILL_LOCK_REDLOCK_URLS`), named in the message.
     pub fn new(deps: &Deps) -> anyhow::Result<Self> {
         let mut built = HashMap::with_capacity(REGISTRY.len());
         let mut routes: Vec<StrategyRoutes> = Vec::new();
@@ -246,6 +337,32 @@ mod tests {
         assert_eq!(unique.len(), names.len(), "{names:?}");
         let slugs: HashSet<String> = names.iter().map(|name| name.slug()).collect();
         assert_eq!(slugs.len(), names.len(), "slugs name report files: {slugs:?}");
+    }
+
+    #[test]
+    fn the_defaults_describe_a_plain_correct_postgres_strategy() {
+        let d = Registration::DEFAULTS;
+        let anywhere = super::super::Conditions {
+            stalls_past_lease: true,
+            instances: 4,
+            fault: Some(super::super::Fault::KillInstance),
+        };
+        assert_eq!((d.expect)(&anywhere), super::super::Expectation::Correct);
+        assert_eq!(d.settles, super::super::Settles::BeforeTheAnswer);
+        assert!(d.ceiling.is_per_unit_transaction());
+        assert_eq!(d.kill, super::super::KillTarget::First);
+        assert!(!d.takes_a_lock && !d.redlock_nodes && d.transaction.is_none());
+        assert!(d.queues.is_none() && d.needs == [Backend::Postgres]);
+    }
+
+    #[test]
+    fn a_registration_that_kills_a_lock_holder_takes_a_lock_and_the_reference_has_a_transaction() {
+        for registration in REGISTRY {
+            if let super::super::KillTarget::LockHolder { key } = registration.kill {
+                assert!(registration.takes_a_lock && !key.is_empty(), "{}", registration.name);
+            }
+        }
+        assert!(super::registration(REFERENCE).transaction.is_some());
     }
 
     #[test]

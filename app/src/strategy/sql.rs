@@ -38,6 +38,13 @@ pub const REGISTRATION: Registration = Registration {
     about: "conditional UPDATE … WHERE remaining_stock >= qty and the order insert, one statement",
     needs: &[Backend::Postgres],
     build: |deps| Ok(Arc::new(Sql::new(deps.db.clone()))),
+    // Expected correct everywhere (the default): one conditional statement,
+    // and under READ COMMITTED a waiter re-evaluates `remaining_stock >= q`
+    // on the newest row version.
+    transaction: Some(|db, sale, user, quantity| {
+        Box::pin(async move { take_and_order(&db, sale, user, quantity).await })
+    }),
+    ..Registration::DEFAULTS
 };
 
 /// `$1` sale id, `$2` user id, `$3` quantity. Returns the order id, or no row

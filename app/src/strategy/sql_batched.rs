@@ -11,7 +11,7 @@
 //!
 //! How: in each process, the purchases of a sale that arrive while one of
 //! its batches settles queue up and form the next batch, up to
-//! `SECKILL_BATCH_MAX` ([`group_commit`]: a leader task and its followers;
+//! `SECKILL_SQL_BATCHED_BATCH_MAX` ([`group_commit`]: a leader task and its followers;
 //! a purchase of an idle sale goes at once). A batch is one transaction that
 //! locks the sale row and applies the `sql` strategy's rule to each purchase
 //! in arrival order ([`settle`]): units while the stock covers the quantity
@@ -58,12 +58,53 @@ use super::{
 use crate::sale::{Quantity, Sale, SaleCatalog, SaleId, UserId};
 use crate::web::{AppError, SalePath};
 
-pub mod ceiling;
 pub mod group_commit;
 pub mod settle;
 
 use group_commit::{Batching, SaleQueue, Waiter};
 use settle::Purchase;
+
+/// Default of `SECKILL_SQL_BATCHED_BATCH_MAX`, the largest batch.
+///
+/// Chosen by measurement of the batch transaction alone against Postgres
+/// (docs/hot-row.md, "Batch size"): a batch costs about one commit whatever
+/// its size, so units per second grow almost with the cap; 256 is the
+/// smallest cap measured whose rate was above what HTTP delivered to two
+/// instances on the same machine, so the cap does not hold the strategy
+/// below its front end, while a full batch still commits quickly.
+pub const DEFAULT_BATCH_MAX: u16 = 256;
+
+/// Settings of the `sql/batched` strategy (`SECKILL_SQL_BATCHED_*`), its
+/// part of `crate::strategy::StrategySettings`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Strategy sql/batched")]
+#[group(id = "sql/batched")]
+pub struct Settings {
+    /// Most purchases of one sale this instance settles in one
+    /// transaction; purchases beyond it wait for the next batch.
+    #[arg(
+        id = "SQL_BATCHED_BATCH_MAX",
+        long = "sql-batched-batch-max",
+        env = "SECKILL_SQL_BATCHED_BATCH_MAX",
+        default_value_t = DEFAULT_BATCH_MAX,
+        value_parser = clap::value_parser!(u16).range(1..=10_000)
+    )]
+    pub batch_max: u16,
+
+    /// Microseconds a batch waits for more purchases before it
+    /// settles; 0 settles at once what has gathered (group commit, no timer).
+    /// In microseconds, not milliseconds: a window worth trying is shorter
+    /// than one batch transaction, itself a matter of milliseconds
+    /// (docs/hot-row.md).
+    #[arg(
+        id = "SQL_BATCHED_BATCH_WINDOW_US",
+        long = "sql-batched-batch-window-us",
+        env = "SECKILL_SQL_BATCHED_BATCH_WINDOW_US",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u64).range(0..=1_000_000)
+    )]
+    pub batch_window_us: u64,
+}
 
 /// Wire name, and the `strategy` label of this strategy's metrics.
 pub const NAME: StrategyName = StrategyName::declare("sql/batched");
@@ -74,7 +115,24 @@ pub const REGISTRATION: Registration = Registration {
     about: "group commit: concurrent purchases of a sale share one transaction, each answered \
             as sql would answer it",
     needs: &[Backend::Postgres],
-    build: |deps| Ok(Arc::new(SqlBatched::new(deps))),
+    build: |deps| Ok(Arc::new(SqlBatched::new(deps, &deps.settings.sql_batched))),
+    // Expected correct everywhere (the default): each batch locks the sale
+    // row, applies the `sql` rule to its purchases in arrival order and
+    // takes the units with one guarded update, in one transaction; batches
+    // of several instances serialise on the row.
+    //
+    // Many units per transaction: `sql_tps` does not bound it; its own
+    // batch transaction does (`sql_batched_units_per_s`).
+    ceiling: super::Ceiling::Batches(|db, sale, purchases| {
+        Box::pin(async move {
+            let purchases: Vec<settle::Purchase> = purchases
+                .into_iter()
+                .map(|(user, quantity)| settle::Purchase { user, quantity })
+                .collect();
+            settle::settle(&db, sale, &purchases).await
+        })
+    }),
+    ..Registration::DEFAULTS
 };
 
 /// How often purchases drop the queues idle for longer than
@@ -109,10 +167,12 @@ impl Queues {
 }
 
 impl SqlBatched {
-    pub fn new(deps: &Deps) -> Self {
+    /// The strategy of one process, with `settings` (its part of the
+    /// strategies' settings) over the pool of `deps`.
+    pub fn new(deps: &Deps, settings: &Settings) -> Self {
         let batching = Batching {
-            max: usize::from(deps.config.batch_max.max(1)),
-            window: deps.config.batch_window(),
+            max: usize::from(settings.batch_max.max(1)),
+            window: Duration::from_micros(settings.batch_window_us),
         };
         Self {
             db: deps.db.clone(),

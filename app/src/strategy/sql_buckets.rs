@@ -76,6 +76,12 @@ pub const REGISTRATION: Registration = Registration {
             then on the next bucket with the units, else on several buckets at once",
     needs: &[Backend::Postgres],
     build: |deps| Ok(Arc::new(SqlBuckets { db: deps.db.clone() })),
+    // Expected correct everywhere (the default): the `sql` statement on one
+    // of N bucket rows; a purchase that finds every bucket with stock locked
+    // waits for one before it is sold out, so no unit is stranded.
+    // Its units spread over several rows, each as fast as `sql_tps`.
+    ceiling: super::Ceiling::Unbounded,
+    ..Registration::DEFAULTS
 };
 
 /// Buckets of a sale created without `buckets`: 8 row locks where `sql` has

@@ -26,6 +26,9 @@ pub const REGISTRATION: Registration = Registration {
     about: "SELECT … FOR UPDATE, check, update, insert, in one transaction",
     needs: &[Backend::Postgres],
     build: |deps| Ok(Arc::new(SqlForUpdate::new(deps.db.clone()))),
+    // Expected correct everywhere (the default): the row lock is held from
+    // the read to the commit.
+    ..Registration::DEFAULTS
 };
 
 pub struct SqlForUpdate {

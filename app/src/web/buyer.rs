@@ -1,7 +1,7 @@
 //! The buyer of a request: [`Buyer`], the extractor of every buyer route
 //! (a purchase, a queued request's result, a buyer's order).
 //!
-//! With buyer authentication on (`SECKILL_BUYER_AUTH`, `crate::config`),
+//! With buyer authentication on (`SECKILL_BUYER_AUTH`, `crate::http::auth_settings`),
 //! the buyer is the `sub` of the request's bearer token, verified by
 //! `crate::buyer_token`; no token, or one that is invalid or expired, is
 //! answered `401` with `WWW-Authenticate: Bearer`. With it off, the buyer is

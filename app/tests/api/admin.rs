@@ -99,7 +99,7 @@ async fn an_address_that_sent_ten_wrong_tokens_is_429_even_with_the_right_one() 
 async fn x_forwarded_for_names_the_client_from_a_trusted_balancer_only() {
     // 127.0.0.2 plays the balancer; 127.0.0.3 a client that is not one.
     let app = TestApp::spawn_with(|config| {
-        config.trusted_proxies = vec!["127.0.0.2/32".parse().unwrap()];
+        config.auth.trusted_proxies = vec!["127.0.0.2/32".parse().unwrap()];
     })
     .await;
     let sale = app.sale("sql", 1).await;

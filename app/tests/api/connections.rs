@@ -201,7 +201,7 @@ async fn connections_beyond_the_cap_are_refused_at_once_with_503_busy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_runs_past_the_request_timeout_is_504_timeout() {
-    let app = TestApp::spawn_with(|config| config.request_timeout_ms = 300).await;
+    let app = TestApp::spawn_with(|config| config.http.request_timeout_ms = 300).await;
     // 1..3 s of simulated work inside the purchase's transaction.
     let sale = app
         .create_sale(json!({ "name": "slow", "stock": 1, "strategy": "sql", "work_ms": 2000 }))

@@ -33,7 +33,7 @@ impl Edge {
         // The balancer connects to the instances from 127.0.0.1; clients of
         // the tests come from other loopback addresses ([`client_from`]).
         let trust = |config: &mut seckill::config::Config| {
-            config.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+            config.auth.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
         };
         // No metrics listener of their own: `/metrics` is on the main port,
         // behind the admin token, so that only the edge can keep it private.

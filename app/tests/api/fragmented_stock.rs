@@ -97,13 +97,13 @@ async fn every_correct_strategy_sells_q_units_whenever_the_sale_has_them() {
     let nodes =
         [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     let queues = prefix.clone();
     let app = TestApp::spawn_with(move |config| {
-        config.redlock_urls = urls;
-        config.amqp_prefix = queues;
-        config.queue_partitions = 1;
-        config.queue_consume = true;
+        config.strategies.lock.redlock_urls = urls;
+        config.backends.amqp_prefix = queues;
+        config.strategies.queue.partitions = 1;
+        config.strategies.queue.consume = true;
     })
     .await;
     let mut failures = Vec::new();
@@ -226,8 +226,8 @@ async fn delete_queues(prefix: &str) {
     let topology = seckill::strategy::queue::Topology::new(
         prefix,
         1,
-        config.queue_max_length,
-        config.queue_delivery_limit,
+        config.strategies.queue.max_length,
+        config.strategies.queue.delivery_limit,
     );
     let connection = lapin::Connection::connect(
         &test_support::amqp_url(),

@@ -94,9 +94,9 @@ async fn postgres_unreachable_is_503_unavailable_and_the_service_recovers() {
     url.set_host(Some("127.0.0.1")).unwrap();
     url.set_port(Some(proxy.addr.port())).unwrap();
     let app = TestApp::spawn_with(|config| {
-        config.database_url = url.to_string();
-        config.db_acquire_timeout_ms = 500;
-        config.db_pool_size = 4;
+        config.backends.database_url = url.to_string();
+        config.backends.db_acquire_timeout_ms = 500;
+        config.backends.db_pool_size = 4;
     })
     .await;
 
@@ -143,9 +143,9 @@ async fn postgres_unreachable_is_503_unavailable_and_the_service_recovers() {
 async fn a_pool_exhausted_by_slow_work_is_503_busy_while_postgres_answers() {
     provoking("a Postgres pool exhausted by slow purchases (pool timeouts, 503 busy)");
     let app = TestApp::spawn_with(|config| {
-        config.db_acquire_timeout_ms = 300;
-        config.db_pool_size = 2;
-        config.request_timeout_ms = 30_000; // longer than the slow purchases
+        config.backends.db_acquire_timeout_ms = 300;
+        config.backends.db_pool_size = 2;
+        config.http.request_timeout_ms = 30_000; // longer than the slow purchases
     })
     .await;
     // Each purchase holds its connection 3..9 s (work_ms 6000 ± 50 %): room

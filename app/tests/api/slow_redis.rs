@@ -28,8 +28,8 @@ async fn a_slow_redis_is_busy_and_a_stopped_or_dead_one_unavailable() {
     provoking("a Redis of its own put to sleep, stopped and killed (503)");
     let mut redis = RedisServer::start_with(&["--enable-debug-command", "yes"]).await;
     let app = TestApp::spawn_with(|config| {
-        config.redis_url = redis.url();
-        config.lock_wait_ms = 300;
+        config.backends.redis_url = redis.url();
+        config.strategies.lock.wait_ms = 300;
     })
     .await;
     let mut sales = Vec::new();

@@ -64,7 +64,7 @@ fn bad_values_are_refused_with_the_setting_named() {
     let max = u64::MAX.to_string();
     for (name, value, expected) in [
         ("SECKILL_SOLD_OUT_FLAG_TTL_MS", max.as_str(), "--sold-out-flag-ttl-ms"),
-        ("SECKILL_REDIS_PREFIX", "{all}", "--redis-key-prefix"),
+        ("SECKILL_REDIS_PREFIX", "{all}", "--redis-prefix"),
         ("SECKILL_AMQP_PREFIX", &"q".repeat(300), "--amqp-prefix"),
         ("SECKILL_DB_POOL_SIZE", "0", "--db-pool-size"),
     ] {
@@ -80,13 +80,16 @@ fn secrets_are_never_printed_by_help_or_start_up_errors() {
         ("DATABASE_URL", "postgres://postgres:db-s3cret@127.0.0.1:1/seckill"),
         ("REDIS_URL", "redis://:redis-s3cret@127.0.0.1:1"),
         ("AMQP_URL", "amqp://guest:amqp-s3cret@127.0.0.1:1/%2f"),
-        ("REDLOCK_URLS", "redis://:redlock-s3cret@127.0.0.1:1,not a url:redlock-s3cret@"),
+        (
+            "SECKILL_LOCK_REDLOCK_URLS",
+            "redis://:redlock-s3cret@127.0.0.1:1,not a url:redlock-s3cret@",
+        ),
         ("SECKILL_ADMIN_TOKEN", "admin-s3cret-admin-s3cret-admin-s3cret"),
         ("SECKILL_BUYER_JWT_KEY", "buyer-s3cret-buyer-s3cret-buyer-s3cret"),
     ];
     let help = seckill(&["serve", "--help"], &secret_urls);
     let help = String::from_utf8_lossy(&help.stdout);
-    assert!(help.contains("REDLOCK_URLS"), "{help}");
+    assert!(help.contains("SECKILL_LOCK_REDLOCK_URLS"), "{help}");
     for secret in ["s3cret", "guest:guest"] {
         assert!(!help.contains(secret), "--help prints {secret}: {help}");
     }
@@ -96,11 +99,14 @@ fn secrets_are_never_printed_by_help_or_start_up_errors() {
         ("DATABASE_URL", database.as_str()),
         ("SECKILL_ADMIN_TOKEN", "admin-s3cret-admin-s3cret-admin-s3cret"),
         ("SECKILL_BUYER_JWT_KEY", "buyer-s3cret-buyer-s3cret-buyer-s3cret"),
-        ("REDLOCK_URLS", "redis://:redlock-s3cret@127.0.0.1:1,ftp://x:redlock-s3cret@host"),
+        (
+            "SECKILL_LOCK_REDLOCK_URLS",
+            "redis://:redlock-s3cret@127.0.0.1:1,ftp://x:redlock-s3cret@host",
+        ),
         ("SECKILL_QUEUE_CONSUME", "false"),
     ];
     let stderr = refused(&redlock);
-    assert!(stderr.contains("REDLOCK_URLS"), "{stderr}");
+    assert!(stderr.contains("SECKILL_LOCK_REDLOCK_URLS"), "{stderr}");
     assert!(!stderr.contains("s3cret"), "{stderr}");
 }
 
@@ -123,4 +129,37 @@ fn the_service_refuses_to_start_without_a_buyer_token_key_unless_buyer_auth_is_o
     assert!(both.contains("not several"), "{both}");
     let bad = refused(&[ADMIN, ("SECKILL_BUYER_AUTH", "maybe")]);
     assert!(bad.contains("--buyer-auth"), "{bad}");
+}
+
+#[test]
+fn a_renamed_variable_stops_the_start_and_names_its_replacement() {
+    for (old, new) in [
+        ("SECKILL_BATCH_MAX", "SECKILL_SQL_BATCHED_BATCH_MAX"),
+        ("SECKILL_QUEUE_BATCH_SIZE", "SECKILL_QUEUE_BATCH_MAX"),
+        ("REDLOCK_URLS", "SECKILL_LOCK_REDLOCK_URLS"),
+    ] {
+        let stderr = refused(&[(old, "7"), ("SECKILL_DEV", "1")]);
+        assert!(stderr.contains(old) && stderr.contains(new), "{old}: {stderr}");
+    }
+}
+
+#[test]
+fn serve_help_groups_the_settings_by_owner() {
+    let help = seckill(&["serve", "--help"], &[]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    for heading in [
+        "Instance:",
+        "HTTP server:",
+        "Authentication:",
+        "Backing servers:",
+        "Order lifecycle:",
+        "Strategies:",
+        "Strategy queue:",
+        "Strategy redis-decr:",
+        "Strategy sql/batched:",
+        "Strategies lock/*:",
+    ] {
+        assert!(help.contains(&format!("\n{heading}\n")), "no {heading} in: {help}");
+    }
+    assert!(help.contains("--queue-batch-max") && !help.contains("--batch-max "), "{help}");
 }

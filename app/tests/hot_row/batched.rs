@@ -16,8 +16,8 @@ use seckill::strategy::sql_batched::BatchStats;
 use serde_json::json;
 use sqlx::PgPool;
 
+use super::{Direct, assert_exact, burst, buy, orders, outcome, tally, two_instances};
 use crate::support::{TestApp, eventually, provoking};
-use crate::{Direct, assert_exact, burst, buy, orders, outcome, tally, two_instances};
 
 /// The batch statistics of `sale` over `apps`.
 async fn batch_stats(apps: &[&TestApp], sale: i64) -> BatchStats {

@@ -11,8 +11,8 @@ use seckill::strategy::Strategy;
 use serde_json::json;
 use sqlx::PgPool;
 
+use super::{Direct, assert_exact, burst, buy, orders, tally};
 use crate::support::{TestApp, eventually, provoking};
-use crate::{Direct, assert_exact, burst, buy, orders, tally};
 
 /// A `sql/batched` sale of `stock` units whose batches hold the sale row for
 /// `work_ms` ±50 % after writing their orders, before they commit.

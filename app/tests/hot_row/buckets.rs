@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 
+use super::{answer, assert_exact, burst, buy, orders, tally, two_instances};
 use crate::support::{TestApp, assert_problem, eventually};
-use crate::{answer, assert_exact, burst, buy, orders, tally, two_instances};
 
 /// A `sql/buckets` sale of `stock` units over `buckets` rows.
 async fn bucket_sale(app: &TestApp, stock: i64, buckets: i32) -> i64 {

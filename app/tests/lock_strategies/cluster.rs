@@ -10,8 +10,8 @@ use seckill::strategy::lock::library_redlock::{NAME, RedlockLock};
 use serde_json::json;
 use test_support::{RedisCluster, RedisServer};
 
-use crate::exclusion::{exclusive_on, one_holder_at_a_time_across_two_instances_on};
-use crate::harness::{spawn_on_nodes_with, unique_prefix};
+use super::exclusion::{exclusive_on, one_holder_at_a_time_across_two_instances_on};
+use super::harness::{spawn_on_nodes_with, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_lock_strategy_admits_one_holder_at_a_time_on_a_three_master_cluster() {

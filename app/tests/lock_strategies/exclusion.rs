@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use test_support::RedisServer;
 
-use crate::harness::{
+use super::harness::{
     REDIS_URL, lock_stats_of_all, sale_with, spawn, spawn_on, spawn_on_nodes, unique_prefix,
 };
 use crate::support::TestApp;

@@ -6,16 +6,17 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use reqwest::StatusCode;
 use seckill::backends::RedisHandle;
+use seckill::failpoints::{self, LOCK_BEFORE_WRITE};
 use seckill::strategy::StrategyName;
+use seckill::strategy::lock::BeforeWrite;
 use seckill::strategy::lock::setnx::{self, SetnxLock};
 use seckill::strategy::lock::token::{self, TokenLock};
 use seckill::strategy::lock::ttl::{self, TtlLock};
-use seckill::strategy::lock::{BEFORE_WRITE, BeforeWrite};
 use seckill::strategy::lock::{Release, SaleLock};
 use serde_json::json;
 use test_support::{RedisServer, signal};
 
-use crate::harness::{
+use super::harness::{
     ChildApp, REDIS_URL, fake_sale, lease_ms, lock_stats, lock_stats_of_all, redis_conn, sale_with,
     spawn, spawn_on_nodes, unique_prefix, wait_until,
 };
@@ -90,7 +91,7 @@ async fn local_lock_oversells_on_two_instances() {
     let sale = sale_with(&one, "lock/local", 1, json!({})).await;
     // Buyer 1 holds instance one's mutex, has read the last unit and is
     // about to write; instance two's mutex is another mutex.
-    let mut stalled = redis_lock::failpoints::arm::<BeforeWrite>(BEFORE_WRITE, sale);
+    let mut stalled = failpoints::arm::<BeforeWrite>(&LOCK_BEFORE_WRITE, sale);
     let first = {
         let (client, url) = (one.client.clone(), one.url(&format!("/sales/{sale}/orders")));
         tokio::spawn(async move {

@@ -21,10 +21,7 @@ use crate::support::{ADMIN_TOKEN, TestApp, seckill_child};
 pub static REDIS_URL: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(test_support::redis_url);
 
-/// A Redis key prefix no other test (or run) uses.
-pub fn unique_prefix() -> String {
-    format!("test-lockstrat-{}", uuid::Uuid::new_v4().simple())
-}
+pub use crate::support::unique_prefix;
 
 /// A service on the shared Redis under `prefix`, waiting at most `wait_ms`
 /// for a lock.
@@ -36,9 +33,9 @@ pub async fn spawn(prefix: &str, wait_ms: u64) -> TestApp {
 pub async fn spawn_on(url: &str, prefix: &str, wait_ms: u64) -> TestApp {
     let (url, prefix) = (url.to_owned(), prefix.to_owned());
     TestApp::spawn_with(move |config| {
-        config.redis_url = url;
-        config.redis_key_prefix = prefix;
-        config.lock_wait_ms = wait_ms;
+        config.backends.redis_url = url;
+        config.backends.redis_prefix = prefix;
+        config.strategies.lock.wait_ms = wait_ms;
     })
     .await
 }
@@ -59,10 +56,10 @@ pub async fn spawn_on_nodes_with(
     let (url, prefix) = (url.to_owned(), prefix.to_owned());
     let urls = nodes.iter().map(RedisServer::url).collect();
     TestApp::spawn_with(move |config| {
-        config.redis_url = url;
-        config.redis_key_prefix = prefix;
-        config.lock_wait_ms = wait_ms;
-        config.redlock_urls = urls;
+        config.backends.redis_url = url;
+        config.backends.redis_prefix = prefix;
+        config.strategies.lock.wait_ms = wait_ms;
+        config.strategies.lock.redlock_urls = urls;
     })
     .await
 }

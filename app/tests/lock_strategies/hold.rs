@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use test_support::RedisServer;
 
-use crate::harness::{REDIS_URL, sale_with, unique_prefix};
+use super::harness::{REDIS_URL, sale_with, unique_prefix};
 use crate::support::{TestApp, eventually};
 
 /// The bound under test.
@@ -38,13 +38,13 @@ async fn spawn_with_hold(nodes: &[RedisServer]) -> TestApp {
     let (prefix, urls): (_, Vec<_>) =
         (unique_prefix(), nodes.iter().map(RedisServer::url).collect());
     TestApp::spawn_with(move |config| {
-        config.redis_url = REDIS_URL.to_owned();
-        config.redis_key_prefix = prefix;
+        config.backends.redis_url = REDIS_URL.to_owned();
+        config.backends.redis_prefix = prefix;
         if !urls.is_empty() {
-            config.redlock_urls = urls;
+            config.strategies.lock.redlock_urls = urls;
         }
-        config.lock_wait_ms = WAIT.as_millis() as u64;
-        config.lock_hold_ms = HOLD.as_millis() as u64;
+        config.strategies.lock.wait_ms = WAIT.as_millis() as u64;
+        config.strategies.lock.hold_ms = HOLD.as_millis() as u64;
     })
     .await
 }

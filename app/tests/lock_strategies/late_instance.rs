@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use seckill::strategy::lock::sold_out_epochs::SOLD_OUT_TRUST;
 
-use crate::harness::{spawn, unique_prefix};
+use super::harness::{spawn, unique_prefix};
 use crate::support::assert_problem;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

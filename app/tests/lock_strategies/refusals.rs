@@ -13,14 +13,15 @@
 //! The failpoint, not a timer, decides the order of every step.
 
 use reqwest::StatusCode;
-use seckill::strategy::lock::{BEFORE_WRITE, BeforeWrite};
+use seckill::failpoints::{self, Armed, LOCK_BEFORE_WRITE};
+use seckill::strategy::lock::BeforeWrite;
 use serde_json::json;
 use test_support::RedisServer;
 
-use crate::harness::{redis_conn, sale_with, unique_prefix};
+use super::harness::{redis_conn, sale_with, unique_prefix};
 use crate::support::TestApp;
 
-use crate::harness::REDIS_URL as SHARED_REDIS;
+use super::harness::REDIS_URL as SHARED_REDIS;
 
 /// A service on the shared Redis under `prefix` whose `lock/redlock` takes
 /// its quorum over `nodes` (none: the default nodes, unused), with a hold
@@ -29,13 +30,13 @@ async fn service(prefix: &str, nodes: &[RedisServer]) -> TestApp {
     let (prefix, urls): (_, Vec<_>) =
         (prefix.to_owned(), nodes.iter().map(RedisServer::url).collect());
     TestApp::spawn_with(move |config| {
-        config.redis_url = SHARED_REDIS.to_owned();
-        config.redis_key_prefix = prefix;
+        config.backends.redis_url = SHARED_REDIS.to_owned();
+        config.backends.redis_prefix = prefix;
         if !urls.is_empty() {
-            config.redlock_urls = urls;
+            config.strategies.lock.redlock_urls = urls;
         }
-        config.lock_wait_ms = 5_000;
-        config.lock_hold_ms = 120_000;
+        config.strategies.lock.wait_ms = 5_000;
+        config.strategies.lock.hold_ms = 120_000;
     })
     .await
 }
@@ -94,7 +95,7 @@ async fn buyers(app: &TestApp, sale: i64) -> Vec<i64> {
 struct StalledHolder {
     app: TestApp,
     sale: i64,
-    stalled: redis_lock::failpoints::Armed<BeforeWrite>,
+    stalled: Armed<BeforeWrite>,
     /// The first buyer's answer, once resumed.
     answer: tokio::task::JoinHandle<(StatusCode, Option<(String, String)>)>,
     _nodes: Vec<RedisServer>,
@@ -111,7 +112,7 @@ async fn stalled_holder_without_its_lock(strategy: &str, lease_ms: i32) -> Stall
     let prefix = unique_prefix();
     let app = service(&prefix, &nodes).await;
     let sale = sale_with(&app, strategy, 1, json!({ "lock_lease_ms": lease_ms })).await;
-    let mut stalled = redis_lock::failpoints::arm::<BeforeWrite>(BEFORE_WRITE, sale);
+    let mut stalled = failpoints::arm::<BeforeWrite>(&LOCK_BEFORE_WRITE, sale);
     let answer = buy_in_background(&app, sale, 1);
     stalled.reached().await;
     take_the_lock_away(&lock_servers(strategy, &nodes), &prefix, sale).await;

@@ -28,7 +28,7 @@ use sqlx::PgPool;
 use test_support::{RedisServer, signal};
 use tokio::sync::Notify;
 
-use crate::harness::{
+use super::harness::{
     BlockingProxy, ChildApp, REDIS_URL, counter, fake_sale, redis_conn, sale_with, spawn,
     unique_prefix, wait_until,
 };

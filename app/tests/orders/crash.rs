@@ -15,8 +15,8 @@ use seckill::lifecycle::sweep::sweep_once;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::harness::{Sweeps, drop_database, private_database_url, remaining};
-use crate::support::{ADMIN_TOKEN, create_sale_at, eventually, seckill_child};
+use super::harness::{Sweeps, remaining};
+use crate::support::{ADMIN_TOKEN, buy_at, create_sale_at, eventually, seckill_child};
 
 /// The backend of a connection to this database that is inside a
 /// transaction whose last statement was a return's status change
@@ -67,12 +67,7 @@ async fn buy(
     users: std::ops::RangeInclusive<i64>,
 ) {
     for user in users {
-        let answer = client
-            .post(format!("{base}/sales/{sale}/orders"))
-            .json(&json!({ "user_id": user }))
-            .send()
-            .await
-            .unwrap();
+        let answer = buy_at(client, base, sale, user).await;
         assert_eq!(answer.status(), StatusCode::CREATED, "buyer {user}");
     }
 }
@@ -93,7 +88,7 @@ async fn all_due(db: &PgPool, sale: i64) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_killed_mid_sweep_returns_nothing_and_the_next_sweep_ends_each_order_once() {
     crate::support::provoking("an instance killed while it holds a swept order");
-    let url = private_database_url("sweep_kill");
+    let url = test_support::scratch_database("sweep_kill").await;
     let mut doomed = seckill_child(&[
         ("DATABASE_URL", url.clone()),
         ("SECKILL_EXPIRY_SWEEP_INTERVAL_MS", "20".into()),
@@ -154,5 +149,5 @@ async fn an_instance_killed_mid_sweep_returns_nothing_and_the_next_sweep_ends_ea
     }
     drop(sweeps);
     db.close().await;
-    drop_database(&url).await;
+    test_support::drop_scratch_database(&url).await;
 }

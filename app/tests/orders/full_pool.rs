@@ -12,9 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::harness::{
-    bought, drop_database, private_database_url, reaches, remaining, window_sale,
-};
+use super::harness::{bought, reaches, remaining, window_sale};
 use crate::support::TestApp;
 
 /// The expiry sweep's period.
@@ -34,15 +32,15 @@ const BOUND: Duration = Duration::from_millis(1_000);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expiry_returns_its_unit_while_slow_buyers_hold_every_connection() {
-    let url = private_database_url("full_pool");
+    let url = test_support::scratch_database("full_pool").await;
     let database = url.clone();
     let app = TestApp::spawn_with(move |config| {
-        config.database_url = database;
-        config.db_pool_size = 2;
+        config.backends.database_url = database;
+        config.backends.db_pool_size = 2;
         // The slow purchases and the ones queued behind them wait, not fail.
-        config.db_acquire_timeout_ms = 60_000;
-        config.request_timeout_ms = 60_000;
-        config.expiry_sweep_interval_ms = SWEEP_MS;
+        config.backends.db_acquire_timeout_ms = 60_000;
+        config.http.request_timeout_ms = 60_000;
+        config.lifecycle.expiry_sweep_interval_ms = SWEEP_MS;
     })
     .await;
     let returning = window_sale(&app, "sql", 1, WINDOW_MS).await;
@@ -81,5 +79,5 @@ async fn an_expiry_returns_its_unit_while_slow_buyers_hold_every_connection() {
     }
     db.close().await;
     drop(app);
-    drop_database(&url).await;
+    test_support::drop_scratch_database(&url).await;
 }

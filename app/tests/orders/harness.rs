@@ -1,7 +1,6 @@
 //! What the lifecycle tests share: sales with a payment window, purchases
 //! that return their order id, and the order routes.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::{Response, StatusCode};
@@ -9,11 +8,11 @@ use seckill::backends::{AmqpHandle, RedisHandle};
 use seckill::config::Config;
 use seckill::lifecycle::Context;
 use seckill::sale::SaleCatalog;
-use seckill::strategy::{Deps, Strategies};
+use seckill::strategy::Strategies;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
-use crate::support::{TestApp, test_database_url};
+use crate::support::TestApp;
 
 /// Creates a sale of `stock` units under `strategy` whose orders must be paid
 /// within `window_ms`; returns its id.
@@ -107,16 +106,19 @@ impl Sweeps {
     /// shared test database).
     pub async fn on(url: &str) -> Self {
         let mut config = Config::defaults();
-        config.database_url = url.to_owned();
-        config.redis_url = test_support::redis_url();
-        config.amqp_url = test_support::amqp_url();
-        config.redis_key_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
-        config.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        config.backends.database_url = url.to_owned();
+        config.backends.redis_url = test_support::redis_url();
+        config.backends.amqp_url = test_support::amqp_url();
+        config.backends.redis_prefix = test_support::unique_prefix();
+        config.backends.amqp_prefix = test_support::unique_prefix();
         let db = PgPool::connect(url).await.unwrap();
-        let redis = RedisHandle::new(&config.redis_url, config.redis_key_prefix.clone()).unwrap();
-        let amqp = AmqpHandle::new(config.amqp_url.clone(), config.amqp_prefix.clone());
+        let redis =
+            RedisHandle::new(&config.backends.redis_url, config.backends.redis_prefix.clone())
+                .unwrap();
+        let amqp =
+            AmqpHandle::new(config.backends.amqp_url.clone(), config.backends.amqp_prefix.clone());
         let catalog = SaleCatalog::default();
-        let deps = Deps::new(db.clone(), redis, amqp, Arc::new(config), catalog.clone());
+        let deps = config.deps(db.clone(), redis, amqp, catalog.clone());
         let strategies = Strategies::new(&deps).unwrap();
         Self { db, catalog, strategies }
     }
@@ -139,23 +141,5 @@ pub async fn pay_pending(app: &TestApp, sale: i64) {
     .unwrap();
     for id in pending {
         assert_eq!(pay(app, id, None).await.status(), StatusCode::OK, "paying order {id}");
-    }
-}
-
-/// A database of its own next to the test database (same server), named
-/// `<test database>_<purpose>_<uuid>`; the service given it creates it.
-pub fn private_database_url(purpose: &str) -> String {
-    let base = test_database_url();
-    let (server, name) = base.rsplit_once('/').expect("a database URL ends in /name");
-    let name = name.split('?').next().unwrap_or(name);
-    format!("{server}/{name}_{purpose}_{}", uuid::Uuid::new_v4().simple())
-}
-
-/// Drops the test's own database (best effort: a leftover is harmless).
-pub async fn drop_database(url: &str) {
-    let name = url.rsplit('/').next().unwrap_or_default();
-    if let Ok(admin) = PgPool::connect(&test_database_url()).await {
-        let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-        let _ = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin).await;
     }
 }

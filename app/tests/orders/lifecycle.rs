@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::harness::{
+use super::harness::{
     bought, cancel, order, order_action, pay, pay_pending, reaches, remaining, window_sale,
 };
 use crate::support::{TestApp, assert_problem};
@@ -80,7 +80,7 @@ async fn a_cancelled_order_returns_its_unit_once_and_its_buyer_may_buy_again() {
 
 #[tokio::test]
 async fn an_unpaid_order_expires_and_its_unit_sells_again_to_anyone_even_its_buyer() {
-    let app = TestApp::spawn_with(|config| config.expiry_sweep_interval_ms = 100).await;
+    let app = TestApp::spawn_with(|config| config.lifecycle.expiry_sweep_interval_ms = 100).await;
     let sale = window_sale(&app, "sql", 1, 300).await;
     let id = bought(&app, sale, 1).await;
     assert_problem(app.buy(sale, 2).await, StatusCode::CONFLICT, "sold-out").await;
@@ -102,7 +102,7 @@ async fn an_unpaid_order_expires_and_its_unit_sells_again_to_anyone_even_its_buy
 
 #[tokio::test]
 async fn a_payment_after_the_window_is_refused_even_before_any_sweep() {
-    let app = TestApp::spawn_with(|config| config.expiry_sweep_interval_ms = 0).await;
+    let app = TestApp::spawn_with(|config| config.lifecycle.expiry_sweep_interval_ms = 0).await;
     let sale = window_sale(&app, "sql", 1, 200).await;
     let id = bought(&app, sale, 1).await;
     tokio::time::sleep(Duration::from_millis(400)).await;

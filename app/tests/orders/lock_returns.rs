@@ -10,14 +10,13 @@
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use seckill::strategy::lock::{BEFORE_WRITE, BeforeWrite};
+use seckill::failpoints::{self, Armed, LOCK_BEFORE_WRITE};
+use seckill::strategy::lock::BeforeWrite;
 use serde_json::json;
 use sqlx::PgPool;
 use test_support::RedisServer;
 
-use crate::harness::{
-    bought, cancel, drop_database, pay_pending, private_database_url, reaches, remaining, status_of,
-};
+use super::harness::{bought, cancel, pay_pending, reaches, remaining, status_of};
 use crate::support::{TestApp, assert_problem};
 
 /// Every lock strategy.
@@ -50,12 +49,12 @@ async fn service(database: Option<String>, nodes: &[RedisServer]) -> TestApp {
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     TestApp::spawn_with(move |config| {
         if let Some(url) = database {
-            config.database_url = url;
+            config.backends.database_url = url;
         }
-        config.redlock_urls = urls;
-        config.lock_wait_ms = LOCK_WAIT_MS;
-        config.lock_hold_ms = 120_000;
-        config.expiry_sweep_interval_ms = SWEEP_MS;
+        config.strategies.lock.redlock_urls = urls;
+        config.strategies.lock.wait_ms = LOCK_WAIT_MS;
+        config.strategies.lock.hold_ms = 120_000;
+        config.lifecycle.expiry_sweep_interval_ms = SWEEP_MS;
     })
     .await
 }
@@ -77,14 +76,14 @@ async fn lock_sale(app: &TestApp, strategy: &str, stock: i64, window_ms: i64) ->
 /// A buyer holding the sale's lock, stopped after its read, right before
 /// its write.
 struct Holder {
-    stalled: redis_lock::failpoints::Armed<BeforeWrite>,
+    stalled: Armed<BeforeWrite>,
     answer: tokio::task::JoinHandle<StatusCode>,
 }
 
 impl Holder {
     /// `user` buys one unit of `sale` and stops at the failpoint.
     async fn stopped_before_its_write(app: &TestApp, sale: i64, user: i64) -> Holder {
-        let mut stalled = redis_lock::failpoints::arm::<BeforeWrite>(BEFORE_WRITE, sale);
+        let mut stalled = failpoints::arm::<BeforeWrite>(&LOCK_BEFORE_WRITE, sale);
         let (client, url) = (app.client.clone(), app.url(&format!("/sales/{sale}/orders")));
         let answer = tokio::spawn(async move {
             let body = json!({ "user_id": user });
@@ -173,7 +172,7 @@ async fn a_unit_returned_between_a_holders_read_and_write_stays_for_sale() {
 /// failpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_expiry_sweep_returns_units_while_a_buyer_holds_the_sale_lock() {
-    let url = private_database_url("lock_expiry");
+    let url = test_support::scratch_database("lock_expiry").await;
     let nodes = redlock_nodes().await;
     let app = service(Some(url.clone()), &nodes).await;
     let db = PgPool::connect(&url).await.unwrap();
@@ -217,5 +216,5 @@ async fn the_expiry_sweep_returns_units_while_a_buyer_holds_the_sale_lock() {
     }
     drop(app);
     db.close().await;
-    drop_database(&url).await;
+    test_support::drop_scratch_database(&url).await;
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use seckill::lifecycle::sweep::sweep_once;
 
-use crate::harness::{Sweeps, bought, drop_database, private_database_url, remaining, window_sale};
+use super::harness::{Sweeps, bought, remaining, window_sale};
 use crate::support::TestApp;
 
 /// Statuses of the orders of `sale`: status → count.
@@ -66,11 +66,11 @@ async fn a_cancel_racing_a_payment_ends_each_order_paid_or_cancelled_never_both(
 /// in 4 of about 80 runs of this binary on a loaded 2-core machine.
 #[tokio::test]
 async fn two_sweeps_at_once_expire_each_order_once() {
-    let url = private_database_url("two_sweeps");
+    let url = test_support::scratch_database("two_sweeps").await;
     let own = url.clone();
     let app = TestApp::spawn_with(move |config| {
-        config.database_url = own;
-        config.expiry_sweep_interval_ms = 0;
+        config.backends.database_url = own;
+        config.lifecycle.expiry_sweep_interval_ms = 0;
     })
     .await;
     let db = sqlx::PgPool::connect(&url).await.unwrap();
@@ -92,12 +92,13 @@ async fn two_sweeps_at_once_expire_each_order_once() {
     assert_eq!(remaining(&db, sale).await, orders);
     drop(sweeps);
     db.close().await;
-    drop_database(&url).await;
+    test_support::drop_scratch_database(&url).await;
 }
 
 #[tokio::test]
 async fn sweeps_on_two_instances_share_the_due_orders_and_the_books_stay_exact() {
-    let sweep_fast = |config: &mut seckill::config::Config| config.expiry_sweep_interval_ms = 20;
+    let sweep_fast =
+        |config: &mut seckill::config::Config| config.lifecycle.expiry_sweep_interval_ms = 20;
     let one = TestApp::spawn_with(sweep_fast).await;
     let two = TestApp::spawn_with(sweep_fast).await;
     let stock = 50;

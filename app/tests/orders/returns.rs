@@ -10,7 +10,7 @@ use test_support::RedisServer;
 
 use seckill::strategy::redis_decr::counter::SaleCounter;
 
-use crate::harness::{bought, cancel, pay_pending, remaining, window_sale};
+use super::harness::{bought, cancel, pay_pending, remaining, window_sale};
 use crate::support::{TestApp, assert_problem, eventually, resolved};
 
 /// The strategies whose returns this test drives through a service of its
@@ -44,7 +44,7 @@ async fn redlock_sells_a_cancelled_unit_again_exactly_once() {
     let nodes =
         [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-    let app = TestApp::spawn_with(move |config| config.redlock_urls = urls).await;
+    let app = TestApp::spawn_with(move |config| config.strategies.lock.redlock_urls = urls).await;
     cancelled_unit_sells_again_once(&app, "lock/redlock").await;
 }
 
@@ -104,20 +104,20 @@ async fn queued(app: &TestApp, sale: i64, user: i64) -> Result<i64, String> {
 /// row reads `returned`.
 #[tokio::test]
 async fn queue_sells_a_cancelled_unit_again_and_its_buyer_may_queue_again() {
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     let queues = prefix.clone();
     let app = TestApp::spawn_with(move |config| {
-        config.amqp_prefix = queues;
-        config.queue_partitions = 1;
-        config.queue_consume = true;
+        config.backends.amqp_prefix = queues;
+        config.strategies.queue.partitions = 1;
+        config.strategies.queue.consume = true;
     })
     .await;
     let config = seckill::config::Config::defaults();
     let topology = seckill::strategy::queue::Topology::new(
         &prefix,
         1,
-        config.queue_max_length,
-        config.queue_delivery_limit,
+        config.strategies.queue.max_length,
+        config.strategies.queue.delivery_limit,
     );
     let sale = window_sale(&app, "queue", 2, 60_000).await;
     let first = queued(&app, sale, 1).await.unwrap();
@@ -208,11 +208,11 @@ struct OneUnitSold {
 
 impl OneUnitSold {
     async fn new() -> OneUnitSold {
-        let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        let prefix = test_support::unique_prefix();
         let keys = prefix.clone();
         let app = TestApp::spawn_with(move |config| {
-            config.redis_key_prefix = keys;
-            config.reconcile_interval_ms = 0;
+            config.backends.redis_prefix = keys;
+            config.strategies.redis_decr.reconcile_interval_ms = 0;
         })
         .await;
         let sale = window_sale(&app, "redis-decr", 1, 60_000).await;

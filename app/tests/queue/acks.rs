@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use seckill::metric_names::FAILPOINTS_FIRED_TOTAL;
 
-use crate::{
+use super::{
     Broker, buy, counted, drained, eventually, request_id, resolved, spawn_app, unique_prefix,
 };
 
@@ -23,7 +23,7 @@ async fn a_connection_lost_between_commit_and_ack_loses_and_duplicates_nothing()
     let prefix = unique_prefix();
     // Accept first, settle later: a backlog, so that the new channel gets
     // fresh deliveries with the old batch's tags.
-    let front = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let front = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = front.sale("queue", 20).await;
     let mut ids = Vec::new();
     for user in 1..=30 {
@@ -32,7 +32,7 @@ async fn a_connection_lost_between_commit_and_ack_loses_and_duplicates_nothing()
         ids.push(request_id(&body));
     }
     let settler = spawn_app(&prefix, |config| {
-        config.queue_batch_size = 5;
+        config.strategies.queue.batch_max = 5;
         config.failpoints = Some("queue-before-ack=lose-connection".to_owned());
     })
     .await;

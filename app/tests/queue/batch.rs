@@ -1,5 +1,5 @@
 //! A batch with more requests than stock grants in arrival order; a batch
-//! holds at most `SECKILL_QUEUE_BATCH_SIZE` requests, and waits up to the
+//! holds at most `SECKILL_QUEUE_BATCH_MAX` requests, and waits up to the
 //! window for requests that arrive after its first; a batch reads its own
 //! requests, not every request of the sale.
 
@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{Broker, buy, drained, request_id, resolved, spawn_app, unique_prefix};
+use super::{Broker, buy, drained, request_id, resolved, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_batch_grant_serves_requests_in_arrival_order() {
     let prefix = unique_prefix();
     // Ten requests queue up, in order, before any consumer runs.
-    let front = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let front = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = front.sale("queue", 3).await;
     let mut ids = Vec::new();
     for user in 1..=10 {
@@ -22,7 +22,7 @@ async fn a_partial_batch_grant_serves_requests_in_arrival_order() {
         ids.push(request_id(&body));
     }
     // One consumer takes them in one batch (they are all there already).
-    let settler = spawn_app(&prefix, |config| config.queue_batch_window_ms = 200).await;
+    let settler = spawn_app(&prefix, |config| config.strategies.queue.batch_window_ms = 200).await;
     let stats = drained(&settler, sale, Duration::from_secs(20)).await;
     let batch = stats.batch_sizes.clone().expect("batch sizes");
     assert_eq!((stats.batches, batch.max), (1, 10.0), "one batch of ten: {stats:?}");
@@ -39,7 +39,7 @@ async fn a_partial_batch_grant_serves_requests_in_arrival_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_holds_at_most_the_batch_size() {
     let prefix = unique_prefix();
-    let front = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let front = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = front.sale("queue", 10).await;
     for user in 1..=10 {
         let (status, body) = buy(&front, sale, user).await;
@@ -48,8 +48,8 @@ async fn a_batch_holds_at_most_the_batch_size() {
     // Ten requests waiting, batches of at most four, a window long enough
     // for every batch to fill: 4, 4 and 2.
     let settler = spawn_app(&prefix, |config| {
-        config.queue_batch_size = 4;
-        config.queue_batch_window_ms = 500;
+        config.strategies.queue.batch_max = 4;
+        config.strategies.queue.batch_window_ms = 500;
     })
     .await;
     let stats = drained(&settler, sale, Duration::from_secs(20)).await;
@@ -65,8 +65,8 @@ async fn a_batch_holds_at_most_the_batch_size() {
 async fn requests_arriving_within_the_window_join_one_batch() {
     let prefix = unique_prefix();
     let settler = spawn_app(&prefix, |config| {
-        config.queue_batch_size = 4;
-        config.queue_batch_window_ms = 3000;
+        config.strategies.queue.batch_max = 4;
+        config.strategies.queue.batch_window_ms = 3000;
     })
     .await;
     let sale = settler.sale("queue", 10).await;
@@ -110,7 +110,7 @@ async fn index_entries_read(conn: &mut sqlx::PgConnection) -> i64 {
 async fn a_batch_reads_its_own_requests_not_every_request_of_the_sale() {
     use seckill::strategy::queue::{PurchaseMessage, settle};
 
-    let app = spawn_app(&unique_prefix(), |config| config.queue_consume = false).await;
+    let app = spawn_app(&unique_prefix(), |config| config.strategies.queue.consume = false).await;
     let sale = app.sale("queue", 1_000_000).await;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)

@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::{Broker, drained, spawn_app, unique_prefix};
+use super::{Broker, drained, spawn_app, unique_prefix};
 
 const STOCK: i64 = 50;
 const BUYERS: i64 = 200;

@@ -9,8 +9,8 @@ use reqwest::StatusCode;
 use seckill::metric_names::QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL;
 use serde_json::json;
 
+use super::{Broker, SHARED_AMQP, drained, eventually, request_id, spawn_app, unique_prefix};
 use crate::support::{TestApp, seckill_child};
-use crate::{Broker, SHARED_AMQP, drained, eventually, request_id, spawn_app, unique_prefix};
 
 const STOCK: i64 = 30;
 const BUYERS: i64 = 60;
@@ -40,12 +40,12 @@ async fn killing_the_instance_with_the_active_consumer_hands_the_sale_to_another
         ("SECKILL_AMQP_PREFIX", prefix.clone()),
         ("SECKILL_QUEUE_PARTITIONS", "1".into()),
         ("SECKILL_QUEUE_CONSUME", "true".into()),
-        ("SECKILL_QUEUE_BATCH_SIZE", "3".into()),
+        ("SECKILL_QUEUE_BATCH_MAX", "3".into()),
     ])
     .start()
     .await;
     assert!(eventually(Duration::from_secs(10), || async { consumers().await == 1 }).await);
-    let survivor = spawn_app(&prefix, |config| config.queue_batch_size = 3).await;
+    let survivor = spawn_app(&prefix, |config| config.strategies.queue.batch_max = 3).await;
     // A single-active-consumer queue reports its active consumer only; give
     // the survivor's (waiting) consumer time to subscribe.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -125,9 +125,9 @@ async fn buy_all(survivor: &TestApp, sale: i64) -> Vec<String> {
 async fn an_idle_consumer_keeps_its_subscription() {
     let prefix = unique_prefix();
     let app = spawn_app(&prefix, |_| {}).await;
-    let queue = crate::topology(&prefix).queue(0);
+    let queue = super::topology(&prefix).queue(0);
     let label = format!("queue=\"{queue}\"");
-    let subscriptions = || crate::counted(&app, QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL, &label);
+    let subscriptions = || super::counted(&app, QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL, &label);
     let subscribed = eventually(Duration::from_secs(10), || async { subscriptions().await >= 1 });
     assert!(subscribed.await, "the consumer subscribed");
     // Idle for 2.5 liveness periods of 1 s: the channel was looked at twice.

@@ -5,17 +5,17 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use seckill::strategy::queue::{PurchaseMessage, Topology};
 
-use crate::support::{assert_problem, provoking};
-use crate::{
+use super::{
     Broker, SHARED_AMQP, buy, drained, eventually, queue_stats, request_id, resolved, spawn_app,
     unique_prefix,
 };
+use crate::support::{assert_problem, provoking};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_delivered_twice_yields_one_order_and_one_result() {
     let prefix = unique_prefix();
     // Accept without settling: no consumer yet.
-    let front = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let front = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = front.sale("queue", 5).await;
     let (status, body) = buy(&front, sale, 1).await;
     assert_eq!(status, StatusCode::ACCEPTED);
@@ -42,7 +42,7 @@ async fn a_message_delivered_twice_yields_one_order_and_one_result() {
     assert_eq!(status, StatusCode::ACCEPTED, "{behind}");
     let behind = resolved(&settler, sale, &request_id(&behind), Duration::from_secs(10)).await;
     assert_eq!(behind["status"], "placed", "{behind}");
-    let (_, again) = crate::request(&settler, sale, &id, 0).await;
+    let (_, again) = super::request(&settler, sale, &id, 0).await;
     assert_eq!(again, first, "same request, same result");
     let audit = settler.audit(sale).await;
     assert_eq!((audit.orders, audit.units_sold, audit.ledger_drift), (2, 2, 0));
@@ -112,15 +112,15 @@ async fn a_poison_message_is_rejected_after_bounded_retries_and_its_dead_letter_
 /// other test of this binary dead-letters).
 async fn dead_letters_counted(app: &crate::support::TestApp, reason: &str) -> u64 {
     let series = seckill::metric_names::QUEUE_DEAD_LETTERED_TOTAL;
-    crate::counted(app, series, &format!("reason=\"{reason}\"")).await
+    super::counted(app, series, &format!("reason=\"{reason}\"")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_busy_and_accepts_nothing_it_cannot_keep() {
     let prefix = unique_prefix();
     let app = spawn_app(&prefix, |config| {
-        config.queue_consume = false;
-        config.queue_max_length = 3;
+        config.strategies.queue.consume = false;
+        config.strategies.queue.max_length = 3;
     })
     .await;
     let sale = app.sale("queue", 10).await;
@@ -144,7 +144,7 @@ async fn a_full_queue_answers_503_busy_and_accepts_nothing_it_cannot_keep() {
     assert_eq!(retry_after.as_deref(), Some("1"));
     let stats = queue_stats(&app, sale).await;
     assert_eq!((stats.accepted, stats.accepted_unresolved), (accepted, accepted), "{stats:?}");
-    let limit = seckill::config::Config::defaults().queue_delivery_limit;
+    let limit = seckill::config::Config::defaults().strategies.queue.delivery_limit;
     let broker = Broker::connect_to(&SHARED_AMQP, Topology::new(&prefix, 1, 3, limit)).await;
     assert_eq!(i64::from(broker.ready(&broker.topology.queue(0)).await), accepted);
     broker.delete_queues().await;

@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{Broker, buy, drained, eventually, request_id, resolved, spawn_app, unique_prefix};
+use super::{Broker, buy, drained, eventually, request_id, resolved, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_dropped_while_its_request_is_registered_still_resolves() {
     crate::support::provoking("a request timeout while the request table is locked");
     let prefix = unique_prefix();
-    let app = spawn_app(&prefix, |config| config.request_timeout_ms = 500).await;
+    let app = spawn_app(&prefix, |config| config.http.request_timeout_ms = 500).await;
     // Results are long-polled (2 s) from an instance with the default
     // request timeout; it does not consume.
-    let reader = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let reader = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = app.sale("queue", 1).await;
 
     // Registration waits behind the test's lock; the request times out (its

@@ -13,14 +13,14 @@ use lapin::options::{BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use reqwest::StatusCode;
-use seckill::strategy::batch::BEFORE_TAKE_STOCK;
+use seckill::failpoints::{self, BATCH_BEFORE_TAKE_STOCK};
 use seckill::strategy::queue::PurchaseMessage;
 use seckill::strategy::queue::settle::{Resolution, settle};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
+use super::{Broker, SHARED_AMQP, buy, eventually, request, request_id, spawn_app, unique_prefix};
 use crate::support::test_database_url;
-use crate::{Broker, SHARED_AMQP, buy, eventually, request, request_id, spawn_app, unique_prefix};
 
 /// A consumer of `queue` on a connection of its own (an instance of its
 /// own), acknowledging nothing.
@@ -104,7 +104,7 @@ async fn waits_for_a_lock(db: &PgPool, application_name: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_consumer_still_committing_and_a_new_one_settle_the_same_messages_once() {
     let prefix = unique_prefix();
-    let app = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let app = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = app.sale("queue", 5).await;
     let batch: Vec<PurchaseMessage> = (1..=3)
         .map(|user| PurchaseMessage {
@@ -117,7 +117,7 @@ async fn an_old_consumer_still_committing_and_a_new_one_settle_the_same_messages
     let run = uuid::Uuid::new_v4().simple().to_string();
     let (old_name, new_name) = (format!("old-{run}"), format!("new-{run}"));
     let (old_db, new_db) = (named_pool(&old_name).await, named_pool(&new_name).await);
-    let mut stalled = redis_lock::failpoints::arm::<()>(BEFORE_TAKE_STOCK, sale);
+    let mut stalled = failpoints::arm::<()>(&BATCH_BEFORE_TAKE_STOCK, sale);
 
     // The old consumer has locked the sale and decided; it has not written.
     let old = {
@@ -149,7 +149,7 @@ async fn an_old_consumer_still_committing_and_a_new_one_settle_the_same_messages
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_poll_waits_for_the_result_until_its_bound() {
     let prefix = unique_prefix();
-    let front = spawn_app(&prefix, |config| config.queue_consume = false).await;
+    let front = spawn_app(&prefix, |config| config.strategies.queue.consume = false).await;
     let sale = front.sale("queue", 1).await;
     let (status, body) = buy(&front, sale, 1).await;
     assert_eq!(status, StatusCode::ACCEPTED);

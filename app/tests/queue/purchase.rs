@@ -6,8 +6,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use super::{Broker, buy, drained, request, request_id, resolved, spawn_app, unique_prefix};
 use crate::support::{ADMIN_TOKEN, assert_problem, provoking};
-use crate::{Broker, buy, drained, request, request_id, resolved, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_is_accepted_with_a_location_and_resolved_to_its_order() {
@@ -60,7 +60,7 @@ async fn a_purchase_is_accepted_with_a_location_and_resolved_to_its_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restock_reopens_a_sale_the_gate_had_closed() {
     let prefix = unique_prefix();
-    let app = spawn_app(&prefix, |config| config.sold_out_flag_ttl_ms = 60_000).await;
+    let app = spawn_app(&prefix, |config| config.strategies.sold_out_flag_ttl_ms = 60_000).await;
     let sale = app.sale("queue", 1).await;
     let (status, first) = buy(&app, sale, 1).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{first}");
@@ -100,7 +100,7 @@ async fn an_instance_started_after_the_sale_sold_out_refuses_at_once_and_sees_un
     const PERIOD: Duration = Duration::from_millis(1000);
     let prefix = unique_prefix();
     let period = |config: &mut seckill::config::Config| {
-        config.sold_out_flag_ttl_ms = PERIOD.as_millis() as u64;
+        config.strategies.sold_out_flag_ttl_ms = PERIOD.as_millis() as u64;
     };
     let a = spawn_app(&prefix, period).await;
     let sale = a.sale("queue", 1).await;
@@ -112,7 +112,7 @@ async fn an_instance_started_after_the_sale_sold_out_refuses_at_once_and_sees_un
     // B has no consumer: A's settles whatever B publishes.
     let b = spawn_app(&prefix, |config| {
         period(config);
-        config.queue_consume = false;
+        config.strategies.queue.consume = false;
     })
     .await;
     let watched = std::time::Instant::now();
@@ -214,7 +214,7 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
     // accepted (a refused connection is an outage, not an overload).
     let port = test_support::free_port();
     let down = spawn_app(&unique_prefix(), |config| {
-        config.amqp_url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+        config.backends.amqp_url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
     })
     .await;
     let response = down.client.get(down.url("/readyz")).send().await.unwrap();
@@ -230,7 +230,7 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
         (&body["type"], &body["backend"]),
         (&json!("/problems/unavailable"), &json!("rabbitmq"))
     );
-    let stats = crate::queue_stats(&down, sale).await;
+    let stats = super::queue_stats(&down, sale).await;
     assert_eq!(stats.accepted, 0, "a refused request is not counted as accepted");
     Broker::connect(&prefix).await.delete_queues().await;
 }
@@ -239,7 +239,7 @@ async fn readyz_reports_rabbitmq_and_a_broker_out_of_reach_is_a_503() {
 async fn an_order_larger_than_the_stock_left_does_not_close_the_sale() {
     let prefix = unique_prefix();
     // Flags that would outlive the test: only a wrong flag could refuse buyer 2.
-    let app = spawn_app(&prefix, |config| config.sold_out_flag_ttl_ms = 60_000).await;
+    let app = spawn_app(&prefix, |config| config.strategies.sold_out_flag_ttl_ms = 60_000).await;
     let sale = crate::support::sale_of_three_for_up_to_five(&app, "queue").await;
     let order = |user: i64, quantity: i64| {
         let app = &app;

@@ -12,10 +12,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use sqlx::migrate::MigrateDatabase;
 
+use super::{Broker, SHARED_AMQP, eventually, scratch_database, unique_prefix};
 use crate::support::{ADMIN_TOKEN, create_sale_at, seckill_child};
-use crate::{Broker, SHARED_AMQP, eventually, scratch_database, unique_prefix};
 
 /// A `queue` service on `database` with queues named after `prefix`, one
 /// partition, its consumer on or off and a republish threshold of
@@ -117,7 +116,7 @@ async fn a_pending_request_whose_message_was_never_published_is_published_again_
     drop(service);
     db.close().await;
     Broker::connect(&prefix).await.delete_queues().await;
-    sqlx::Postgres::force_drop_database(&database).await.unwrap();
+    test_support::drop_scratch_database(&database).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,5 +158,5 @@ async fn only_requests_pending_past_the_threshold_are_republished_and_each_once_
     drop(service);
     db.close().await;
     broker.delete_queues().await;
-    sqlx::Postgres::force_drop_database(&database).await.unwrap();
+    test_support::drop_scratch_database(&database).await;
 }

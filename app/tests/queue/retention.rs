@@ -11,10 +11,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use sqlx::migrate::MigrateDatabase;
-
+use super::{Broker, SHARED_AMQP, eventually, scratch_database, unique_prefix};
 use crate::support::{ADMIN_TOKEN, create_sale_at, seckill_child};
-use crate::{Broker, SHARED_AMQP, eventually, scratch_database, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resolved_requests_older_than_the_retention_are_deleted_and_pending_ones_kept() {
@@ -85,5 +83,5 @@ async fn resolved_requests_older_than_the_retention_are_deleted_and_pending_ones
     drop(service);
     db.close().await;
     Broker::connect(&prefix).await.delete_queues().await;
-    sqlx::Postgres::force_drop_database(&database).await.unwrap();
+    test_support::drop_scratch_database(&database).await;
 }

@@ -11,8 +11,8 @@ use reqwest::StatusCode;
 use seckill::strategy::queue::PurchaseMessage;
 use serde_json::{Value, json};
 
+use super::{Broker, SHARED_AMQP, buy, eventually, resolved, spawn_app, unique_prefix};
 use crate::support::{buyer_token, provoking, with_buyer_auth};
-use crate::{Broker, SHARED_AMQP, buy, eventually, resolved, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_consumer_refuses_an_over_limit_message_published_directly_to_its_queue() {
@@ -47,7 +47,7 @@ async fn the_consumer_refuses_an_over_limit_message_published_directly_to_its_qu
     // consumer, in order) is settled with or after them.
     let (status, body) = buy(&app, limited, 1).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let id = crate::request_id(&body);
+    let id = super::request_id(&body);
     let result = resolved(&app, limited, &id, Duration::from_secs(10)).await;
     assert_eq!(result["status"], "placed", "{result}");
 
@@ -102,7 +102,7 @@ static NEXT_BUYER: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::
 
 /// `POST /sales/{sale}/orders` for a new buyer: `true` when refused as sold
 /// out.
-async fn refused_as_sold_out(app: &crate::TestApp, sale: i64) -> bool {
+async fn refused_as_sold_out(app: &super::TestApp, sale: i64) -> bool {
     let user = NEXT_BUYER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (status, body) = buy(app, sale, user).await;
     status == StatusCode::CONFLICT && body["type"] == "/problems/sold-out"
@@ -113,7 +113,7 @@ async fn sold_out_events_not_published_by_the_services_own_user_are_ignored() {
     provoking("a sale event without a user-id and one the broker refuses (channel closed)");
     let prefix = unique_prefix();
     // Flags trusted for a minute: a flag set by an event stays visible.
-    let app = spawn_app(&prefix, |config| config.sold_out_flag_ttl_ms = 60_000).await;
+    let app = spawn_app(&prefix, |config| config.strategies.sold_out_flag_ttl_ms = 60_000).await;
     let (probe, forged, control) =
         (app.sale("queue", 5).await, app.sale("queue", 5).await, app.sale("queue", 5).await);
     let broker = Broker::connect(&prefix).await;
@@ -158,7 +158,7 @@ async fn a_buyer_cannot_read_another_buyers_queued_result() {
     // wait for it.
     let app = spawn_app(&prefix, |config| {
         with_buyer_auth(config);
-        config.queue_consume = false;
+        config.strategies.queue.consume = false;
     })
     .await;
     let sale = app.sale("queue", 5).await;

@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use test_support::{ChildService, ServiceLauncher};
 
-use crate::assert_every_request_resolved_once;
+use super::assert_every_request_resolved_once;
 use crate::support::drained;
 use crate::support::{TestApp, provoking, seckill_child};
 
@@ -29,7 +29,7 @@ fn consumer(prefix: &str) -> ServiceLauncher {
         ("SECKILL_AMQP_PREFIX", prefix.to_owned()),
         ("SECKILL_QUEUE_PARTITIONS", "1".into()),
         ("SECKILL_QUEUE_CONSUME", "true".into()),
-        ("SECKILL_QUEUE_BATCH_SIZE", "5".into()),
+        ("SECKILL_QUEUE_BATCH_MAX", "5".into()),
         ("SECKILL_QUEUE_DELIVERY_LIMIT", "1".into()),
     ])
 }
@@ -67,16 +67,17 @@ async fn settling(front: &TestApp, sale: i64) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_kills_of_the_active_consumer_with_delivery_limit_1_lose_no_accepted_request() {
+    let _heavy = test_support::heavy();
     provoking("five SIGKILLs of the instance holding the active consumer");
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     // The front accepts; it does not consume.
     let front = {
         let prefix = prefix.clone();
         TestApp::spawn_with(move |config| {
-            config.amqp_url = SHARED_AMQP.to_owned();
-            config.amqp_prefix = prefix;
-            config.queue_partitions = 1;
-            config.queue_delivery_limit = 1;
+            config.backends.amqp_url = SHARED_AMQP.to_owned();
+            config.backends.amqp_prefix = prefix;
+            config.strategies.queue.partitions = 1;
+            config.strategies.queue.delivery_limit = 1;
         })
         .await
     };
@@ -129,7 +130,7 @@ async fn five_kills_of_the_active_consumer_with_delivery_limit_1_lose_no_accepte
     let topology = seckill::strategy::queue::Topology::new(
         &prefix,
         1,
-        seckill::config::Config::from_env().queue_max_length,
+        seckill::config::Config::from_env().strategies.queue.max_length,
         1,
     );
     topology.delete_queues(&channel).await.unwrap();

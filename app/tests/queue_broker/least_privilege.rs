@@ -13,7 +13,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use test_support::RabbitMqNode;
 
-use crate::assert_every_request_resolved_once;
+use super::assert_every_request_resolved_once;
 use crate::support::{TestApp, drained, eventually, provoking};
 
 const PASSWORD: &str = "the-broker-password-of-this-test";
@@ -74,15 +74,16 @@ async fn buy_once_each(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_sale_runs_through_a_broker_user_limited_to_the_services_prefix() {
+    let _heavy = test_support::heavy();
     provoking("refusals of a queue outside the user's prefix and of the virtual host `/`");
     let node = node_with_the_services_user().await;
     assert_the_user_is_limited(&node).await;
     let service_url = url(&node, "seckill");
     let app = TestApp::spawn_with(move |config| {
-        config.amqp_url = service_url;
-        config.amqp_prefix = "seckill".to_owned();
-        config.queue_partitions = 1;
-        config.queue_consume = true;
+        config.backends.amqp_url = service_url;
+        config.backends.amqp_prefix = "seckill".to_owned();
+        config.strategies.queue.partitions = 1;
+        config.strategies.queue.consume = true;
     })
     .await;
     let sale = app.sale("queue", 3).await;
@@ -106,13 +107,14 @@ async fn a_queue_sale_runs_through_a_broker_user_limited_to_the_services_prefix(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefix_outside_the_users_permissions_is_answered_503_not_a_crash() {
+    let _heavy = test_support::heavy();
     provoking("a broker that refuses the service's queue names (ACCESS_REFUSED)");
     let node = node_with_the_services_user().await;
     let service_url = url(&node, "seckill");
     let app = TestApp::spawn_with(move |config| {
-        config.amqp_url = service_url;
-        config.amqp_prefix = "elsewhere".to_owned();
-        config.queue_partitions = 1;
+        config.backends.amqp_url = service_url;
+        config.backends.amqp_prefix = "elsewhere".to_owned();
+        config.strategies.queue.partitions = 1;
     })
     .await;
     let sale = app.sale("queue", 3).await;

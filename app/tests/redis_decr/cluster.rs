@@ -14,8 +14,8 @@ use seckill::sale::SaleId;
 use seckill::strategy::redis_decr::counter::SaleCounter;
 use test_support::RedisCluster;
 
-use crate::{RedisView, buy, spawn_app, unique_prefix};
-use crate::{compensation, purchase, reconcile, sold_out};
+use super::{RedisView, buy, spawn_app, unique_prefix};
+use super::{compensation, purchase, reconcile, sold_out};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_decr_keeps_exact_books_on_a_three_master_cluster() {
@@ -95,7 +95,9 @@ async fn every_key_of_a_sale_is_on_one_master_and_sales_spread_over_all(cluster:
 /// the cluster) corrects a counter set too low, with no one asking.
 async fn the_background_reconciler_heals_a_counter_on_the_cluster(url: &str) {
     let prefix = unique_prefix();
-    let app = spawn_app(url, &prefix, |config| config.reconcile_interval_ms = 100).await;
+    let app =
+        spawn_app(url, &prefix, |config| config.strategies.redis_decr.reconcile_interval_ms = 100)
+            .await;
     let sale = app.sale("redis-decr", 10).await;
     for user in 1..=2 {
         assert_eq!(buy(&app, sale, user).await.0, StatusCode::CREATED);
@@ -103,7 +105,7 @@ async fn the_background_reconciler_heals_a_counter_on_the_cluster(url: &str) {
     let mut redis = RedisView::new(url, &prefix, sale).await;
     redis.set_stock(5).await;
     // The pass corrects the counter, then records its fixes in Postgres.
-    let healed = crate::eventually(Duration::from_secs(10), || {
+    let healed = super::eventually(Duration::from_secs(10), || {
         let mut view = RedisView { conn: redis.conn.clone(), counter: redis.counter.clone() };
         let app = &app;
         async move {

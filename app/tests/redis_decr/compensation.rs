@@ -7,7 +7,7 @@ use seckill::backends::RedisHandle;
 use seckill::sale::{Quantity, SaleId, UserId};
 use seckill::strategy::redis_decr::counter::{Buyer, ReservationId, Reserve, SaleCounter};
 
-use crate::{RedisView, SHARED_REDIS, unique_prefix};
+use super::{RedisView, SHARED_REDIS, unique_prefix};
 
 /// A sale id for script-level tests: nothing in Postgres refers to it, and
 /// the unique prefix keeps its keys apart.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{RedisView, SHARED_REDIS, spawn_app, unique_prefix};
+use super::{RedisView, SHARED_REDIS, spawn_app, unique_prefix};
 
 const INTERVAL_MS: u64 = 1000;
 
@@ -26,10 +26,10 @@ async fn a_counter_above_postgres_converges_while_demand_goes_on() {
     crate::support::provoking("a Redis counter above Postgres under load (corrections)");
     let prefix = unique_prefix();
     let app = spawn_app(&SHARED_REDIS, &prefix, |config| {
-        config.reconcile_interval_ms = INTERVAL_MS;
+        config.strategies.redis_decr.reconcile_interval_ms = INTERVAL_MS;
         // No sold-out flag: every buyer reaches Redis, as distinct buyers
         // arriving across many instances would.
-        config.sold_out_flag_ttl_ms = 0;
+        config.strategies.sold_out_flag_ttl_ms = 0;
     })
     .await;
     let sale = app.sale("redis-decr", 1).await;

@@ -6,10 +6,10 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use seckill::strategy::redis_decr::FAILPOINT_EXIT_CODE;
+use seckill::failpoints;
 
+use super::{RedisView, SHARED_REDIS, eventually, reconcile, spawn_app, unique_prefix};
 use crate::support::seckill_child;
-use crate::{RedisView, SHARED_REDIS, eventually, reconcile, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period() {
@@ -18,8 +18,8 @@ async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period
     let prefix = unique_prefix();
     // The survivor runs the background reconciler.
     let survivor = spawn_app(&SHARED_REDIS, &prefix, |config| {
-        config.reconcile_interval_ms = 200;
-        config.reconcile_grace_ms = GRACE_MS;
+        config.strategies.redis_decr.reconcile_interval_ms = 200;
+        config.strategies.redis_decr.reconcile_grace_ms = GRACE_MS;
     })
     .await;
     let sale = survivor.sale("redis-decr", 3).await;
@@ -28,7 +28,7 @@ async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period
     // A second instance that dies right after its first decrement.
     let mut doomed = seckill_child(&[
         ("SECKILL_REDIS_PREFIX", prefix.clone()),
-        ("SECKILL_RECONCILE_INTERVAL_MS", "0".into()),
+        ("SECKILL_REDIS_DECR_RECONCILE_INTERVAL_MS", "0".into()),
         ("SECKILL_FAILPOINTS", "redis-decr-after-reserve=exit".into()),
     ])
     .start()
@@ -39,7 +39,7 @@ async fn a_crash_between_decrement_and_insert_is_returned_after_the_grace_period
         .send()
         .await;
     assert!(answer.is_err(), "the process died before answering");
-    assert_eq!(doomed.exit_code().await, Some(FAILPOINT_EXIT_CODE));
+    assert_eq!(doomed.exit_code().await, Some(failpoints::EXIT_CODE));
 
     // The unit is taken in Redis, with no order: an open reservation. Within
     // the grace period it is left alone (it could be a slow purchase).

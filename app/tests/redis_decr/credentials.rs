@@ -56,12 +56,12 @@ async fn assert_sells_exactly_its_stock(app: &TestApp, strategy: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sales_run_as_a_redis_acl_user_limited_to_the_services_prefix() {
     let server = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]).await;
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     add_the_services_user(&server, &prefix).await;
     let url = format!("redis://seckill:{PASSWORD}@127.0.0.1:{}", server.port);
     let app = TestApp::spawn_with(move |config| {
-        config.redis_url = url;
-        config.redis_key_prefix = prefix;
+        config.backends.redis_url = url;
+        config.backends.redis_prefix = prefix;
     })
     .await;
     let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
@@ -80,7 +80,7 @@ async fn a_wrong_redis_password_is_a_503_and_shows_nowhere() {
         .join(format!("wrong-redis-password-{}.log", uuid::Uuid::new_v4().simple()));
     let service = seckill_child(&[
         ("REDIS_URL", format!("redis://seckill:{wrong}@127.0.0.1:{}", server.port)),
-        ("SECKILL_REDIS_PREFIX", format!("test-{}", uuid::Uuid::new_v4().simple())),
+        ("SECKILL_REDIS_PREFIX", test_support::unique_prefix()),
         ("RUST_LOG", "info,seckill=debug".to_owned()),
     ])
     .stderr_to(std::fs::File::create(&log).unwrap())

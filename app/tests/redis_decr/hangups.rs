@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use test_support::RedisServer;
 
-use crate::{RedisView, eventually, spawn_app, unique_prefix};
+use super::{RedisView, eventually, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_dropped_while_its_reserve_script_waits_leaves_no_reservation_behind() {
@@ -18,7 +18,7 @@ async fn a_purchase_dropped_while_its_reserve_script_waits_leaves_no_reservation
     // The request timeout drops the purchase's future, as a client that
     // hangs up or a timeout layer would.
     let app = spawn_app(&redis_server.url(), &prefix, |config| {
-        config.request_timeout_ms = 300;
+        config.http.request_timeout_ms = 300;
     })
     .await;
     let sale = app.sale("redis-decr", 2).await;

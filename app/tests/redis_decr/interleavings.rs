@@ -6,12 +6,12 @@
 //! corrects it behind the sale's gate by what a second measurement finds.
 
 use reqwest::StatusCode;
-use seckill::strategy::redis_decr::AFTER_SNAPSHOT;
+use seckill::failpoints::{self, REDIS_DECR_AFTER_SNAPSHOT};
 use test_support::CutProxy;
 
-use crate::{
+use super::{
     ALREADY_PURCHASED, RedisView, SHARED_REDIS, SOLD_OUT, UNAVAILABLE, buy, reconcile, restock,
-    spawn_app, unique_prefix,
+    spawn_app, status_and_problem, unique_prefix,
 };
 
 /// The SHA1 of `reserve.lua`, as `EVALSHA` sends it.
@@ -32,7 +32,7 @@ async fn a_buyer_postgres_refused_after_redis_admitted_them_may_buy_once_restock
     assert_eq!(buy(&app, sale, 1).await.0, StatusCode::CREATED);
     // Redis admits buyer 2 (its counter says 1 is left); Postgres refuses.
     let refused = buy(&app, sale, 2).await;
-    assert_eq!(refused, (StatusCode::CONFLICT, Some(SOLD_OUT.to_owned())));
+    assert_eq!(status_and_problem(&refused), (StatusCode::CONFLICT, Some(SOLD_OUT)));
     assert!(!view.is_buyer(2).await, "Redis forgets a buyer without an order");
     assert_eq!(view.open_reservations().await, 0);
 
@@ -61,15 +61,15 @@ async fn a_buyer_whose_purchase_failed_after_the_reservation_may_retry_at_once()
     let mut view = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
 
     assert_eq!(
-        buy(&failing, sale, 1).await,
-        (StatusCode::SERVICE_UNAVAILABLE, Some(UNAVAILABLE.to_owned()))
+        status_and_problem(&buy(&failing, sale, 1).await),
+        (StatusCode::SERVICE_UNAVAILABLE, Some(UNAVAILABLE))
     );
     assert!(!view.is_buyer(1).await, "Redis forgets a buyer whose purchase failed");
     assert_eq!(view.stock().await, Some(1), "the unit came back");
 
     let retried = buy(&healthy, sale, 1).await;
     assert_eq!(retried.0, StatusCode::CREATED, "{retried:?}");
-    assert_ne!(retried.1.as_deref(), Some(ALREADY_PURCHASED));
+    assert_ne!(retried.1["type"].as_str(), Some(ALREADY_PURCHASED));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,7 +86,7 @@ async fn a_reservation_whose_reply_was_lost_with_the_connection_is_returned_at_o
     proxy.cut_after(reserve_script_sha().as_bytes());
     let cut = buy(&app, sale, 1).await;
     proxy.cut().await; // the script ran on Redis; its reply never arrived
-    assert_eq!(cut, (StatusCode::SERVICE_UNAVAILABLE, Some(UNAVAILABLE.to_owned())));
+    assert_eq!(status_and_problem(&cut), (StatusCode::SERVICE_UNAVAILABLE, Some(UNAVAILABLE)));
     // No reconciler runs here: only the purchase path's compensation can
     // have returned the unit.
     assert_eq!(view.open_reservations().await, 0, "the reservation of unknown outcome is returned");
@@ -104,7 +104,7 @@ async fn a_reconcile_pass_overtaken_by_a_purchase_corrects_nothing() {
     let app = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     let sale = app.sale("redis-decr", 10).await;
     let mut view = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
-    let mut stalled = redis_lock::failpoints::arm::<()>(AFTER_SNAPSHOT, sale);
+    let mut stalled = failpoints::arm::<()>(&REDIS_DECR_AFTER_SNAPSHOT, sale);
 
     let pass = reconcile_in_background(&app, sale);
     stalled.reached().await; // Redis read: counter 10, nothing reserved
@@ -133,7 +133,7 @@ async fn a_reconcile_pass_overtaken_by_a_purchase_corrects_a_real_drift_behind_t
     let sale = app.sale("redis-decr", 10).await;
     let mut view = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     view.set_stock(12).await; // two units above the truth
-    let mut stalled = redis_lock::failpoints::arm::<()>(AFTER_SNAPSHOT, sale);
+    let mut stalled = failpoints::arm::<()>(&REDIS_DECR_AFTER_SNAPSHOT, sale);
 
     let pass = reconcile_in_background(&app, sale);
     stalled.reached().await; // Redis read: counter 12

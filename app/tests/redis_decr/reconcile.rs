@@ -3,7 +3,7 @@
 
 use reqwest::StatusCode;
 
-use crate::{RedisView, SHARED_REDIS, buy, reconcile, spawn_app, unique_prefix};
+use super::{RedisView, SHARED_REDIS, buy, reconcile, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciliation_corrects_a_counter_that_disagrees_with_postgres() {

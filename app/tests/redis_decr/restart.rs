@@ -4,7 +4,7 @@
 use reqwest::StatusCode;
 use test_support::RedisServer;
 
-use crate::{RedisView, buy_until_answered, spawn_app, unique_prefix};
+use super::{RedisView, buy_until_answered, spawn_app, unique_prefix};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redis_restart_mid_sale_rebuilds_the_counter_from_postgres() {

@@ -9,8 +9,8 @@ use reqwest::StatusCode;
 use serde_json::json;
 use test_support::ChildService;
 
-use crate::support::{ADMIN_TOKEN, seckill_child};
-use crate::{RedisView, SHARED_REDIS, eventually, unique_prefix};
+use super::{RedisView, SHARED_REDIS, eventually, unique_prefix};
+use crate::support::{ADMIN_TOKEN, buy_at, create_sale_at, seckill_child};
 
 const INSTANCE: &str = "retention-test";
 
@@ -27,25 +27,11 @@ async fn visited(service: &ChildService) -> Option<u64> {
 }
 
 async fn create(service: &ChildService, body: serde_json::Value) -> i64 {
-    let response = reqwest::Client::new()
-        .post(format!("{}/admin/sales", service.base))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::CREATED);
-    response.json::<serde_json::Value>().await.unwrap()["id"].as_i64().unwrap()
+    create_sale_at(&service.base, ADMIN_TOKEN, body).await
 }
 
 async fn buy(service: &ChildService, sale: i64, user: i64) -> StatusCode {
-    reqwest::Client::new()
-        .post(format!("{}/sales/{sale}/orders", service.base))
-        .json(&json!({ "user_id": user }))
-        .send()
-        .await
-        .unwrap()
-        .status()
+    buy_at(&reqwest::Client::new(), &service.base, sale, user).await.status()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,8 +39,8 @@ async fn keys_of_sales_that_sold_out_or_ended_expire_and_the_reconciler_stops_vi
     let prefix = unique_prefix();
     let service = seckill_child(&[
         ("SECKILL_REDIS_PREFIX", prefix.clone()),
-        ("SECKILL_RECONCILE_INTERVAL_MS", "300".into()),
-        ("SECKILL_REDIS_KEY_TTL_MS", "2000".into()),
+        ("SECKILL_REDIS_DECR_RECONCILE_INTERVAL_MS", "300".into()),
+        ("SECKILL_REDIS_DECR_KEY_TTL_MS", "2000".into()),
         ("SECKILL_INSTANCE", INSTANCE.into()),
     ])
     .start()

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::aio::ConnectionManager;
 use test_support::ChildService;
 
+use super::{SHARED_REDIS, unique_prefix};
 use crate::support::{ADMIN_TOKEN, seckill_child};
-use crate::{SHARED_REDIS, unique_prefix};
 
 const PERIOD_MS: u64 = 300;
 
@@ -76,7 +76,7 @@ async fn the_background_reconciler_runs_once_per_period_across_three_instances()
     for i in 0..3 {
         let env = [
             ("SECKILL_REDIS_PREFIX", prefix.clone()),
-            ("SECKILL_RECONCILE_INTERVAL_MS", PERIOD_MS.to_string()),
+            ("SECKILL_REDIS_DECR_RECONCILE_INTERVAL_MS", PERIOD_MS.to_string()),
             ("SECKILL_INSTANCE", format!("instance-{i}")),
         ];
         services.push(seckill_child(&env).start().await);

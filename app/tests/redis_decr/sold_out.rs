@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::{
+use super::{
     RedisView, SHARED_REDIS, SOLD_OUT, buy, eventually, restock, spawn_app, unique_prefix,
 };
 
@@ -22,7 +22,8 @@ async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance() {
 pub async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance_on(urls: &[String]) {
     let prefix = unique_prefix();
     // Flags that outlive the test: only the broadcast can clear them.
-    let long_flags = |config: &mut seckill::config::Config| config.sold_out_flag_ttl_ms = 60_000;
+    let long_flags =
+        |config: &mut seckill::config::Config| config.strategies.sold_out_flag_ttl_ms = 60_000;
     let a = spawn_app(&urls[0], &prefix, long_flags).await;
     let mut others = Vec::new();
     for url in &urls[1..] {
@@ -34,17 +35,17 @@ pub async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance_o
     let buyers = (3..).take(others.len());
 
     assert_eq!(buy(&a, sale, 1).await.0, StatusCode::CREATED);
-    assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&a, sale, 2).await.1["type"].as_str(), Some(SOLD_OUT));
     for (b, user) in others.iter().zip(buyers.clone()) {
-        assert_eq!(buy(b, sale, user).await.1.as_deref(), Some(SOLD_OUT));
+        assert_eq!(buy(b, sale, user).await.1["type"].as_str(), Some(SOLD_OUT));
     }
 
     // Every instance now answers from its flag: stock that appears in Redis
     // without a broadcast is not seen.
     redis.set_stock(1).await;
-    assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&a, sale, 2).await.1["type"].as_str(), Some(SOLD_OUT));
     for (b, user) in others.iter().zip(buyers.clone()) {
-        assert_eq!(buy(b, sale, user).await.1.as_deref(), Some(SOLD_OUT));
+        assert_eq!(buy(b, sale, user).await.1["type"].as_str(), Some(SOLD_OUT));
     }
     redis.set_stock(0).await;
 
@@ -71,11 +72,13 @@ pub async fn restock_after_sell_out_clears_the_sold_out_flag_on_every_instance_o
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_broadcast_cannot_strand_stock_behind_the_flag() {
     let prefix = unique_prefix();
-    let app = spawn_app(&SHARED_REDIS, &prefix, |config| config.sold_out_flag_ttl_ms = 1000).await;
+    let app =
+        spawn_app(&SHARED_REDIS, &prefix, |config| config.strategies.sold_out_flag_ttl_ms = 1000)
+            .await;
     let sale = app.sale("redis-decr", 1).await;
     let mut redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     assert_eq!(buy(&app, sale, 1).await.0, StatusCode::CREATED);
-    assert_eq!(buy(&app, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&app, sale, 2).await.1["type"].as_str(), Some(SOLD_OUT));
 
     // A restock whose broadcast is lost: Postgres and Redis gain a unit, but
     // nobody tells the instance.
@@ -107,7 +110,7 @@ async fn a_lost_broadcast_cannot_strand_stock_behind_the_flag() {
 async fn an_order_larger_than_the_stock_left_does_not_close_the_sale() {
     // Flags that would outlive the test: only a wrong flag could refuse buyer 2.
     let app = spawn_app(&SHARED_REDIS, &unique_prefix(), |config| {
-        config.sold_out_flag_ttl_ms = 60_000;
+        config.strategies.sold_out_flag_ttl_ms = 60_000;
     })
     .await;
     crate::support::assert_an_oversize_order_leaves_the_sale_open(&app, "redis-decr").await;
@@ -125,17 +128,21 @@ async fn an_instance_started_after_the_sale_sold_out_refuses_its_first_buyer() {
     let sale = a.sale("redis-decr", 1).await;
     let redis = RedisView::new(&SHARED_REDIS, &prefix, sale).await;
     assert_eq!(buy(&a, sale, 1).await.0, StatusCode::CREATED);
-    assert_eq!(buy(&a, sale, 2).await.1.as_deref(), Some(SOLD_OUT));
+    assert_eq!(buy(&a, sale, 2).await.1["type"].as_str(), Some(SOLD_OUT));
 
     let b = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
     for user in 3..6 {
-        assert_eq!(buy(&b, sale, user).await.1.as_deref(), Some(SOLD_OUT), "buyer {user}");
+        assert_eq!(buy(&b, sale, user).await.1["type"].as_str(), Some(SOLD_OUT), "buyer {user}");
     }
 
     let mut conn = redis.conn.clone();
     redis::cmd("DEL").arg(&redis.counter.stock_key).query_async::<i64>(&mut conn).await.unwrap();
     let c = spawn_app(&SHARED_REDIS, &prefix, |_| {}).await;
-    assert_eq!(buy(&c, sale, 6).await.1.as_deref(), Some(SOLD_OUT), "after the counter was lost");
+    assert_eq!(
+        buy(&c, sale, 6).await.1["type"].as_str(),
+        Some(SOLD_OUT),
+        "after the counter was lost"
+    );
     let audit = a.audit(sale).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.oversold), (1, 0, 0));
 }

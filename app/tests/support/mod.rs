@@ -1,8 +1,9 @@
-//! Test harness shared by the integration-test binaries: a real service on a
-//! random port, over the real Postgres named by `TEST_DATABASE_URL` (default
+//! What the service's integration tests share: a real service on a random
+//! port, over the real Postgres named by `TEST_DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/seckill_test`, created and migrated on
-//! first use). Tests isolate themselves by creating their own sales.
-#![allow(dead_code)]
+//! first use), and requests to it. Tests isolate themselves by creating their
+//! own sales. What the other crates' tests need too (scratch databases,
+//! unique names, the servers' URLs) is `test_support`'s.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -32,14 +33,11 @@ pub fn buyer_token(user: i64) -> String {
 
 /// A `spawn_with` tweak: buyer authentication on, with [`BUYER_KEY`].
 pub fn with_buyer_auth(config: &mut Config) {
-    config.buyer_auth = Some(seckill::config::BuyerAuthMode::On);
-    config.buyer_key = Some(seckill::config::BuyerKey::Secret(BUYER_KEY.to_owned()));
+    config.auth.buyer_auth = Some(seckill::config::BuyerAuthMode::On);
+    config.auth.buyer_key = Some(seckill::config::BuyerKey::Secret(BUYER_KEY.to_owned()));
 }
 
-pub fn test_database_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
-}
+pub use test_support::{test_database_url, unique_prefix};
 
 /// A running service and a client for it.
 pub struct TestApp {
@@ -67,31 +65,31 @@ impl TestApp {
         seckill::telemetry::init_tracing_or("warn,seckill::startup=error");
         // The defaults, not the environment: no stray SECKILL_* applies.
         let mut config = Config::defaults();
-        config.database_url = test_database_url();
-        config.redis_url = test_support::redis_url();
-        config.amqp_url = test_support::amqp_url();
-        config.addr = "127.0.0.1:0".parse().unwrap();
-        config.admin_token = Some(ADMIN_TOKEN.to_owned());
-        config.db_pool_size = 20;
+        config.backends.database_url = test_database_url();
+        config.backends.redis_url = test_support::redis_url();
+        config.backends.amqp_url = test_support::amqp_url();
+        config.http.addr = "127.0.0.1:0".parse().unwrap();
+        config.auth.admin_token = Some(ADMIN_TOKEN.to_owned());
+        config.backends.db_pool_size = 20;
         // Tests drive the strategies themselves: no answer from the cache of
         // known buyers in front of them, unless a test turns it on.
         config.known_buyers = 0;
         // Tests name their buyers in the body, unless a test turns buyer
         // authentication on.
-        config.buyer_auth = Some(seckill::config::BuyerAuthMode::Off);
+        config.auth.buyer_auth = Some(seckill::config::BuyerAuthMode::Off);
         // Test sales share ids with other databases' sales; a prefix of their
         // own keeps their Redis keys apart. Tests that run several instances
         // of one service set a shared prefix in `tweak`.
-        config.redis_key_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+        config.backends.redis_prefix = unique_prefix();
         // Likewise for RabbitMQ queue names; and no queue consumers (whose
         // quorum queues would outlive the test) unless a test of the `queue`
         // strategy turns them on and deletes its queues afterwards.
-        config.amqp_prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
-        config.queue_consume = false;
+        config.backends.amqp_prefix = unique_prefix();
+        config.strategies.queue.consume = false;
         // Tests share the database but not the broker's queue names: one
         // test's republish job would publish another test's pending requests
         // to its own queues. Only the tests of the job turn it on.
-        config.queue_republish_after_ms = TEST_REPUBLISH_AFTER_MS;
+        config.strategies.queue.republish_after_ms = TEST_REPUBLISH_AFTER_MS;
         tweak(&mut config);
         let app = Application::build(config).await.expect("service builds");
         let addr = app.local_addr();
@@ -139,12 +137,7 @@ impl TestApp {
 
     /// `POST /sales/{id}/orders` with `{user_id}`.
     pub async fn buy(&self, sale: i64, user: i64) -> Response {
-        self.client
-            .post(self.url(&format!("/sales/{sale}/orders")))
-            .json(&json!({ "user_id": user }))
-            .send()
-            .await
-            .unwrap()
+        buy_at(&self.client, &self.base, sale, user).await
     }
 
     /// `GET /admin/sales/{id}/audit`; panics unless `200`.
@@ -183,6 +176,22 @@ impl TestApp {
         }
         tasks.join_all().await
     }
+}
+
+/// `POST {base}/sales/{sale}/orders` with `{user_id}` through `client`, on
+/// any service (an in-process one, a child process, a script's replicas).
+pub async fn buy_at(client: &reqwest::Client, base: &str, sale: i64, user: i64) -> Response {
+    let request = client.post(format!("{base}/sales/{sale}/orders"));
+    request.json(&json!({ "user_id": user })).send().await.expect("the service answers")
+}
+
+/// `user` buys one unit of `sale` from `app`: the status and the JSON body
+/// (`null` when there is none), e.g. the order, or a problem whose `type`
+/// says why not.
+pub async fn buy(app: &TestApp, sale: i64, user: i64) -> (StatusCode, Value) {
+    let response = app.buy(sale, user).await;
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 /// The `type` of a problem+json answer, after checking its content type.
@@ -257,7 +266,7 @@ pub fn client_from(source: &str) -> reqwest::Client {
 }
 
 /// Polls a condition every 10 ms until it holds or a time limit passes.
-#[allow(unused_imports)] // not every test binary polls
+#[allow(unused_imports)] // not every module polls
 pub use test_support::eventually;
 
 /// The result of a queued purchase (`GET /sales/{sale}/requests/{id}`) once

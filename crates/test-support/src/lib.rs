@@ -19,24 +19,33 @@
 //!   chosen command ran, its reply unheard;
 //! - [`Haproxy`]: HAProxy on a configuration the test gives it (a shipped
 //!   file with its addresses replaced), killed on drop;
-//! - [`redis_url`], [`amqp_url`]: the shared servers the tests use;
+//! - [`redis_url`], [`amqp_url`], [`test_database_url`]: the shared servers
+//!   the tests use; [`scratch_database`]: a database of a test's own beside
+//!   the test database; [`unique_prefix`]: names on shared servers no other
+//!   test uses;
+//! - [`heavy`]: the turn of a test that must not run beside other heavy
+//!   tests of its binary;
 //! - [`eventually`] and [`signal`]: polling a condition, signalling a process.
 //!
 //! It depends on no service crate of the workspace (only on
-//! `owned-servers`), so every test binary (the service's, the lock
+//! `owned-servers`, and on `sqlx` for Postgres), so every test binary (the service's, the lock
 //! library's, the load test's) can use it as a dev-dependency. Helpers panic on failure: they run inside tests, and a
 //! panic with a message is the clearest report there.
 
 mod browser;
 mod cut_proxy;
+mod database;
 mod haproxy;
+mod heavy;
 mod service;
 
 use std::process::Command;
 
 pub use browser::{Browser, HEADLESS_FLAGS, chromium};
 pub use cut_proxy::CutProxy;
+pub use database::{drop_scratch_database, scratch_database, test_database_url, unique_prefix};
 pub use haproxy::Haproxy;
+pub use heavy::{Heavy, heavy};
 pub use owned_servers::{RabbitMqNode, RedisCluster, RedisServer, eventually, free_port};
 pub use service::{ChildService, ServiceLauncher};
 

@@ -4,20 +4,24 @@
 //! forever, for `lock/setnx`), its unacknowledged messages go back to the
 //! queue. Clients of the dead instance fail over to the others.
 //!
-//! Which instance, so that the kill hits where it matters:
-//! - `queue`: the one whose consumer is active for the run's partition, told
-//!   by whose `seckill_queue_batch_size_count` grows over [`ACTIVE_SAMPLE`];
-//! - the hand-rolled locks (`lock/setnx`, `lock/ttl`, `lock/token`) on a
-//!   single instance: that instance, at a moment it holds the sale's lock —
-//!   it is stopped, the lock key is looked up, and it is continued and tried
-//!   again a few milliseconds later until the key is there (for up to
-//!   [`HOLDER_WAIT`]), then killed while stopped;
+//! Which instance, so that the kill hits where it matters, is the
+//! strategy's registration's `kill` ([`KillTarget`]):
+//! - `ActiveConsumer`: the one whose consumer is active for the run's
+//!   partition, told by whose batch counter (`<metric>_count`) grows over
+//!   [`ACTIVE_SAMPLE`];
+//! - `LockHolder` (the hand-rolled Redis locks) on a single instance: that
+//!   instance, at a moment it holds the sale's lock — it is stopped, the
+//!   lock key is looked up, and it is continued and tried again a few
+//!   milliseconds later until the key is there (for up to [`HOLDER_WAIT`]),
+//!   then killed while stopped;
 //! - otherwise instance 0. With several instances a lock holder cannot be
 //!   told from outside (the key does not name its owner), so the killed
-//!   instance holds the lock at that moment only by chance: the expectation
-//!   table says `may_break` where that decides.
+//!   instance holds the lock at that moment only by chance: the strategy's
+//!   expectation says `may_break` where that decides.
 
 use std::time::{Duration, Instant};
+
+use seckill::strategy::{KillTarget, registration};
 
 use super::{Landed, Target};
 
@@ -29,13 +33,17 @@ const HOLDER_WAIT: Duration = Duration::from_secs(2);
 
 /// Kills the chosen instance, waits, restarts it.
 pub async fn inject(on: &Target<'_>) -> anyhow::Result<Landed> {
-    let victim = if on.strategy == seckill::strategy::queue::NAME {
-        active_consumer(on).await.unwrap_or(0)
-    } else {
-        if let Some(key) = lock_key(on) {
-            stop_while_holding(on, &key).await?;
+    let victim = match registration(on.strategy).kill {
+        KillTarget::ActiveConsumer { batches_metric } => {
+            active_consumer(on, batches_metric).await.unwrap_or(0)
         }
-        0
+        KillTarget::LockHolder { key } => {
+            if let Some(key) = lock_key(on, key) {
+                stop_while_holding(on, &key).await?;
+            }
+            0
+        }
+        KillTarget::First => 0,
     };
     on.instances.signal(victim, "KILL").await?;
     let landed = Landed::now(Some(victim));
@@ -44,20 +52,18 @@ pub async fn inject(on: &Target<'_>) -> anyhow::Result<Landed> {
     Ok(landed)
 }
 
-/// The Redis key of the run's (first) sale's lock, for a hand-rolled lock
-/// generation served by one instance; `None` otherwise.
-fn lock_key(on: &Target<'_>) -> Option<String> {
-    let variant = on.strategy.as_str().strip_prefix("lock/")?;
+/// The Redis key `key` of the run's (first) sale, when one instance serves
+/// it; `None` otherwise.
+fn lock_key(on: &Target<'_>, key: &str) -> Option<String> {
     let prefix = on.instances.redis_prefix.as_deref()?;
     let sale = *on.sales.first()?;
-    hand_rolled_key(prefix, sale, variant).filter(|_| on.instances.urls.len() == 1)
+    (on.instances.urls.len() == 1).then(|| sale_key(prefix, sale, key))
 }
 
-/// `PREFIX:{sale:ID}:lock:<variant>` for `setnx`, `ttl` and `token` (the
-/// keys `seckill::backends::RedisHandle::sale_key` names for them).
-fn hand_rolled_key(prefix: &str, sale: i64, variant: &str) -> Option<String> {
-    matches!(variant, "setnx" | "ttl" | "token")
-        .then(|| format!("{prefix}:{{sale:{sale}}}:lock:{variant}"))
+/// `PREFIX:{sale:ID}:<key>`, as `seckill::backends::RedisHandle::sale_key`
+/// names a sale's keys.
+fn sale_key(prefix: &str, sale: i64, key: &str) -> String {
+    format!("{prefix}:{{sale:{sale}}}:{key}")
 }
 
 /// Leaves instance 0 stopped at a moment its lock key exists (or after
@@ -78,22 +84,24 @@ async fn stop_while_holding(on: &Target<'_>, key: &str) -> anyhow::Result<()> {
     }
 }
 
-/// The instance whose consumer settled the most batches over
-/// [`ACTIVE_SAMPLE`]; `None` when none settled any (or one did not answer).
-async fn active_consumer(on: &Target<'_>) -> Option<usize> {
-    let before = batches(on).await?;
+/// The instance whose consumer settled the most batches (counted by the
+/// histogram `metric`) over [`ACTIVE_SAMPLE`]; `None` when none settled any
+/// (or one did not answer).
+async fn active_consumer(on: &Target<'_>, metric: &str) -> Option<usize> {
+    let before = batches(on, metric).await?;
     tokio::time::sleep(ACTIVE_SAMPLE).await;
-    let after = batches(on).await?;
+    let after = batches(on, metric).await?;
     let grown: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     busiest(&grown)
 }
 
 /// Batches each instance's consumers have settled so far.
-async fn batches(on: &Target<'_>) -> Option<Vec<f64>> {
+async fn batches(on: &Target<'_>, metric: &str) -> Option<Vec<f64>> {
+    let count = format!("{metric}_count");
     let mut all = Vec::new();
     for url in &on.instances.urls {
         let counters = on.admin.counters(std::slice::from_ref(url)).await.ok()?;
-        all.push(counters.get("seckill_queue_batch_size_count", None).unwrap_or(0.0));
+        all.push(counters.get(&count, None).unwrap_or(0.0));
     }
     Some(all)
 }
@@ -120,8 +128,16 @@ mod tests {
     }
 
     #[test]
-    fn only_the_hand_rolled_locks_have_a_key_to_look_up() {
-        assert_eq!(hand_rolled_key("lt", 7, "setnx").as_deref(), Some("lt:{sale:7}:lock:setnx"));
-        assert_eq!(hand_rolled_key("lt", 7, "watchdog"), None);
+    fn the_holder_is_looked_up_by_the_key_its_registration_names() {
+        use seckill::strategy::REGISTRY;
+        let keys: Vec<String> = REGISTRY
+            .iter()
+            .filter_map(|r| match r.kill {
+                KillTarget::LockHolder { key } => Some(sale_key("lt", 7, key)),
+                _ => None,
+            })
+            .collect();
+        assert!(keys.contains(&"lt:{sale:7}:lock:setnx".to_owned()), "{keys:?}");
+        assert!(keys.iter().all(|key| key.starts_with("lt:{sale:7}:lock:")), "{keys:?}");
     }
 }

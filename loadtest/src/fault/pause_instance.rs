@@ -7,7 +7,7 @@
 //! answers.
 //!
 //! Whether the stopped process was inside a critical section at that moment
-//! is chance: the expectation table says `may_break` where that decides.
+//! is chance: the strategy's expectation says `may_break` where that decides.
 
 use std::time::Duration;
 

@@ -8,10 +8,13 @@
 
 use std::fmt::Write;
 
+use seckill::strategy::REFERENCE;
+
 use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells};
 use super::summary::{Summary, VS_SQL};
 use super::svg::{self, IntervalRow, RangeRow, Reference, Row, SeriesRow, escape};
 use super::{Report, Run, Verdict, matrix};
+use crate::ceilings::Kind;
 use crate::expectation::Expectation;
 use crate::series::Sample;
 
@@ -281,7 +284,7 @@ logarithmic axis (the maximum is in each mark's tooltip).";
 pub fn charts(report: &Report) -> Vec<Chart> {
     let runs = chart_runs(report);
     let c = &report.ceilings;
-    let sql_tps = Reference { label: "sql_tps".to_owned(), value: c.sql_tps.value };
+    let sql_tps = Reference { label: Kind::SqlTps.name().to_owned(), value: c.sql_tps.value };
     let http_rps = Reference { label: "http_rps".to_owned(), value: c.http_rps.value };
     let spec = |id, title, unit, caption: String| Spec { id, title, unit, caption };
     let sell_through = format!(
@@ -312,7 +315,7 @@ pub fn charts(report: &Report) -> Vec<Chart> {
         spec("sold-per-second", "Units sold per second", "units/s", SOLD_PER_SECOND.to_owned())
             .series(&sold_series(&report.runs, &runs)),
         spec("vs-sql", "Sell-through × sql", "× sql", VS_SQL_CAPTION.to_owned())
-            .intervals(&ratio_rows(report, VS_SQL), &one("sql")),
+            .intervals(&ratio_rows(report, VS_SQL), &one(REFERENCE.as_str())),
         spec("vs-http-rps", "Rejections × http_rps", "× http_rps", VS_HTTP_CAPTION.to_owned())
             .intervals(&ratio_rows(report, "ratio.rejection_vs_http_rps"), &one("http_rps")),
     ]

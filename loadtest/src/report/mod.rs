@@ -13,15 +13,16 @@ mod svg;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use seckill::strategy::{REFERENCE, StrategyName};
 use serde::{Deserialize, Serialize};
 
 use crate::balancer::BalancerReport;
 use crate::ceilings::Ceilings;
 use crate::cpu::Cpu;
-use crate::expectation::Expectation;
+pub use crate::expectation::{Expectation, Verdict};
 use crate::fault::FaultRecord;
 use crate::scenario::{Flood, Latency, Outcomes};
-pub use seckill::strategy::queue::results::BatchSizes;
+pub use seckill::strategy::descriptor::BatchSizes;
 
 /// 2: steady-state rates, ceilings per round, intervals, CPU accounting
 /// (docs/report-format.md lists the changes). `loadtest render` still reads
@@ -154,32 +155,6 @@ impl Machine {
             cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             os: if os.is_empty() { std::env::consts::OS.to_owned() } else { os },
             memory_gb: (system.total_memory() as f64 / (1u64 << 30) as f64 * 10.0).round() / 10.0,
-        }
-    }
-}
-
-/// Whether a run matched its expectation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// Expected correct and clean, or expected to break and visibly broken.
-    Ok,
-    /// Expected correct, but oversold, drifted, undersold, duplicated an
-    /// order, returned a counted 5xx, left Redis out of step with Postgres,
-    /// or left an accepted request unresolved.
-    Broke,
-    /// Expected to break, but came out clean (reported, not an error).
-    Unexpected,
-}
-
-impl Verdict {
-    /// `ok`, `BROKE` (shouted: the one that fails the comparison) or
-    /// `unexpected`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Verdict::Ok => "ok",
-            Verdict::Broke => "BROKE",
-            Verdict::Unexpected => "unexpected",
         }
     }
 }
@@ -501,7 +476,7 @@ impl Run {
     /// The verdict against `expected`. A run expected to break must show it
     /// in the books, not merely in its error count.
     pub fn judge(&self) -> Verdict {
-        self.expected.verdict(self.is_broken(), self.books_broken())
+        Verdict::of(self.expected, self.is_broken(), self.books_broken())
     }
 
     /// The fault's wire name, `none` without one.
@@ -510,12 +485,13 @@ impl Run {
     }
 }
 
-/// Fills `ratio.sell_through_vs_sql_strategy` from the `sql` run of the same
-/// profile, fault and repeat.
+/// Fills `ratio.sell_through_vs_sql_strategy` from the run of the reference
+/// strategy (`seckill::strategy::REFERENCE`) of the same profile, fault and
+/// repeat.
 pub fn relate_to_sql(runs: &mut [Run]) {
     let sql: Vec<(String, String, u64, Option<f64>)> = runs
         .iter()
-        .filter(|r| r.strategy == "sql")
+        .filter(|r| r.strategy == REFERENCE.as_str())
         .map(|r| (r.profile.clone(), r.fault_name().to_owned(), r.repeat, r.sell_through_per_s))
         .collect();
     for run in runs.iter_mut() {
@@ -532,11 +508,11 @@ pub fn relate_to_sql(runs: &mut [Run]) {
     }
 }
 
-/// Fills `ratio.sell_through_vs_batched_ceiling` of the `sql/batched` runs
-/// from `ceiling` (`sql_batched_units_per_s`).
-pub fn relate_to_batched_ceiling(runs: &mut [Run], ceiling: f64) {
-    let name = seckill::strategy::sql_batched::NAME.as_str();
-    for run in runs.iter_mut().filter(|run| run.strategy == name) {
+/// Fills `ratio.sell_through_vs_batched_ceiling` of the runs of `strategy`
+/// (the strategy whose batch transaction was measured) from `ceiling`
+/// (`sql_batched_units_per_s`).
+pub fn relate_to_batched_ceiling(runs: &mut [Run], strategy: StrategyName, ceiling: f64) {
+    for run in runs.iter_mut().filter(|run| run.strategy == strategy.as_str()) {
         run.ratio.sell_through_vs_batched_ceiling =
             run.sell_through_per_s.map(|value| value / ceiling).filter(|v| v.is_finite());
     }

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+use seckill::strategy::REFERENCE;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -138,7 +139,7 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
             summary.too_short_to_rank = group.iter().any(|run| {
                 run.too_short_to_rank
                     || runs.iter().any(|sql| {
-                        sql.strategy == "sql"
+                        sql.strategy == REFERENCE.as_str()
                             && sql.profile == run.profile
                             && sql.fault_name() == run.fault_name()
                             && sql.repeat == run.repeat

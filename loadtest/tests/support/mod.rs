@@ -1,5 +1,5 @@
 //! What the end-to-end tests of `loadtest compare` share: the database they
-//! write into and the invocation on small sales.
+//! write into and the invocation on small sales, one comparison at a time.
 
 use std::path::Path;
 use std::process::Command;
@@ -8,10 +8,7 @@ use serde_json::Value;
 
 /// The test suite's database (`TEST_DATABASE_URL`, as for every test), never
 /// the comparison's or a service's.
-pub fn test_database_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/seckill_test".to_owned())
-}
+pub use test_support::test_database_url;
 
 /// Runs `loadtest compare` with `args` on two instances, 40 goose users,
 /// one-second ceilings and rejection phase, into the test database, quietly,
@@ -20,8 +17,10 @@ pub fn compare(out: &Path, args: &[&str]) -> Value {
     compare_on(2, out, args)
 }
 
-/// [`compare`] on `instances` instances.
+/// [`compare`] on `instances` instances. A comparison is heavy (seconds of
+/// load on every core): it waits for its turn ([`test_support::heavy`]).
 pub fn compare_on(instances: u32, out: &Path, args: &[&str]) -> Value {
+    let _heavy = test_support::heavy();
     let instances = instances.to_string();
     let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .arg("compare")

@@ -61,7 +61,7 @@ pub struct Intervals {
 
 impl Intervals {
     /// A recorder writing to `db` and deleting what ended more than
-    /// `retention` ago (`SECKILL_LOCK_INTERVALS_RETENTION_S`); starts its
+    /// `retention` ago (`SECKILL_LOCK_INTERVALS_RETENTION_MS`); starts its
     /// flushing task when called inside a Tokio runtime (the task ends when
     /// the recorder is dropped).
     pub fn new(db: PgPool, retention: Duration) -> Arc<Self> {

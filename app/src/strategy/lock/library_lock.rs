@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Release, SaleLock, Shared, lease};
 use crate::backends::{RedisHandle, count_redis_round_trips};
 use crate::sale::Sale;
-use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+use crate::strategy::{Backend, Expectation, Fault, Registration, StrategyError, StrategyName};
 
 /// Wire name of the unfenced variant, and the `strategy` label of its metrics.
 pub const WATCHDOG_NAME: StrategyName = StrategyName::declare("lock/watchdog");
@@ -46,9 +46,19 @@ pub const WATCHDOG: Registration = Registration {
     about: "the naive steps inside the lock library's reentrant lock, renewed by its watchdog",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| {
-        let lock = WatchdogLock::new(&deps.redis, WATCHDOG_NAME, deps.config.lock_hold())?;
+        let lock = WatchdogLock::new(&deps.redis, WATCHDOG_NAME, deps.settings.lock.hold())?;
         Ok(Shared::of(deps).locked(WATCHDOG_NAME, lock))
     },
+    // The watchdog renews the lease through stalls of the critical section,
+    // but a stopped process stops its watchdog too: the lease runs out, and
+    // a holder stopped between its read and its write writes on resumption.
+    // A Redis restarted empty forgets the lock as well.
+    expect: |on| match on.fault {
+        Some(Fault::PauseInstance | Fault::RedisRestart) => Expectation::MayBreak,
+        _ => Expectation::Correct,
+    },
+    takes_a_lock: true,
+    ..Registration::DEFAULTS
 };
 
 /// `lock/fenced` in the registry.
@@ -57,9 +67,15 @@ pub const FENCED: Registration = Registration {
     about: "lock/watchdog plus a fencing token checked by Postgres",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| {
-        let lock = WatchdogLock::new(&deps.redis, FENCED_NAME, deps.config.lock_hold())?;
+        let lock = WatchdogLock::new(&deps.redis, FENCED_NAME, deps.settings.lock.hold())?;
         Ok(Shared::of(deps).fenced(FENCED_NAME, lock))
     },
+    // Expected correct everywhere (the default): renewed, and fenced —
+    // Postgres refuses the writes of a holder paused past its lease (a
+    // stopped instance included) or whose key a restarted Redis forgot; a
+    // killed holder's lease expires.
+    takes_a_lock: true,
+    ..Registration::DEFAULTS
 };
 
 /// The library lock of one strategy (one [`LockClient`] per strategy, so that

@@ -1,5 +1,5 @@
 //! `lock/redlock`: the library's Redlock over N independent Redis nodes
-//! (`REDLOCK_URLS`), renewed by its watchdog, and fenced by Postgres exactly
+//! (`SECKILL_LOCK_REDLOCK_URLS`), renewed by its watchdog, and fenced by Postgres exactly
 //! like `lock/fenced`.
 //!
 //! Redlock survives the loss of a minority of nodes, which a single Redis
@@ -35,13 +35,18 @@ pub const NAME: StrategyName = StrategyName::declare("lock/redlock");
 /// `lock/redlock` in the registry.
 pub const REGISTRATION: Registration = Registration {
     name: NAME,
-    about: "Redlock over the independent Redis nodes of REDLOCK_URLS, renewed and fenced",
+    about: "Redlock over the independent Redis nodes of SECKILL_LOCK_REDLOCK_URLS, renewed and fenced",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| {
-        let (urls, hold) = (&deps.config.redlock_urls, deps.config.lock_hold());
+        let (urls, hold) = (&deps.settings.lock.redlock_urls, deps.settings.lock.hold());
         let lock = RedlockLock::new(urls, &deps.redis.prefix, NAME, hold)?;
         Ok(Shared::of(deps).fenced(NAME, lock))
     },
+    // Expected correct everywhere (the default): a quorum of nodes, renewed
+    // and fenced like `lock/fenced`.
+    takes_a_lock: true,
+    redlock_nodes: true,
+    ..Registration::DEFAULTS
 };
 
 /// The shortest lease used: twice the default per-node timeout (50 ms) plus
@@ -72,23 +77,24 @@ impl RedlockLock {
     ) -> anyhow::Result<Self> {
         if let Some(url) = urls.iter().find(|url| url.trim().starts_with(CLUSTER_SCHEME)) {
             anyhow::bail!(
-                "REDLOCK_URLS: {} names a Redis Cluster; Redlock needs independent masters, each \
+                "SECKILL_LOCK_REDLOCK_URLS: {} names a Redis Cluster; Redlock needs independent masters, each \
                  a plain redis:// URL (a cluster's master owns only its own slots)",
-                crate::config::redacted(url)
+                crate::backends::redacted(url)
             );
         }
         let nodes = urls
             .iter()
             .map(|url| {
-                redis::Client::open(url.trim())
-                    .with_context(|| format!("REDLOCK_URLS: {}", crate::config::redacted(url)))
+                redis::Client::open(url.trim()).with_context(|| {
+                    format!("SECKILL_LOCK_REDLOCK_URLS: {}", crate::backends::redacted(url))
+                })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         let config = RedlockConfig {
             on_round_trip: Some(Arc::new(move |n| count_redis_round_trips(strategy.as_str(), n))),
             ..RedlockConfig::default()
         };
-        let redlock = Redlock::new(nodes, config).context("REDLOCK_URLS")?;
+        let redlock = Redlock::new(nodes, config).context("SECKILL_LOCK_REDLOCK_URLS")?;
         Ok(Self { redlock, prefix: prefix.to_owned(), strategy, max_hold })
     }
 

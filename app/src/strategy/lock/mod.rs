@@ -64,9 +64,99 @@ use tokio_util::sync::CancellationToken;
 
 use super::naive::{self, Attempt, WriteGuard};
 use super::{
-    Claim, Deps, Outcome, Returned, Strategy, StrategyError, StrategyName, StrategyRoutes,
+    Claim, Conditions, Deps, Expectation, Fault, Outcome, Returned, Strategy, StrategyError,
+    StrategyName, StrategyRoutes,
 };
+use crate::bounds::MAX_MS;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
+
+/// `SECKILL_LOCK_REDLOCK_URLS`: the Redis nodes of `lock/redlock`.
+pub const REDLOCK_URLS_ENV: &str = "SECKILL_LOCK_REDLOCK_URLS";
+
+/// Settings of the `lock/*` strategies (`SECKILL_LOCK_*`), their part of
+/// `crate::strategy::StrategySettings`.
+#[derive(Clone, clap::Args)]
+#[command(next_help_heading = "Strategies lock/*")]
+#[group(id = "lock/*")]
+pub struct Settings {
+    /// How long a `lock/*` purchase waits for its sale's lock before it is
+    /// answered 503 `busy`, in milliseconds.
+    #[arg(
+        id = "LOCK_WAIT_MS",
+        long = "lock-wait-ms",
+        env = "SECKILL_LOCK_WAIT_MS",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_MS)
+    )]
+    pub wait_ms: u64,
+
+    /// How long a `lock/*` purchase may hold its sale's lock, in
+    /// milliseconds: its critical section is cut off after this and answered
+    /// 503 `busy`, and the library locks' watchdog stops renewing there
+    /// (`max_hold`). The default is the default pool wait: a section that
+    /// spent that long is hung or overloaded either way, and with the
+    /// default lock wait (1 s) and release (at most 1 s) the purchase is
+    /// answered well within the request timeout (10 s), by the lock's `busy`
+    /// rather than a `504`. Keep wait + hold + 1 s under the request
+    /// timeout.
+    #[arg(
+        id = "LOCK_HOLD_MS",
+        long = "lock-hold-ms",
+        env = "SECKILL_LOCK_HOLD_MS",
+        default_value_t = 5_000,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_MS)
+    )]
+    pub hold_ms: u64,
+
+    /// Milliseconds a critical section stays in `lock_intervals` (what
+    /// `GET /admin/sales/{id}/lock-stats` reads) after it ended; older ones
+    /// are deleted about once a minute, so the table does not grow forever.
+    /// Default: 1 day; from 1 minute to 365 days.
+    #[arg(
+        id = "LOCK_INTERVALS_RETENTION_MS",
+        long = "lock-intervals-retention-ms",
+        env = "SECKILL_LOCK_INTERVALS_RETENTION_MS",
+        default_value_t = 86_400_000,
+        value_parser = clap::value_parser!(u64).range(60_000..=31_536_000_000)
+    )]
+    pub intervals_retention_ms: u64,
+
+    /// `lock/redlock`: independent Redis nodes, comma-separated
+    /// (quorum = N/2 + 1): plain `redis://` masters, never a cluster (a
+    /// `redis+cluster://` URL is refused; `REDIS_URL` may still be one).
+    #[arg(
+        id = "LOCK_REDLOCK_URLS",
+        long = "lock-redlock-urls",
+        env = REDLOCK_URLS_ENV,
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6380,redis://127.0.0.1:6381,redis://127.0.0.1:6382",
+        hide_env_values = true
+    )]
+    pub redlock_urls: Vec<String>,
+}
+
+impl Settings {
+    /// `SECKILL_LOCK_WAIT_MS`.
+    pub fn wait(&self) -> Duration {
+        Duration::from_millis(self.wait_ms)
+    }
+
+    /// `SECKILL_LOCK_HOLD_MS`.
+    pub fn hold(&self) -> Duration {
+        Duration::from_millis(self.hold_ms)
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    /// Leaves the Redlock URLs out (they may hold passwords).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("lock::Settings")
+            .field("wait_ms", &self.wait_ms)
+            .field("hold_ms", &self.hold_ms)
+            .field("intervals_retention_ms", &self.intervals_retention_ms)
+            .finish_non_exhaustive()
+    }
+}
 
 pub mod fence;
 pub mod intervals;
@@ -129,6 +219,23 @@ pub enum Release {
     NotHeld,
 }
 
+/// The expectation of a lease lock without renewal (`lock/ttl`, and
+/// `lock/token`, whose owner token makes the release safe but not a write
+/// after the lease): a stall past the lease lets a second holder enter while
+/// the first still writes. A stopped instance is such a stall when it stops
+/// inside the critical section, and a Redis restarted empty forgets every
+/// lock: either may let a second holder in. A killed holder's lease
+/// expires.
+pub(crate) fn stalls_outlive_the_lease(on: &Conditions) -> Expectation {
+    if on.stalls_past_lease {
+        return Expectation::Breaks;
+    }
+    match on.fault {
+        Some(Fault::PauseInstance | Fault::RedisRestart) => Expectation::MayBreak,
+        _ => Expectation::Correct,
+    }
+}
+
 /// The lease of `sale`'s lock, milliseconds (`sales.lock_lease_ms`, > 0).
 pub(crate) fn lease(sale: &Sale) -> u64 {
     u64::try_from(sale.knobs.lock_lease_ms).unwrap_or(1).max(1)
@@ -163,10 +270,10 @@ impl Shared {
     /// The `Shared` of the process `deps` belong to, made for the first
     /// variant built.
     pub fn of(deps: &Deps) -> Arc<Self> {
-        let config = &deps.config;
+        let settings = &deps.settings.lock;
         deps.shared(|| {
-            let retention = Duration::from_secs(config.lock_intervals_retention_s);
-            Shared::new(deps.db.clone(), config.lock_wait(), config.lock_hold(), retention)
+            let retention = Duration::from_millis(settings.intervals_retention_ms);
+            Shared::new(deps.db.clone(), settings.wait(), settings.hold(), retention)
         })
     }
 
@@ -390,13 +497,8 @@ impl<L: SaleLock> Inner<L> {
 /// decision taken from a read.
 const RETURN: &str = "UPDATE sales SET returned_stock = returned_stock + $2 WHERE id = $1";
 
-/// Failpoint (tests only): a holder of the sale's lock, after its read and
-/// its simulated work, right before it asks whether it still holds the lock;
-/// keyed by sale id, resumed with a [`BeforeWrite`].
-#[cfg(feature = "failpoints")]
-pub const BEFORE_WRITE: &str = "lock/before-write";
-
-/// How a holder stopped at [`BEFORE_WRITE`] goes on.
+/// How a holder stopped at the failpoint `lock/before-write`
+/// ([`crate::failpoints::LOCK_BEFORE_WRITE`]) goes on.
 #[cfg(feature = "failpoints")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BeforeWrite {
@@ -425,7 +527,7 @@ struct HolderGuard<'a, L: SaleLock> {
 impl<L: SaleLock> WriteGuard for HolderGuard<'_, L> {
     async fn admits(&self) -> bool {
         #[cfg(feature = "failpoints")]
-        match redis_lock::failpoints::reached(BEFORE_WRITE, self.sale.0).await {
+        match crate::failpoints::reached(&crate::failpoints::LOCK_BEFORE_WRITE, self.sale.0).await {
             Some(BeforeWrite::AsIfStillHeld) => return true,
             Some(BeforeWrite::OnceLost) => {
                 if let Some(lost) = self.lock.lost(self.held) {

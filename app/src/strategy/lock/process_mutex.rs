@@ -20,7 +20,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{Release, SaleLock, Shared};
 use crate::sale::{Sale, SaleId};
-use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+use crate::strategy::{Backend, Expectation, Registration, StrategyError, StrategyName};
 
 /// Wire name, and the `strategy` label of this variant's metrics.
 pub const NAME: StrategyName = StrategyName::declare("lock/local");
@@ -32,6 +32,10 @@ pub const REGISTRATION: Registration = Registration {
     // The in-process mutex needs no Redis; its sold-out flag lives in memory.
     needs: &[Backend::Postgres],
     build: |deps| Ok(Shared::of(deps).locked(NAME, LocalLock::default())),
+    // One mutex per process: two instances hold "the" lock at once.
+    expect: |on| if on.instances > 1 { Expectation::Breaks } else { Expectation::Correct },
+    takes_a_lock: true,
+    ..Registration::DEFAULTS
 };
 
 #[derive(Default)]

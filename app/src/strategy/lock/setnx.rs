@@ -18,7 +18,9 @@ use super::poll::poll;
 use super::{Release, SaleLock, Shared};
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::sale::Sale;
-use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+use crate::strategy::{
+    Backend, Conditions, Expectation, Fault, KillTarget, Registration, StrategyError, StrategyName,
+};
 
 /// Wire name, and the `strategy` label of this variant's metrics.
 pub const NAME: StrategyName = StrategyName::declare("lock/setnx");
@@ -29,7 +31,29 @@ pub const REGISTRATION: Registration = Registration {
     about: "the naive steps inside a Redis SETNX key with no expiry, DEL to release",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| Ok(Shared::of(deps).locked(NAME, SetnxLock::new(deps.redis.clone()))),
+    expect: expect,
+    kill: KillTarget::LockHolder { key: KEY },
+    takes_a_lock: true,
+    ..Registration::DEFAULTS
 };
+
+/// The sale's key after its hash tag (`RedisHandle::sale_key`).
+const KEY: &str = "lock:setnx";
+
+/// No expiry: exclusive while holders live. A killed holder's key stays
+/// forever and the sale is stuck (undersold): with one instance the kill
+/// waits for a moment it holds the lock ([`KillTarget::LockHolder`]), with
+/// several the killed one holds it only by chance. A stopped holder resumes
+/// and releases: a stall, not a break. A Redis restarted empty forgets the
+/// key while its holder may still write.
+fn expect(on: &Conditions) -> Expectation {
+    match on.fault {
+        Some(Fault::KillInstance) if on.instances > 1 => Expectation::MayBreak,
+        Some(Fault::KillInstance) => Expectation::Breaks,
+        Some(Fault::RedisRestart) => Expectation::MayBreak,
+        _ => Expectation::Correct,
+    }
+}
 
 pub struct SetnxLock {
     redis: RedisHandle,
@@ -47,7 +71,7 @@ impl SetnxLock {
 
     /// The Redis key of `sale`'s lock.
     pub fn key(&self, sale: &Sale) -> String {
-        self.redis.sale_key(sale.id.0, "lock:setnx")
+        self.redis.sale_key(sale.id.0, KEY)
     }
 }
 

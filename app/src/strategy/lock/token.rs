@@ -18,7 +18,7 @@ use super::poll::poll;
 use super::{Release, SaleLock, Shared, lease};
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::sale::Sale;
-use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+use crate::strategy::{Backend, KillTarget, Registration, StrategyError, StrategyName};
 
 /// Wire name, and the `strategy` label of this variant's metrics.
 pub const NAME: StrategyName = StrategyName::declare("lock/token");
@@ -29,7 +29,14 @@ pub const REGISTRATION: Registration = Registration {
     about: "the naive steps inside SET NX PX with an owner token and a Lua compare-and-delete",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| Ok(Shared::of(deps).locked(NAME, TokenLock::new(deps.redis.clone()))),
+    expect: super::stalls_outlive_the_lease,
+    kill: KillTarget::LockHolder { key: KEY },
+    takes_a_lock: true,
+    ..Registration::DEFAULTS
 };
+
+/// The sale's key after its hash tag (`RedisHandle::sale_key`).
+const KEY: &str = "lock:token";
 
 /// See `token_release.lua` for KEYS, ARGV and results.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("token_release.lua")));
@@ -52,7 +59,7 @@ impl TokenLock {
 
     /// The Redis key of `sale`'s lock.
     pub fn key(&self, sale: &Sale) -> String {
-        self.redis.sale_key(sale.id.0, "lock:token")
+        self.redis.sale_key(sale.id.0, KEY)
     }
 }
 

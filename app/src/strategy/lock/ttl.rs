@@ -19,7 +19,7 @@ use super::poll::poll;
 use super::{Release, SaleLock, Shared, lease};
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::sale::Sale;
-use crate::strategy::{Backend, Registration, StrategyError, StrategyName};
+use crate::strategy::{Backend, KillTarget, Registration, StrategyError, StrategyName};
 
 /// Wire name, and the `strategy` label of this variant's metrics.
 pub const NAME: StrategyName = StrategyName::declare("lock/ttl");
@@ -30,7 +30,14 @@ pub const REGISTRATION: Registration = Registration {
     about: "the naive steps inside a Redis SET NX PX key, released by a blind DEL",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| Ok(Shared::of(deps).locked(NAME, TtlLock::new(deps.redis.clone()))),
+    expect: super::stalls_outlive_the_lease,
+    kill: KillTarget::LockHolder { key: KEY },
+    takes_a_lock: true,
+    ..Registration::DEFAULTS
 };
+
+/// The sale's key after its hash tag (`RedisHandle::sale_key`).
+const KEY: &str = "lock:ttl";
 
 pub struct TtlLock {
     redis: RedisHandle,
@@ -48,7 +55,7 @@ impl TtlLock {
 
     /// The Redis key of `sale`'s lock.
     pub fn key(&self, sale: &Sale) -> String {
-        self.redis.sale_key(sale.id.0, "lock:ttl")
+        self.redis.sale_key(sale.id.0, KEY)
     }
 }
 

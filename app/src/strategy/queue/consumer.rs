@@ -8,7 +8,7 @@
 //! one commits.
 //!
 //! One round: wait for a delivery, take whatever else arrives within
-//! `SECKILL_QUEUE_BATCH_WINDOW_MS` up to `SECKILL_QUEUE_BATCH_SIZE`, settle
+//! `SECKILL_QUEUE_BATCH_WINDOW_MS` up to `SECKILL_QUEUE_BATCH_MAX`, settle
 //! them in one transaction ([`settle`]), then acknowledge them with one
 //! `basic.ack(multiple)` sent through the last delivery's own acker
 //! ([`acknowledge`]): an acknowledgement goes to the channel the deliveries
@@ -39,7 +39,6 @@
 //! without telling its consumer cannot stall the partition.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -56,11 +55,11 @@ use super::settle::{self, Resolution, Settled};
 use super::sold_out_fanout::SoldOutGate;
 use super::{PurchaseMessage, Topology};
 use crate::backends::{AmqpHandle, count_amqp_messages};
-use crate::config::Config;
 use crate::strategy::StrategyError;
+use crate::strategy::descriptor::DrainTimes;
 
 /// Batching settings of a consumer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ConsumerSettings {
     /// Most messages per transaction.
     pub batch_size: u16,
@@ -69,18 +68,33 @@ pub struct ConsumerSettings {
     /// Failed settlements of one message before its request is rejected
     /// (`SECKILL_QUEUE_DELIVERY_LIMIT`).
     pub delivery_limit: u32,
-    /// [`BEFORE_ACK_FAILPOINT`], when armed (tests only).
-    pub failpoint: Option<&'static AtomicBool>,
+    /// The service's failpoints (`queue-before-ack`); none by default.
+    #[cfg(feature = "failpoints")]
+    pub failpoints: crate::failpoints::Failpoints,
 }
 
 impl ConsumerSettings {
-    pub fn from_config(config: &Config) -> Self {
+    /// The batching of the `queue` strategy's `settings`, with no failpoint.
+    pub fn from_settings(settings: &super::Settings) -> Self {
         Self {
-            batch_size: config.queue_batch_size,
-            window: config.queue_batch_window(),
-            delivery_limit: config.queue_delivery_limit,
-            failpoint: before_ack_failpoint(config.failpoints.as_deref()),
+            batch_size: settings.batch_max,
+            window: Duration::from_millis(settings.batch_window_ms),
+            delivery_limit: settings.delivery_limit,
+            #[cfg(feature = "failpoints")]
+            failpoints: Default::default(),
         }
+    }
+
+    /// The settings of a service's consumers: the `queue` strategy's
+    /// `settings`, with the failpoints of `deps`.
+    pub fn from_deps(deps: &crate::strategy::Deps, settings: &super::Settings) -> Self {
+        #[cfg_attr(not(feature = "failpoints"), allow(unused_mut))]
+        let mut settings = Self::from_settings(settings);
+        #[cfg(feature = "failpoints")]
+        {
+            settings.failpoints = deps.failpoints.clone();
+        }
+        settings
     }
 
     /// Prefetch of the consumer channel: two batches, within AMQP's `u16`.
@@ -122,7 +136,7 @@ pub async fn run(
 ) {
     let queue = topology.queue(partition);
     loop {
-        let consumed = consume(&db, &amqp, &topology, &queue, settings, &gate).await;
+        let consumed = consume(&db, &amqp, &topology, &queue, settings.clone(), &gate).await;
         if amqp.is_closed() {
             tracing::debug!(queue, "consumer stopped: the service is shutting down");
             return;
@@ -162,10 +176,10 @@ async fn consume(
     tracing::debug!(queue, tag, "consumer subscribed");
     metrics::counter!(crate::metric_names::QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL, "queue" => queue.to_owned())
         .increment(1);
-    let mut batch = Batch::new(settings);
+    let mut batch = Batch::new(settings.clone());
     while let Some(first) = next(&channel, &mut consumer).await? {
         batch.deliveries.push(first);
-        collect(&channel, &mut consumer, &mut batch, settings).await?;
+        collect(&channel, &mut consumer, &mut batch, &settings).await?;
         batch.settle(db, amqp, &channel, queue, gate).await;
     }
     Ok(())
@@ -198,7 +212,7 @@ async fn collect(
     channel: &Channel,
     consumer: &mut Consumer,
     batch: &mut Batch,
-    settings: ConsumerSettings,
+    settings: &ConsumerSettings,
 ) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + settings.window;
     while batch.deliveries.len() < usize::from(settings.batch_size) {
@@ -255,7 +269,7 @@ impl Batch {
                 record_batch(&messages, &settled);
                 gate.after_batch(&settled, generation).await;
                 let last = &readable.last().expect("not empty").0;
-                before_ack(self.settings.failpoint, amqp).await;
+                before_ack(&self.settings, amqp).await;
                 acknowledge(last, true).await;
             }
             Err(err) => {
@@ -388,19 +402,16 @@ pub(super) async fn acknowledge(last: &Delivery, multiple: bool) {
     }
 }
 
-/// The test-only failpoint between a batch's commit and its acknowledgement
-/// ([`BEFORE_ACK_FAILPOINT`]): the first time it is reached, closes the
-/// consumers' connection and opens a new one, so that the acknowledgement
-/// that follows finds its channel gone and a new channel (whose delivery
-/// tags start again at 1) in its place.
-async fn before_ack(failpoint: Option<&'static AtomicBool>, amqp: &AmqpHandle) {
-    let Some(armed) = failpoint else { return };
-    if !armed.swap(false, Ordering::SeqCst) {
+/// The failpoint `queue-before-ack=lose-connection` (tests only): the first
+/// time it is reached, closes the consumers' connection and opens a new one,
+/// so that the acknowledgement that follows finds its channel gone and a new
+/// channel (whose delivery tags start again at 1) in its place.
+#[cfg(feature = "failpoints")]
+async fn before_ack(settings: &ConsumerSettings, amqp: &AmqpHandle) {
+    use crate::failpoints::{Action, QUEUE_BEFORE_ACK};
+    if settings.failpoints.fire(&QUEUE_BEFORE_ACK) != Some(Action::LoseConnection) {
         return;
     }
-    tracing::warn!("failpoint {BEFORE_ACK_FAILPOINT}: the consumers' connection is lost now");
-    metrics::counter!(crate::metric_names::FAILPOINTS_FIRED_TOTAL, "failpoint" => BEFORE_ACK_FAILPOINT)
-        .increment(1);
     if let Ok(conn) = amqp.connection().await {
         let _ = conn.close(320, "failpoint".into()).await;
     }
@@ -414,27 +425,9 @@ async fn before_ack(failpoint: Option<&'static AtomicBool>, amqp: &AmqpHandle) {
     }
 }
 
-/// `SECKILL_FAILPOINTS=queue-before-ack=lose-connection`: the consumers'
-/// connection is lost after the first batch's commit, before its
-/// acknowledgement (tests only).
-pub const BEFORE_ACK_FAILPOINT: &str = "queue-before-ack";
-
-/// Reads [`BEFORE_ACK_FAILPOINT`] from a `name=action,…` list: armed once
-/// (per process) when its action is `lose-connection`.
-pub fn before_ack_failpoint(failpoints: Option<&str>) -> Option<&'static AtomicBool> {
-    let action = failpoints?
-        .split(',')
-        .filter_map(|entry| entry.split_once('='))
-        .find(|(name, _)| name.trim() == BEFORE_ACK_FAILPOINT)?
-        .1
-        .trim();
-    if action != "lose-connection" {
-        tracing::error!(action, "unknown action for {BEFORE_ACK_FAILPOINT}");
-        return None;
-    }
-    tracing::warn!("failpoint {BEFORE_ACK_FAILPOINT} is armed");
-    Some(Box::leak(Box::new(AtomicBool::new(true))))
-}
+/// Without the cargo feature `failpoints`: nothing.
+#[cfg(not(feature = "failpoints"))]
+async fn before_ack(_settings: &ConsumerSettings, _amqp: &AmqpHandle) {}
 
 /// [`settle::settle`], retried every 500 ms while Postgres is unreachable.
 /// Errors: any other failure.
@@ -477,29 +470,12 @@ fn record_batch(messages: &[PurchaseMessage], settled: &Settled) {
     }
 }
 
-/// Where the time of a [`drain`] went: what the consumer waits on when
-/// the drain is slower than it should be.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct DrainTimes {
-    /// Messages settled.
-    pub settled: u64,
-    /// Transactions (batches).
-    pub batches: u64,
-    /// Seconds waiting for the first delivery of a batch.
-    pub waiting_s: f64,
-    /// Seconds collecting the rest of a batch (at most the window each).
-    pub collecting_s: f64,
-    /// Seconds in the settling transactions.
-    pub settling_s: f64,
-    /// Seconds acknowledging.
-    pub acking_s: f64,
-}
-
 /// Settles every message of a pre-filled queue with the consumer's batching,
-/// without HTTP: the `queue_drain_units_per_s` ceiling. Returns the messages
+/// without HTTP: the `queue_drain_units_per_s` ceiling's drain
+/// ([`super::REGISTRATION`]'s `ceiling`). Returns the messages
 /// settled and where the time went; stops once the queue stayed empty for
 /// `idle`, and closes `channel`.
-pub(crate) async fn drain(
+pub(super) async fn drain(
     db: &PgPool,
     channel: &Channel,
     queue: &str,
@@ -569,7 +545,8 @@ mod tests {
             batch_size,
             window: Duration::from_millis(5),
             delivery_limit: 5,
-            failpoint: None,
+            #[cfg(feature = "failpoints")]
+            failpoints: Default::default(),
         };
         assert_eq!(settings(1).prefetch(), 2);
         assert_eq!(settings(200).prefetch(), 400);

@@ -26,7 +26,7 @@
 //! and the queues' single-active-consumer flag lets exactly one of them
 //! receive deliveries; when it dies the broker hands the queue (and its
 //! unacknowledged messages) to another. The active consumer takes up to
-//! `SECKILL_QUEUE_BATCH_SIZE` messages and settles them in one Postgres
+//! `SECKILL_QUEUE_BATCH_MAX` messages and settles them in one Postgres
 //! transaction ([`settle`]), then acknowledges them. A crash before the
 //! acknowledgement redelivers the batch, and settling is idempotent by request
 //! id, so a redelivered message never writes a second order.
@@ -56,14 +56,18 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use uuid::Uuid;
 
+use futures_util::future::BoxFuture;
+
+use super::descriptor::{Batching, DrainRun, DrainTimes};
 use super::{
-    Backend, Claim, Deps, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
-    StrategyRoutes,
+    Backend, Ceiling, Claim, Deps, DrainBench, KillTarget, Outcome, Queues, Registration, Returned,
+    Settles, Strategy, StrategyError, StrategyName, StrategyRoutes,
 };
 use crate::backends::AmqpHandle;
+use crate::bounds::MAX_MS;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
+use consumer::ConsumerSettings;
 
-pub mod ceiling;
 pub mod consumer;
 pub mod dead_letters;
 pub mod publisher;
@@ -88,8 +92,73 @@ pub const REGISTRATION: Registration = Registration {
     about: "202 Accepted once a RabbitMQ quorum queue confirmed the request; one active \
             consumer per partition settles batches in one transaction each",
     needs: &[Backend::Postgres, Backend::Rabbitmq],
-    build: |deps| Ok(Arc::new(Queue::new(deps)?)),
+    build: |deps| Ok(Arc::new(Queue::new(deps, &deps.settings.queue)?)),
+    // Expected correct everywhere (the default): one active consumer per
+    // partition settles each batch in one guarded Postgres transaction;
+    // every accepted request is resolved. A killed consumer's
+    // unacknowledged messages are redelivered to the next one, and a
+    // redelivered request settles once (its row is idempotent); a `202` is
+    // answered only after the publisher confirm, so a restarted broker
+    // still holds every accepted request in its quorum queue.
+    settles: Settles::AfterTheAnswer,
+    ceiling: Ceiling::Drain(DRAIN),
+    // Its consumer is where a kill hits: the active one's batches are lost
+    // and redelivered.
+    kill: KillTarget::ActiveConsumer { batches_metric: crate::metric_names::QUEUE_BATCH_SIZE },
+    queues: Some(Queues {
+        declare: |prefix, amqp_url| {
+            Box::pin(async move { environment_topology(prefix).declare_at(amqp_url).await })
+        },
+        delete: |prefix, amqp_url| {
+            Box::pin(async move { environment_topology(prefix).delete_at(amqp_url).await })
+        },
+    }),
+    ..Registration::DEFAULTS
 };
+
+/// The queues of `prefix` as processes started from this environment
+/// declare them (its `SECKILL_QUEUE_*` variables, else the defaults).
+fn environment_topology(prefix: &str) -> Topology {
+    let config = crate::config::Config::from_env();
+    let queue = &config.strategies.queue;
+    Topology::new(prefix, queue.partitions, queue.max_length, queue.delivery_limit)
+}
+
+/// The hooks of the drain benchmark (`queue_drain_units_per_s`): the
+/// message of one purchase, and the consumer's own batching and transaction
+/// on a queue of them.
+const DRAIN: DrainBench = DrainBench {
+    message: |sale, user, quantity| {
+        let message = PurchaseMessage {
+            request_id: Uuid::new_v4(),
+            sale_id: sale.0,
+            user_id: user.get(),
+            quantity: quantity.get(),
+        };
+        serde_json::to_vec(&message).expect("a purchase message serializes")
+    },
+    drain: drain_queue,
+    batching: || {
+        let config = crate::config::Config::from_env();
+        let settings = ConsumerSettings::from_settings(&config.strategies.queue);
+        Batching { batch_size: settings.batch_size, window: settings.window }
+    },
+};
+
+/// [`DrainBench::drain`]: the consumer's drain with `run.batching`, ending
+/// once the queue stayed empty for 5 s.
+fn drain_queue(run: DrainRun<'_>) -> BoxFuture<'_, anyhow::Result<DrainTimes>> {
+    let settings = ConsumerSettings {
+        batch_size: run.batching.batch_size,
+        window: run.batching.window,
+        // A drain settles once and never rejects: the limit does not apply.
+        delivery_limit: u32::MAX,
+        #[cfg(feature = "failpoints")]
+        failpoints: Default::default(),
+    };
+    let idle = Duration::from_secs(5);
+    Box::pin(consumer::drain(run.db, run.channel, run.queue, settings, idle, run.expected))
+}
 
 /// The body of one message: a request to settle. JSON, persistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +167,109 @@ pub struct PurchaseMessage {
     pub sale_id: i64,
     pub user_id: i64,
     pub quantity: i32,
+}
+
+/// Settings of the `queue` strategy (`SECKILL_QUEUE_*`), its part of
+/// `crate::strategy::StrategySettings`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Strategy queue")]
+#[group(id = "queue")]
+pub struct Settings {
+    /// Partition queues; sale `id` goes to partition `id mod N`.
+    /// Every instance must use the same number.
+    #[arg(
+        id = "QUEUE_PARTITIONS",
+        long = "queue-partitions",
+        env = "SECKILL_QUEUE_PARTITIONS",
+        default_value_t = 4,
+        value_parser = clap::value_parser!(u16).range(1..=64)
+    )]
+    pub partitions: u16,
+
+    /// Messages a partition queue holds at most (`x-max-length`);
+    /// beyond it the broker refuses publishes (`x-overflow = reject-publish`)
+    /// and purchases are answered `503 busy`.
+    #[arg(
+        id = "QUEUE_MAX_LENGTH",
+        long = "queue-max-length",
+        env = "SECKILL_QUEUE_MAX_LENGTH",
+        default_value_t = 100_000,
+        value_parser = clap::value_parser!(u32).range(1..=100_000_000)
+    )]
+    pub max_length: u32,
+
+    /// Most messages the consumer settles in one Postgres
+    /// transaction. The prefetch is twice this.
+    #[arg(
+        id = "QUEUE_BATCH_MAX",
+        long = "queue-batch-max",
+        env = "SECKILL_QUEUE_BATCH_MAX",
+        default_value_t = 200,
+        value_parser = clap::value_parser!(u16).range(1..=10_000)
+    )]
+    pub batch_max: u16,
+
+    /// After a batch's first message, how long the consumer waits
+    /// for more before settling what it has, in milliseconds.
+    #[arg(
+        id = "QUEUE_BATCH_WINDOW_MS",
+        long = "queue-batch-window-ms",
+        env = "SECKILL_QUEUE_BATCH_WINDOW_MS",
+        default_value_t = 2,
+        value_parser = clap::value_parser!(u64).range(0..=10_000)
+    )]
+    pub batch_window_ms: u64,
+
+    /// Failed settlements of one request before it is rejected and
+    /// its message dead-lettered. The consumer counts them itself; the
+    /// broker's `x-delivery-limit` is a separate backstop (1000), since
+    /// RabbitMQ before 4.3 also counts the returns of a fail-over.
+    #[arg(
+        id = "QUEUE_DELIVERY_LIMIT",
+        long = "queue-delivery-limit",
+        env = "SECKILL_QUEUE_DELIVERY_LIMIT",
+        default_value_t = 5,
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub delivery_limit: u32,
+
+    /// Milliseconds a resolved request row is kept after it was
+    /// accepted; a periodic job deletes older ones (pending requests are
+    /// never deleted). 0 keeps them forever. Default: 7 days.
+    #[arg(
+        id = "QUEUE_RETENTION_MS",
+        long = "queue-retention-ms",
+        env = "SECKILL_QUEUE_RETENTION_MS",
+        default_value_t = 604_800_000
+    )]
+    pub retention_ms: u64,
+
+    /// Milliseconds a request may stay `pending` before a periodic
+    /// job publishes its message again — for a request whose instance died,
+    /// or lost Postgres' reply, between registering it and publishing it. The
+    /// consumer settles a request id once, so a request still queued costs a
+    /// second delivery, never a second order. 0 turns the job off. Default:
+    /// 10 s, twice the publisher's 5 s confirm timeout, so that a publish
+    /// waiting for its confirm is rarely doubled.
+    #[arg(
+        id = "QUEUE_REPUBLISH_AFTER_MS",
+        long = "queue-republish-after-ms",
+        env = "SECKILL_QUEUE_REPUBLISH_AFTER_MS",
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_MS)
+    )]
+    pub republish_after_ms: u64,
+
+    /// Whether this instance runs a consumer per partition (every
+    /// instance does by default; single active consumer picks one).
+    #[arg(
+        id = "QUEUE_CONSUME",
+        long = "queue-consume",
+        env = "SECKILL_QUEUE_CONSUME",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub consume: bool,
 }
 
 /// The `queue` strategy; one per process.
@@ -123,15 +295,18 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// The strategy of one process, with `settings` (its part of the
+    /// strategies' settings) over the connections of `deps`.
+    ///
     /// Errors: an unparsable `DATABASE_URL`.
-    pub fn new(deps: &Deps) -> anyhow::Result<Self> {
-        let config = &deps.config;
-        let topology = Topology::from_config(config);
-        let options: PgConnectOptions = config.database_url.parse()?;
+    pub fn new(deps: &Deps, settings: &Settings) -> anyhow::Result<Self> {
+        let backends = &deps.backends;
+        let topology = Topology::of(&backends.amqp_prefix, settings);
+        let options: PgConnectOptions = backends.database_url.parse()?;
         let options = options.application_name("seckill").options([("synchronous_commit", "off")]);
         let requests_db = PgPoolOptions::new()
-            .max_connections(config.db_pool_size)
-            .acquire_timeout(config.db_acquire_timeout())
+            .max_connections(backends.db_pool_size)
+            .acquire_timeout(backends.db_acquire_timeout())
             .idle_timeout(Duration::from_secs(60))
             .connect_lazy_with(options);
         // Consumers and the event listener get a connection of their own:
@@ -140,7 +315,7 @@ impl Queue {
         // its whole connection — it must not take the publishers with it.
         let background = deps.amqp.separate();
         let gate = Arc::new(sold_out_fanout::SoldOutGate::new(
-            Duration::from_millis(config.sold_out_flag_ttl_ms),
+            deps.settings.sold_out_flag_ttl(),
             background.clone(),
             topology.clone(),
         ));
@@ -150,10 +325,10 @@ impl Queue {
             requests_db,
             background,
             publisher: Arc::new(publisher::Publisher::new(deps.amqp.clone(), topology.clone())),
-            consumer: consumer::ConsumerSettings::from_config(config),
-            consume: config.queue_consume,
-            retention: Duration::from_millis(config.queue_retention_ms),
-            republish_after: Duration::from_millis(config.queue_republish_after_ms),
+            consumer: consumer::ConsumerSettings::from_deps(deps, settings),
+            consume: settings.consume,
+            retention: Duration::from_millis(settings.retention_ms),
+            republish_after: Duration::from_millis(settings.republish_after_ms),
             topology,
             gate,
         })
@@ -259,7 +434,7 @@ impl Strategy for Queue {
         if self.consume {
             let (db, amqp, topology) =
                 (self.db.clone(), self.background.clone(), self.topology.clone());
-            let (settings, gate) = (self.consumer, self.gate.clone());
+            let (settings, gate) = (self.consumer.clone(), self.gate.clone());
             tokio::spawn(async move {
                 consumer::declare_queues(&amqp, &topology).await;
                 tokio::spawn(dead_letters::run(db.clone(), amqp.clone(), topology.clone()));
@@ -269,7 +444,7 @@ impl Strategy for Queue {
                         amqp.clone(),
                         topology.clone(),
                         partition,
-                        settings,
+                        settings.clone(),
                         gate.clone(),
                     ));
                 }

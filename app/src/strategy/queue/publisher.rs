@@ -159,7 +159,7 @@ pub enum PublishOutcome {
 
 /// Publishes `payload` to `queue` (default exchange, `mandatory`,
 /// persistent, `message_id` = `message_id`) on a confirm-mode `channel` and
-/// waits for the broker's answer. Public for the `amqp_rps` ceiling.
+/// waits for the broker's answer.
 pub async fn publish_confirmed(
     channel: &Channel,
     queue: &str,

@@ -29,7 +29,6 @@ use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
 
-use crate::config::Config;
 use crate::sale::SaleId;
 
 /// Names and arguments of the queues of one prefix.
@@ -52,13 +51,10 @@ pub struct Topology {
 pub const BROKER_DELIVERY_LIMIT: u32 = 1000;
 
 impl Topology {
-    pub fn from_config(config: &Config) -> Self {
-        Self::new(
-            &config.amqp_prefix,
-            config.queue_partitions,
-            config.queue_max_length,
-            config.queue_delivery_limit,
-        )
+    /// The topology under `prefix` (`SECKILL_AMQP_PREFIX`) that the `queue`
+    /// strategy's `settings` describe.
+    pub fn of(prefix: &str, settings: &super::Settings) -> Self {
+        Self::new(prefix, settings.partitions, settings.max_length, settings.delivery_limit)
     }
 
     /// `partitions` ≥ 1 queues of at most `max_length` messages; a request is

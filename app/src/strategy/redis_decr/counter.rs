@@ -15,7 +15,7 @@
 //! | `PREFIX:{sale:ID}:returns` | hash | units of ended orders on their way back: order id → `user:qty:created_ms` |
 //!
 //! Once the reconciler finds a sale ended or sold out with its books settled,
-//! the keys are set to expire (`SECKILL_REDIS_KEY_TTL_MS`) and the sale
+//! the keys are set to expire (`SECKILL_REDIS_DECR_KEY_TTL_MS`) and the sale
 //! leaves the index ([`SaleCounter::retire`]); a restock keeps them again.
 //!
 //! plus two per-prefix names: the set `PREFIX:redis-decr:sales` of warmed

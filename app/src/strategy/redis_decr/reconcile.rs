@@ -26,7 +26,7 @@
 //!    within one pass however busy the sale is;
 //! 4. retires a sale that ended or sold out with its books settled (no
 //!    drift, no reservation left): its keys expire after
-//!    `SECKILL_REDIS_KEY_TTL_MS` (`retire.lua`) and it leaves the index of
+//!    `SECKILL_REDIS_DECR_KEY_TTL_MS` (`retire.lua`) and it leaves the index of
 //!    sales the background passes visit.
 //!
 //! Each fix is logged, counted in `seckill_reconcile_fixes_total{kind}` and
@@ -136,11 +136,6 @@ WHERE s.id = $1 AND s.strategy = 'redis-decr'";
 /// buyers with a live order, the ended orders, whether the sale ended.
 type PostgresSide = (i64, DateTime<Utc>, Vec<i64>, Vec<i64>, bool);
 
-/// Failpoint (tests only): a measurement between its Redis snapshot and its
-/// Postgres read; keyed by sale id.
-#[cfg(feature = "failpoints")]
-pub const AFTER_SNAPSHOT: &str = "redis-decr/after-snapshot";
-
 /// Measures sale `sale`. `Ok(None)` when Postgres has no `redis-decr` sale
 /// with that id, or when the Redis keys belong to another database's sale
 /// (an index entry or keys written by instances on another database).
@@ -152,7 +147,7 @@ pub(super) async fn measure(
 ) -> Result<Option<Measurement>, StrategyError> {
     let snapshot = counter.snapshot(conn).await.map_err(redis_error)?;
     #[cfg(feature = "failpoints")]
-    redis_lock::failpoints::reached::<()>(AFTER_SNAPSHOT, sale.0).await;
+    crate::failpoints::reached::<()>(&crate::failpoints::REDIS_DECR_AFTER_SNAPSHOT, sale.0).await;
     let buyers: Vec<i64> = snapshot.reservations.iter().map(|r| r.user).collect();
     let returning: Vec<i64> = snapshot.returns.iter().map(|r| r.order).collect();
     let row: Option<PostgresSide> = sqlx::query_as(POSTGRES_SIDE)
@@ -389,7 +384,7 @@ impl RedisDecr {
     }
 
     /// Lets the keys of a sale that ended or sold out, books settled at
-    /// sequence `seq`, expire after `SECKILL_REDIS_KEY_TTL_MS`, and takes it
+    /// sequence `seq`, expire after `SECKILL_REDIS_DECR_KEY_TTL_MS`, and takes it
     /// off the index the background passes visit (unless the sale moved on
     /// since `seq`).
     async fn retire(

@@ -37,10 +37,10 @@ use crate::sale::SaleId;
 /// How batches are formed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batching {
-    /// Most purchases in one batch (`SECKILL_BATCH_MAX`).
+    /// Most purchases in one batch (`SECKILL_SQL_BATCHED_BATCH_MAX`).
     pub max: usize,
     /// How long the leader waits before taking a batch that is not full
-    /// (`SECKILL_BATCH_WINDOW_US`); zero takes at once what waits.
+    /// (`SECKILL_SQL_BATCHED_BATCH_WINDOW_US`); zero takes at once what waits.
     pub window: Duration,
 }
 

@@ -6,9 +6,6 @@
 //! leave, and buckets that sell exactly their stock, whatever the quantities
 //! bought, without deadlock.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod batched;
 mod batched_faults;
 mod buckets;
@@ -22,7 +19,6 @@ use seckill::backends::{AmqpHandle, RedisHandle};
 use seckill::config::Config;
 use seckill::outcome::{Outcome, StrategyError};
 use seckill::sale::{Sale, SaleCatalog, SaleId};
-use seckill::strategy::Deps;
 use seckill::strategy::sql_batched::SqlBatched;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -33,7 +29,7 @@ use crate::support::{TestApp, test_database_url};
 /// the comparison's instances (10 connections each): tests with two
 /// instances run beside others on one Postgres.
 pub async fn two_instances() -> (TestApp, TestApp) {
-    let spawn = || TestApp::spawn_with(|config| config.db_pool_size = 10);
+    let spawn = || TestApp::spawn_with(|config| config.backends.db_pool_size = 10);
     (spawn().await, spawn().await)
 }
 
@@ -130,16 +126,20 @@ pub struct Direct {
 impl Direct {
     pub async fn new() -> Direct {
         let mut config = Config::defaults();
-        config.database_url = test_database_url();
-        config.redis_url = test_support::redis_url();
-        config.amqp_url = test_support::amqp_url();
-        let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
-        let db = PgPool::connect(&config.database_url).await.unwrap();
-        let redis = RedisHandle::new(&config.redis_url, prefix.clone()).unwrap();
-        let amqp = AmqpHandle::new(config.amqp_url.clone(), prefix);
+        config.backends.database_url = test_database_url();
+        config.backends.redis_url = test_support::redis_url();
+        config.backends.amqp_url = test_support::amqp_url();
+        let prefix = test_support::unique_prefix();
+        let db = PgPool::connect(&config.backends.database_url).await.unwrap();
+        let redis = RedisHandle::new(&config.backends.redis_url, prefix.clone()).unwrap();
+        let amqp = AmqpHandle::new(config.backends.amqp_url.clone(), prefix);
         let catalog = SaleCatalog::default();
-        let deps = Deps::new(db.clone(), redis, amqp, Arc::new(config), catalog.clone());
-        Direct { strategy: Arc::new(SqlBatched::new(&deps)), catalog, db }
+        let deps = config.deps(db.clone(), redis, amqp, catalog.clone());
+        Direct {
+            strategy: Arc::new(SqlBatched::new(&deps, &deps.settings.sql_batched)),
+            catalog,
+            db,
+        }
     }
 
     /// The sale record of `id`.

@@ -7,9 +7,6 @@
 //! Every test uses its own Redis key prefix, so runs never see each other's
 //! keys; tests that kill Redis own a `redis-server` of their own.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod cluster;
 mod compensation;
 mod converge;
@@ -35,26 +32,21 @@ use seckill::strategy::Reconciliation;
 use seckill::strategy::redis_decr::counter::SaleCounter;
 use serde_json::{Value, json};
 
-pub use crate::support::eventually;
 use crate::support::{ADMIN_TOKEN, TestApp};
+pub use crate::support::{buy, eventually, unique_prefix};
 
 /// The shared Redis (`TEST_REDIS_URL`, else the service's default).
 pub static SHARED_REDIS: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(test_support::redis_url);
-
-/// A key prefix no other test (or run) uses.
-pub fn unique_prefix() -> String {
-    format!("test-{}", uuid::Uuid::new_v4().simple())
-}
 
 /// A service over the test database using Redis `url` under `prefix`, with
 /// the background reconciler off unless `tweak` turns it on.
 pub async fn spawn_app(url: &str, prefix: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
     let (url, prefix) = (url.to_owned(), prefix.to_owned());
     TestApp::spawn_with(move |config| {
-        config.redis_url = url;
-        config.redis_key_prefix = prefix;
-        config.reconcile_interval_ms = 0;
+        config.backends.redis_url = url;
+        config.backends.redis_prefix = prefix;
+        config.strategies.redis_decr.reconcile_interval_ms = 0;
         tweak(config);
     })
     .await
@@ -106,13 +98,10 @@ impl RedisView {
     }
 }
 
-/// `POST /sales/{id}/orders` for `user`; the status and, for a problem, its
-/// `type`.
-pub async fn buy(app: &TestApp, sale: i64, user: i64) -> (StatusCode, Option<String>) {
-    let response = app.buy(sale, user).await;
-    let status = response.status();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    (status, body["type"].as_str().map(str::to_owned))
+/// A purchase's answer ([`buy`]) as its status and its problem `type`
+/// (`None` for an answer that is not a problem).
+pub fn status_and_problem((status, body): &(StatusCode, Value)) -> (StatusCode, Option<&str>) {
+    (*status, body["type"].as_str())
 }
 
 /// Buys for `user` until the answer is not `503` (Redis coming back), at

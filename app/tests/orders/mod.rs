@@ -2,9 +2,6 @@
 //! expiry, and the units that come back exactly once, against a real service
 //! and a real Postgres.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod crash;
 mod full_pool;
 mod harness;

@@ -1,8 +1,5 @@
 //! HTTP API, strategy and audit tests against a real service and a real
-//! Postgres: one binary, one module per concern.
-
-#[path = "../support/mod.rs"]
-mod support;
+//! Postgres, one module per concern.
 
 mod admin;
 mod audit;

@@ -7,9 +7,6 @@
 //! Every test uses its own Redis key prefix and its own sales; extra Redis
 //! nodes and app processes are children of the test, stopped when it ends.
 
-#[path = "../support/mod.rs"]
-mod support;
-
 mod cluster;
 mod exclusion;
 mod generations;

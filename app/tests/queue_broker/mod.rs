@@ -5,11 +5,9 @@
 //! is written twice. And `queue` through a broker user limited to the
 //! service's prefix, on a node of its own too ([`least_privilege`]).
 //!
-//! A binary of its own: these tests start and stop brokers and instances,
-//! which takes seconds, and nothing else should share those seconds.
-
-#[path = "../support/mod.rs"]
-mod support;
+//! Heavy (`test_support::heavy`): these tests start and stop brokers and
+//! instances, which takes seconds, and no other heavy test shares those
+//! seconds.
 
 mod kills;
 mod least_privilege;
@@ -36,16 +34,17 @@ const SALE_DEADLINE: Duration = Duration::from_secs(180);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_sale_loses_no_accepted_request_and_duplicates_no_order() {
+    let _heavy = test_support::heavy();
     provoking("a restart of its own RabbitMQ node (lost connections, 503 busy or unavailable)");
     let mut broker = RabbitMqNode::start().await;
-    let prefix = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let prefix = test_support::unique_prefix();
     let url = broker.url();
     let app = TestApp::spawn_with(move |config| {
-        config.amqp_url = url;
-        config.amqp_prefix = prefix;
-        config.queue_partitions = 1;
-        config.queue_consume = true;
-        config.queue_batch_size = 10;
+        config.backends.amqp_url = url;
+        config.backends.amqp_prefix = prefix;
+        config.strategies.queue.partitions = 1;
+        config.strategies.queue.consume = true;
+        config.strategies.queue.batch_max = 10;
     })
     .await;
     let sale = app

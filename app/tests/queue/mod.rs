@@ -4,15 +4,12 @@
 //!
 //! Every test uses queue names of its own (`SECKILL_AMQP_PREFIX`) on the
 //! shared broker and deletes its queues at the end; the broker-restart test
-//! owns a broker node and lives in its own binary (`queue_broker`).
-
-#[path = "../support/mod.rs"]
-mod support;
+//! owns a broker node and lives in a module of its own (`queue_broker`).
 
 mod acks;
 mod batch;
 mod books;
-mod ceiling;
+mod drain;
 mod failover;
 mod faults;
 mod hangups;
@@ -32,51 +29,37 @@ use serde_json::Value;
 use std::time::Duration;
 
 use crate::support::TestApp;
-pub use crate::support::{drained, eventually, queue_stats, resolved};
+pub use crate::support::{buy, drained, eventually, queue_stats, resolved, unique_prefix};
+pub use test_support::scratch_database;
 
 /// The shared RabbitMQ (`TEST_AMQP_URL`, else the service's default).
 pub static SHARED_AMQP: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(test_support::amqp_url);
-
-/// Queue names no other test (or run) uses.
-pub fn unique_prefix() -> String {
-    format!("test-{}", uuid::Uuid::new_v4().simple())
-}
 
 /// A service over the test database whose queues are named after `prefix`,
 /// with one partition and its consumer on, after `tweak`.
 pub async fn spawn_app(prefix: &str, tweak: impl FnOnce(&mut Config)) -> TestApp {
     let prefix = prefix.to_owned();
     TestApp::spawn_with(move |config| {
-        config.amqp_url = SHARED_AMQP.to_owned();
-        config.amqp_prefix = prefix;
-        config.queue_partitions = 1;
-        config.queue_consume = true;
+        config.backends.amqp_url = SHARED_AMQP.to_owned();
+        config.backends.amqp_prefix = prefix;
+        config.strategies.queue.partitions = 1;
+        config.strategies.queue.consume = true;
         tweak(config);
     })
     .await
-}
-
-/// `TEST_DATABASE_URL` with its database name suffixed `_{suffix}`, dropped
-/// first if a failed run left it: for a test whose service runs a job over
-/// every sale's requests (retention, republish), so that it meets no other
-/// test's. The service under test creates it; the test drops it.
-pub async fn scratch_database(suffix: &str) -> String {
-    use sqlx::migrate::MigrateDatabase;
-    let mut url =
-        reqwest::Url::parse(&support::test_database_url()).expect("TEST_DATABASE_URL is a URL");
-    let name = format!("{}_{suffix}", url.path().trim_start_matches('/'));
-    url.set_path(&name);
-    let url = url.to_string();
-    sqlx::Postgres::force_drop_database(&url).await.expect("dropping the scratch database");
-    url
 }
 
 /// The topology the test services of `prefix` use (defaults of
 /// [`spawn_app`]).
 pub fn topology(prefix: &str) -> Topology {
     let config = Config::defaults();
-    Topology::new(prefix, 1, config.queue_max_length, config.queue_delivery_limit)
+    Topology::new(
+        prefix,
+        1,
+        config.strategies.queue.max_length,
+        config.strategies.queue.delivery_limit,
+    )
 }
 
 /// The sum of `series` over the lines of `GET /metrics` whose labels hold
@@ -90,13 +73,6 @@ pub async fn counted(app: &TestApp, series: &str, label: &str) -> u64 {
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|value| value as u64)
         .sum()
-}
-
-/// `POST /sales/{id}/orders` for `user`: the status and the JSON body.
-pub async fn buy(app: &TestApp, sale: i64, user: i64) -> (StatusCode, Value) {
-    let response = app.buy(sale, user).await;
-    let status = response.status();
-    (status, response.json().await.unwrap_or(Value::Null))
 }
 
 /// `GET /sales/{sale}/requests/{id}?wait_ms=…`: the status and the body.
