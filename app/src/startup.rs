@@ -93,6 +93,34 @@ fn refuse_failpoints(config: &Config) -> anyhow::Result<()> {
     }
 }
 
+/// The buyer authentication `config` asks for, after saying at start what
+/// the admin routes and the buyers are trusted with (a warning in development
+/// mode and with buyer authentication off). Errors: an unusable buyer token
+/// key.
+fn buyer_auth(config: &Config) -> anyhow::Result<BuyerAuth> {
+    let (_, dev_token) = config.admin_token();
+    if dev_token {
+        tracing::warn!(
+            "development mode without SECKILL_ADMIN_TOKEN: admin routes accept the \
+             development token `{}`",
+            crate::config::DEV_ADMIN_TOKEN
+        );
+    }
+    let buyer_auth = BuyerAuth(config.auth.buyer_verifier()?.map(Arc::new));
+    match &buyer_auth.0 {
+        Some(verifier) => tracing::info!(
+            algorithm = ?verifier.algorithm(),
+            "buyer authentication on: buyers are the `sub` of verified bearer tokens"
+        ),
+        None => tracing::warn!(
+            "buyer authentication off (SECKILL_BUYER_AUTH=off, or development mode without \
+             a buyer token key): the buyer is the request's `user_id`, and anyone can buy \
+             or read results as anyone"
+        ),
+    }
+    Ok(buyer_auth)
+}
+
 /// A bound, not yet running, service.
 pub struct Application {
     listener: TcpListener,
@@ -113,26 +141,7 @@ impl Application {
         let failpoints = crate::failpoints::Failpoints::from_setting(config.failpoints.as_deref())?;
         #[cfg(not(feature = "failpoints"))]
         refuse_failpoints(&config)?;
-        let (_, dev_token) = config.admin_token();
-        if dev_token {
-            tracing::warn!(
-                "development mode without SECKILL_ADMIN_TOKEN: admin routes accept the \
-                 development token `{}`",
-                crate::config::DEV_ADMIN_TOKEN
-            );
-        }
-        let buyer_auth = BuyerAuth(config.auth.buyer_verifier()?.map(Arc::new));
-        match &buyer_auth.0 {
-            Some(verifier) => tracing::info!(
-                algorithm = ?verifier.algorithm(),
-                "buyer authentication on: buyers are the `sub` of verified bearer tokens"
-            ),
-            None => tracing::warn!(
-                "buyer authentication off (SECKILL_BUYER_AUTH=off, or development mode without \
-                 a buyer token key): the buyer is the request's `user_id`, and anyone can buy \
-                 or read results as anyone"
-            ),
-        }
+        let buyer_auth = buyer_auth(&config)?;
         prepare_database(&config.backends.database_url).await?;
         let db = db_pool(&config.backends)?;
         let postgres = connect_options(&config.backends)?;
