@@ -87,6 +87,7 @@ impl ConsumerSettings {
 
     /// The settings of a service's consumers: the `queue` strategy's
     /// `settings`, with the failpoints of `deps`.
+    #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
     pub fn from_deps(deps: &crate::strategy::Deps, settings: &super::Settings) -> Self {
         #[cfg_attr(not(feature = "failpoints"), allow(unused_mut))]
         let mut settings = Self::from_settings(settings);
