@@ -116,11 +116,23 @@ pub const REGISTRATION: Registration = Registration {
     ..Registration::DEFAULTS
 };
 
+/// The `queue` settings of this process's environment (its
+/// `SECKILL_QUEUE_*` variables, else the defaults): what the instances the
+/// load test starts from the same environment read. Exits with clap's
+/// message on a malformed variable, as the service would.
+fn environment_settings() -> Settings {
+    #[derive(clap::Parser)]
+    struct FromEnv {
+        #[command(flatten)]
+        queue: Settings,
+    }
+    <FromEnv as clap::Parser>::parse_from(["queue"]).queue
+}
+
 /// The queues of `prefix` as processes started from this environment
-/// declare them (its `SECKILL_QUEUE_*` variables, else the defaults).
+/// declare them.
 fn environment_topology(prefix: &str) -> Topology {
-    let config = crate::config::Config::from_env();
-    let queue = &config.strategies.queue;
+    let queue = environment_settings();
     Topology::new(prefix, queue.partitions, queue.max_length, queue.delivery_limit)
 }
 
@@ -139,8 +151,7 @@ const DRAIN: DrainBench = DrainBench {
     },
     drain: drain_queue,
     batching: || {
-        let config = crate::config::Config::from_env();
-        let settings = ConsumerSettings::from_settings(&config.strategies.queue);
+        let settings = ConsumerSettings::from_settings(&environment_settings());
         Batching { batch_size: settings.batch_size, window: settings.window }
     },
 };
