@@ -544,3 +544,20 @@ async fn spawned(
 ) -> Result<Outcome, StrategyError> {
     tokio::spawn(work).await.map_err(|err| StrategyError::Internal(err.into()))?
 }
+
+#[cfg(test)]
+mod environment_tests {
+    use super::*;
+
+    /// The load test's hooks read the queue's section alone from the
+    /// environment; with none of its variables set, the defaults.
+    #[test]
+    fn the_hooks_read_the_queue_settings_of_the_environment() {
+        let settings = environment_settings();
+        assert!(settings.partitions >= 1 && settings.batch_max >= 1, "{settings:?}");
+        let topology = environment_topology("test-hooks");
+        assert_eq!(topology.partitions(), settings.partitions, "{topology:?}");
+        let batching = (DRAIN.batching)();
+        assert_eq!(batching.batch_size, settings.batch_max);
+    }
+}
