@@ -115,6 +115,11 @@ fn char_literal_end(chars: &[char], start: usize) -> Option<usize> {
     (chars.get(start + 2) == Some(&'\'')).then_some(start + 3)
 }
 
+/// An opening and a closing brace (named, so that no brace stands in a
+/// char literal inside the functions below).
+const OPEN: char = '\u{7b}';
+const CLOSE: char = '\u{7d}';
+
 /// The ranges of `#[cfg(test)]` items in blanked `code`: from the
 /// attribute to the `;` or the brace closing the item.
 fn test_items(code: &[char]) -> Vec<Range<usize>> {
@@ -126,26 +131,33 @@ fn test_items(code: &[char]) -> Vec<Range<usize>> {
             i += 1;
             continue;
         }
-        let mut j = i + attribute.len();
-        while j < code.len() && code[j] != ';' && code[j] != '{' {
-            j += 1;
-        }
-        if j < code.len() && code[j] == '{' {
-            let mut depth = 0;
-            while j < code.len() {
-                match code[j] {
-                    '{' => depth += 1,
-                    '}' if depth == 1 => break,
-                    '}' => depth -= 1,
-                    _ => {}
-                }
-                j += 1;
-            }
-        }
-        ranges.push(i..j + 1);
-        i = j + 1;
+        let end = item_end(code, i + attribute.len());
+        ranges.push(i..end + 1);
+        i = end + 1;
     }
     ranges
+}
+
+/// Where the item starting at `from` ends: its `;`, or the brace closing
+/// its body.
+fn item_end(code: &[char], from: usize) -> usize {
+    let mut j = from;
+    while j < code.len() && code[j] != ';' && code[j] != OPEN {
+        j += 1;
+    }
+    if j < code.len() && code[j] == OPEN {
+        let mut depth = 0;
+        while j < code.len() {
+            match code[j] {
+                c if c == OPEN => depth += 1,
+                c if c == CLOSE && depth == 1 => break,
+                c if c == CLOSE => depth -= 1,
+                _ => {}
+            }
+            j += 1;
+        }
+    }
+    j
 }
 
 /// Whether `text` names a strategy: one of `names`, one of them followed by
