@@ -14,9 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lapin::{Connection, ConnectionProperties};
 use seckill::config::Config;
-use seckill::strategy::queue::Topology;
 use test_support::RedisServer;
 
 use crate::support::{ADMIN_TOKEN, seckill_child};
@@ -58,27 +56,11 @@ async fn the_service_keeps_its_openapi_contract_under_schemathesis() {
     let summary = report.lines().rev().find(|line| line.contains(" in ")).unwrap_or_default();
     println!("schemathesis: {summary}");
 
-    delete_queues(&prefix).await;
+    crate::support::delete_queues(&prefix, Config::defaults().strategies.queue.partitions).await;
     assert!(
         output.status.success(),
         "schemathesis found failures:\n{report}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(report.contains("passed"), "no test case ran:\n{report}");
-}
-
-/// Deletes the queues the service declared under `prefix` on the shared
-/// broker (the fuzzer's `queue` purchases declare them).
-async fn delete_queues(prefix: &str) {
-    let config = Config::defaults();
-    let topology = Topology::new(
-        prefix,
-        config.strategies.queue.partitions,
-        config.strategies.queue.max_length,
-        config.strategies.queue.delivery_limit,
-    );
-    let url = test_support::amqp_url();
-    let conn = Connection::connect(&url, ConnectionProperties::default()).await.unwrap();
-    let channel = conn.create_channel().await.unwrap();
-    topology.delete_queues(&channel).await.unwrap();
 }

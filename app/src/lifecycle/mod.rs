@@ -260,22 +260,37 @@ struct ClaimRow {
 }
 
 impl ClaimRow {
+    /// The order of this row.
+    fn order(&self) -> Result<PendingOrder, StrategyError> {
+        let user = UserId::parse(self.user_id)
+            .map_err(|err| StrategyError::Internal(anyhow::anyhow!("stored order: {err}")))?;
+        Ok(PendingOrder { id: self.id, sale: SaleId(self.sale_id), user, quantity: self.quantity })
+    }
+
+    /// A claim of this one order, whose row `tx` locked.
     fn claim(
         self,
         tx: sqlx::Transaction<'static, sqlx::Postgres>,
         ending: Ending,
     ) -> Result<Claim, LifecycleError> {
-        let user = UserId::parse(self.user_id)
-            .map_err(|err| StrategyError::Internal(anyhow::anyhow!("stored order: {err}")))?;
-        let order =
-            PendingOrder { id: self.id, sale: SaleId(self.sale_id), user, quantity: self.quantity };
-        Ok(Claim::new(tx, order, ending))
+        claim_of(tx, &[self], ending).map_err(LifecycleError::Strategy)
     }
 }
 
-/// Hands `claim` to its sale's strategy and counts the return.
+/// A claim of the orders of `rows` (1 to [`crate::unit_return::MAX_ORDERS`],
+/// of one sale), whose rows `tx` locked.
+fn claim_of(
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    rows: &[ClaimRow],
+    ending: Ending,
+) -> Result<Claim, StrategyError> {
+    let orders = rows.iter().map(ClaimRow::order).collect::<Result<Vec<_>, _>>()?;
+    Claim::new(tx, orders, ending).map_err(|err| StrategyError::Internal(err.into()))
+}
+
+/// Hands `claim` to its sale's strategy and counts the ended orders.
 async fn return_units(context: Context<'_>, claim: Claim) -> Result<Returned, StrategyError> {
-    let sale_id = claim.order.sale;
+    let sale_id = claim.sale();
     let sale =
         context.catalog.get(context.db, sale_id).await?.ok_or_else(|| {
             StrategyError::Internal(anyhow::anyhow!("order of no sale {sale_id:?}"))
@@ -286,13 +301,14 @@ async fn return_units(context: Context<'_>, claim: Claim) -> Result<Returned, St
         Ending::Expired => "expired",
     };
     counter!(ORDERS_ENDED_TOTAL, "strategy" => sale.strategy.as_str(), "ending" => ending)
-        .increment(1);
+        .increment(returned.orders.len() as u64);
     tracing::debug!(
-        order_id = returned.order.id,
+        first_order_id = returned.orders[0].id,
+        orders = returned.orders.len(),
         sale_id = sale_id.0,
-        units = returned.order.quantity,
+        units = returned.units(),
         ending,
-        "order ended, units returned"
+        "orders ended, units returned"
     );
     Ok(returned)
 }

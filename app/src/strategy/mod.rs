@@ -214,11 +214,14 @@ pub trait Strategy: Send + Sync + 'static {
         false
     }
 
-    /// Puts the units of a pending order that is being cancelled or has
-    /// expired back on sale, through this strategy's own path, and ends the
-    /// order: the return goes into the claim's transaction (which holds the
-    /// order's row lock), then [`Claim::end`] changes the status and commits
-    /// both (`crate::unit_return`: why this returns a unit at most once).
+    /// Puts the units of the claim's pending orders (one being cancelled, or
+    /// the due orders of one sale that the expiry sweep claimed together)
+    /// back on sale, through this strategy's own path, and ends the orders:
+    /// the return goes into the claim's transaction (which holds the orders'
+    /// row locks), then [`Claim::end`] changes the statuses and commits both
+    /// (`crate::unit_return`: why this returns a unit at most once). One
+    /// write of the stock for the whole claim, so that the sweep waits for a
+    /// hot sale's row once per sale, not once per order.
     /// What the strategy keeps outside Postgres (a Redis counter, a local
     /// sold-out flag) follows after the commit.
     ///
@@ -228,7 +231,7 @@ pub trait Strategy: Send + Sync + 'static {
     async fn return_units(&self, _sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
         Err(StrategyError::Internal(anyhow::anyhow!(
             "this strategy returns no units (order {})",
-            claim.order.id
+            claim.orders()[0].id
         )))
     }
 

@@ -47,6 +47,7 @@ use super::{
 use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::bounds::MAX_MS;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
+use crate::unit_return::PendingOrder;
 
 pub mod counter;
 mod reconcile;
@@ -313,20 +314,35 @@ impl Core {
     }
 }
 
+/// Forgets the returns of `orders` begun in Redis whose commit did not come
+/// (best effort: a record left behind, the reconciler drops after its grace
+/// period).
+async fn abort_returns(counter: &SaleCounter, conn: &mut RedisConnection, orders: &[PendingOrder]) {
+    for order in orders {
+        let _ = counter.abort_return(conn, order.id).await;
+    }
+}
+
 impl Core {
-    /// The return of an ended order's units (see [`Strategy::return_units`]
-    /// below): recorded in Redis, committed in Postgres, then completed in
-    /// Redis.
+    /// The return of ended orders' units (see [`Strategy::return_units`]
+    /// below): each recorded in Redis, committed in Postgres together, then
+    /// each completed in Redis.
     async fn return_units(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
-        let order = claim.order;
+        let orders = claim.orders().to_vec();
         let counter = SaleCounter::new(&self.redis, sale.id);
         let mut conn = self.redis.conn().await?;
-        counter
-            .begin_return(&mut conn, order.id, order.user, order.quantity)
-            .await
-            .map_err(redis_error)?;
+        let mut trips = 0;
+        for (begun, order) in orders.iter().enumerate() {
+            trips += 1;
+            let recorded =
+                counter.begin_return(&mut conn, order.id, order.user, order.quantity).await;
+            if let Err(err) = recorded {
+                abort_returns(&counter, &mut conn, &orders[..begun]).await;
+                count_redis_round_trips(NAME.as_str(), trips + begun as u64);
+                return Err(redis_error(err));
+            }
+        }
         let committed = super::sql::return_to_sale_row(claim).await;
-        let mut trips = 2;
         let returned = match committed {
             Ok(returned) => returned,
             Err(err) => {
@@ -334,19 +350,23 @@ impl Core {
                 // settles from Postgres after the grace period: an order it
                 // finds ended is completed, a live one dropped).
                 if !matches!(err, StrategyError::Unavailable { .. }) {
-                    let _ = counter.abort_return(&mut conn, order.id).await;
+                    abort_returns(&counter, &mut conn, &orders).await;
+                    trips += orders.len() as u64;
                 }
                 count_redis_round_trips(NAME.as_str(), trips);
                 return Err(err);
             }
         };
-        if let Err(err) = counter.complete_return(&mut conn, order.id).await {
-            tracing::warn!(
-                sale_id = sale.id.0,
-                order_id = order.id,
-                error = %err,
-                "could not give returned units to the counter; the reconciler will"
-            );
+        for order in &orders {
+            trips += 1;
+            if let Err(err) = counter.complete_return(&mut conn, order.id).await {
+                tracing::warn!(
+                    sale_id = sale.id.0,
+                    order_id = order.id,
+                    error = %err,
+                    "could not give returned units to the counter; the reconciler will"
+                );
+            }
         }
         // The reconciler visits the sale again (it may have left the index
         // when it sold out).

@@ -64,16 +64,16 @@ RETURNING id";
 const RETURN_TO_SALE_ROW: &str =
     "UPDATE sales SET remaining_stock = remaining_stock + $2 WHERE id = $1";
 
-/// Puts the units of `claim`'s order back on its sale row, in the claim's
-/// transaction (the row lock it takes orders it after any purchase holding
-/// the row), and ends the order. The return of every strategy that keeps its
+/// Puts the units of `claim`'s orders back on their sale row, one write, in
+/// the claim's transaction (the row lock it takes orders it after any
+/// purchase holding the row), and ends the orders. The return of every strategy that keeps its
 /// stock on the sale row and changes it relatively or under the row lock:
 /// `sql`, `sql/for-update`, `sql/batched`, `naive`.
 pub async fn return_to_sale_row(claim: Claim) -> Result<Returned, StrategyError> {
     let mut claim = claim;
     sqlx::query(RETURN_TO_SALE_ROW)
-        .bind(claim.order.sale.0)
-        .bind(i64::from(claim.order.quantity))
+        .bind(claim.sale().0)
+        .bind(claim.units())
         .execute(claim.conn())
         .await?;
     claim.end().await

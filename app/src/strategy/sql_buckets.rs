@@ -342,17 +342,18 @@ impl Strategy for SqlBuckets {
         true
     }
 
-    /// The units go back to the buyer's home bucket (relative update, in the
-    /// claim's transaction), where that buyer's next purchase looks first;
-    /// any buyer whose home is dry finds them through the [`ELSEWHERE`] or
-    /// [`SPREAD`] step.
+    /// The units go back to the home bucket of the claim's first buyer
+    /// (relative update, in the claim's transaction; the sweep's claims of
+    /// several orders too, so that a return locks one bucket row), where that
+    /// buyer's next purchase looks first; any buyer whose home is dry finds
+    /// them through the [`ELSEWHERE`] or [`SPREAD`] step.
     async fn return_units(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
         let mut claim = claim;
-        let home = home_bucket(claim.order.user, sale.buckets.unwrap_or(DEFAULT_BUCKETS));
+        let home = home_bucket(claim.orders()[0].user, sale.buckets.unwrap_or(DEFAULT_BUCKETS));
         let updated = sqlx::query(RETURN_TO_BUCKET)
             .bind(sale.id.0)
             .bind(home)
-            .bind(i64::from(claim.order.quantity))
+            .bind(claim.units())
             .execute(claim.conn())
             .await?
             .rows_affected();

@@ -120,7 +120,7 @@ async fn every_correct_strategy_sells_q_units_whenever_the_sale_has_them() {
             }
         }
     }
-    delete_queues(&prefix).await;
+    crate::support::delete_queues(&prefix, 1).await;
     assert!(failures.is_empty(), "SECKILL_TEST_SEED={seed}:\n{}", failures.join("\n"));
 }
 
@@ -218,23 +218,4 @@ async fn answer_of(app: &TestApp, sale: i64, quantity: i64, response: reqwest::R
         }
         _ => Answer::Other(format!("{status} {body}")),
     }
-}
-
-/// Deletes the queues of the test's `queue` service (named after `prefix`).
-async fn delete_queues(prefix: &str) {
-    let config = seckill::config::Config::defaults();
-    let topology = seckill::strategy::queue::Topology::new(
-        prefix,
-        1,
-        config.strategies.queue.max_length,
-        config.strategies.queue.delivery_limit,
-    );
-    let connection = lapin::Connection::connect(
-        &test_support::amqp_url(),
-        lapin::ConnectionProperties::default(),
-    )
-    .await
-    .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    topology.delete_queues(&channel).await.unwrap();
 }

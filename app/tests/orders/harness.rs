@@ -103,14 +103,21 @@ pub struct Sweeps {
 
 impl Sweeps {
     /// Over the database at `url` (a test's own: other services sweep the
-    /// shared test database).
+    /// shared test database), with Redis keys and broker queues of its own.
     pub async fn on(url: &str) -> Self {
+        Self::sharing(url, &test_support::unique_prefix(), &test_support::unique_prefix()).await
+    }
+
+    /// Over the database at `url`, with the Redis keys and broker queues of
+    /// a service whose prefixes are `redis_prefix` and `amqp_prefix`: to
+    /// sweep the orders of its `redis-decr` and `queue` sales.
+    pub async fn sharing(url: &str, redis_prefix: &str, amqp_prefix: &str) -> Self {
         let mut config = Config::defaults();
         config.backends.database_url = url.to_owned();
         config.backends.redis_url = test_support::redis_url();
         config.backends.amqp_url = test_support::amqp_url();
-        config.backends.redis_prefix = test_support::unique_prefix();
-        config.backends.amqp_prefix = test_support::unique_prefix();
+        config.backends.redis_prefix = redis_prefix.to_owned();
+        config.backends.amqp_prefix = amqp_prefix.to_owned();
         let db = PgPool::connect(url).await.unwrap();
         let redis =
             RedisHandle::new(&config.backends.redis_url, config.backends.redis_prefix.clone())
@@ -125,6 +132,24 @@ impl Sweeps {
 
     pub fn context(&self) -> Context<'_> {
         Context { db: &self.db, catalog: &self.catalog, strategies: &self.strategies }
+    }
+}
+
+/// `POST /sales/{id}/orders` on a `queue` sale, then its request's result:
+/// the order id when placed, else the result's status.
+pub async fn queued(app: &TestApp, sale: i64, user: i64) -> Result<i64, String> {
+    let response = app.buy(sale, user).await;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    if status == StatusCode::CONFLICT {
+        return Err(body["type"].as_str().unwrap_or_default().to_owned());
+    }
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["request_id"].as_str().unwrap();
+    let result = crate::support::resolved(app, sale, id, Duration::from_secs(20)).await;
+    match result["status"].as_str() {
+        Some("placed") => Ok(result["order_id"].as_i64().unwrap()),
+        other => Err(other.unwrap_or_default().to_owned()),
     }
 }
 

@@ -9,3 +9,4 @@ mod lifecycle;
 mod lock_returns;
 mod races;
 mod returns;
+mod sweep;

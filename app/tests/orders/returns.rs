@@ -10,8 +10,8 @@ use test_support::RedisServer;
 
 use seckill::strategy::redis_decr::counter::SaleCounter;
 
-use super::harness::{bought, cancel, pay_pending, remaining, window_sale};
-use crate::support::{TestApp, assert_problem, eventually, resolved};
+use super::harness::{bought, cancel, pay_pending, queued, remaining, window_sale};
+use crate::support::{TestApp, assert_problem, eventually};
 
 /// The strategies whose returns this test drives through a service of its
 /// own: every one but `lock/redlock` (three Redis nodes of its own) and
@@ -78,24 +78,6 @@ async fn cancelled_unit_sells_again_once(app: &TestApp, strategy: &str) {
     // Every strategy's orders pay alike; nothing is left to expire.
     pay_pending(app, sale).await;
     assert_eq!(app.audit(sale).await.units_pending, 0, "{strategy}");
-}
-
-/// `POST /sales/{id}/orders` on a `queue` sale, then its request's result:
-/// the order id when placed, else the result's status.
-async fn queued(app: &TestApp, sale: i64, user: i64) -> Result<i64, String> {
-    let response = app.buy(sale, user).await;
-    let status = response.status();
-    let body: Value = response.json().await.unwrap();
-    if status == StatusCode::CONFLICT {
-        return Err(body["type"].as_str().unwrap_or_default().to_owned());
-    }
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let id = body["request_id"].as_str().unwrap();
-    let result = resolved(app, sale, id, Duration::from_secs(20)).await;
-    match result["status"].as_str() {
-        Some("placed") => Ok(result["order_id"].as_i64().unwrap()),
-        other => Err(other.unwrap_or_default().to_owned()),
-    }
 }
 
 /// `queue`: a cancelled order's unit goes to the next request, once. A late

@@ -393,3 +393,20 @@ pub async fn assert_an_oversize_order_leaves_the_sale_open(app: &TestApp, strate
     let audit = app.audit(sale).await;
     assert_eq!((audit.units_sold, audit.remaining_stock, audit.ledger_drift), (3, 0, 0));
 }
+
+/// Deletes the queues a service declared under `prefix` with `partitions`
+/// partitions on the shared broker.
+pub async fn delete_queues(prefix: &str, partitions: u16) {
+    let config = Config::defaults();
+    let topology = seckill::strategy::queue::Topology::new(
+        prefix,
+        partitions,
+        config.strategies.queue.max_length,
+        config.strategies.queue.delivery_limit,
+    );
+    let url = test_support::amqp_url();
+    let connection =
+        lapin::Connection::connect(&url, lapin::ConnectionProperties::default()).await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    topology.delete_queues(&channel).await.unwrap();
+}

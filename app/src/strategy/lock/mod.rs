@@ -406,11 +406,7 @@ impl<L: SaleLock> Strategy for Locked<L> {
     /// Like a restock, the return clears this process's sold-out flag; other
     /// instances re-check theirs within `SOLD_OUT_TRUST`.
     async fn return_units(&self, sale: &Sale, mut claim: Claim) -> Result<Returned, StrategyError> {
-        sqlx::query(RETURN)
-            .bind(sale.id.0)
-            .bind(i64::from(claim.order.quantity))
-            .execute(claim.conn())
-            .await?;
+        sqlx::query(RETURN).bind(sale.id.0).bind(claim.units()).execute(claim.conn()).await?;
         let returned = claim.end().await?;
         self.inner.shared.sold_out.clear(sale.id);
         Ok(returned)

@@ -410,19 +410,22 @@ impl Strategy for Queue {
     /// The units go back on the sale row, in the claim's transaction: the
     /// consumer's settlement locks that row (`FOR UPDATE`) before it reads
     /// the stock it allocates from, so the return lands before that read or
-    /// after the batch's write. The buyer's request becomes `returned` in
-    /// the same transaction, which frees their place for a new request.
+    /// after the batch's write. The buyers' requests become `returned` in
+    /// the same transaction, which frees their places for new requests.
     /// Then, as for a restock, the sale's gate reopens on every instance.
     async fn return_units(&self, sale: &Sale, claim: Claim) -> Result<Returned, StrategyError> {
         let mut claim = claim;
-        let order = claim.order;
+        let (users, orders): (Vec<i64>, Vec<i64>) =
+            claim.orders().iter().map(|order| (order.user.get(), order.id)).unzip();
         sqlx::query(
-            "UPDATE purchase_requests SET status = 'returned' \
-             WHERE sale_id = $1 AND user_id = $2 AND order_id = $3 AND status = 'placed'",
+            "UPDATE purchase_requests r SET status = 'returned' \
+             FROM unnest($2::bigint[], $3::bigint[]) AS ended(user_id, order_id) \
+             WHERE r.sale_id = $1 AND r.user_id = ended.user_id \
+               AND r.order_id = ended.order_id AND r.status = 'placed'",
         )
-        .bind(order.sale.0)
-        .bind(order.user.get())
-        .bind(order.id)
+        .bind(claim.sale().0)
+        .bind(&users)
+        .bind(&orders)
         .execute(claim.conn())
         .await?;
         let returned = super::sql::return_to_sale_row(claim).await?;
