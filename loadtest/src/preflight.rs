@@ -33,11 +33,12 @@ pub async fn check(args: &Servers<'_>) -> anyhow::Result<()> {
     for backend in needed {
         match backend {
             Backend::Postgres => postgres(args.database_url).await?,
-            Backend::Redis => match args.redis_url {
-                Some(url) => redis(url).await?,
-                // --redis-cluster: the comparison starts its own.
-                None => {}
-            },
+            // Without a URL (--redis-cluster) the comparison starts its own.
+            Backend::Redis => {
+                if let Some(url) = args.redis_url {
+                    redis(url).await?
+                }
+            }
             Backend::Rabbitmq => tcp("RabbitMQ", "AMQP_URL", args.amqp_url, 5672).await?,
         }
     }

@@ -14,22 +14,15 @@
 //! sign-based interval cannot reach 95 % below six values.
 
 use serde::{Deserialize, Serialize};
+use statrs::distribution::{ContinuousCDF, StudentsT};
 
 /// Fewest repeats for which an interval is given.
 pub const MIN_REPEATS: usize = 3;
 
-/// Two-sided 95 % quantiles of Student's t for 1..=30 degrees of freedom
-/// (standard tables, e.g. NIST/SEMATECH e-Handbook of Statistical Methods,
-/// 1.3.6.7.2); above 30 the normal quantile 1.96 is within 4 %.
-const T_975: [f64; 30] = [
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-    2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-    2.052, 2.048, 2.045, 2.042,
-];
-
-/// The t quantile for `df` degrees of freedom (`df ≥ 1`).
+/// The two-sided 95 % quantile of Student's t for `df ≥ 1` degrees of
+/// freedom (`statrs`; 4.303 for 2, 1.96 in the limit).
 fn t_975(df: usize) -> f64 {
-    T_975.get(df.wrapping_sub(1)).copied().unwrap_or(1.96)
+    StudentsT::new(0.0, 1.0, df as f64).map_or(f64::NAN, |t| t.inverse_cdf(0.975))
 }
 
 /// The middle value of the finite `values`; the mean of the two middle ones
@@ -101,6 +94,14 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-3
+    }
+
+    #[test]
+    fn the_t_quantiles_are_the_tables() {
+        // NIST/SEMATECH e-Handbook of Statistical Methods, 1.3.6.7.2.
+        for (df, table) in [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042)] {
+            assert!((t_975(df) - table).abs() < 1e-3, "df {df}: {}", t_975(df));
+        }
     }
 
     #[test]

@@ -82,9 +82,9 @@ pub fn die_with_parent(command: &mut Command) -> &mut Command {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt as _;
+        let parent = std::process::id() as libc::pid_t;
         // SAFETY: between fork and exec the closure calls only
         // async-signal-safe functions (prctl, getppid) and allocates nothing.
-        let parent = std::process::id() as libc::pid_t;
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {

@@ -15,6 +15,11 @@
 //!
 //! Chromium is required: without it the helper panics with how to install
 //! it (Debian's `chromium` package; `CHROMIUM` names another binary).
+//!
+//! Our own client rather than a maintained one (`chromiumoxide`): that crate
+//! generates the whole protocol's types, and it added about 850 s to a cold
+//! build of the tests (timed on a loaded machine) for the few commands and
+//! the one event used here.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

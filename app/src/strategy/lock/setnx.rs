@@ -31,7 +31,7 @@ pub const REGISTRATION: Registration = Registration {
     about: "the naive steps inside a Redis SETNX key with no expiry, DEL to release",
     needs: &[Backend::Postgres, Backend::Redis],
     build: |deps| Ok(Shared::of(deps).locked(NAME, SetnxLock::new(deps.redis.clone()))),
-    expect: expect,
+    expect,
     kill: KillTarget::LockHolder { key: KEY },
     takes_a_lock: true,
     ..Registration::DEFAULTS
