@@ -16,7 +16,7 @@ use crate::support::{TestApp, assert_problem, eventually};
 /// The strategies whose returns this test drives through a service of its
 /// own: every one but `lock/redlock` (three Redis nodes of its own) and
 /// `queue` (a consumer and queues of its own), which have a test each below.
-const RETURNING: &[&str] = &[
+pub(super) const RETURNING: &[&str] = &[
     "naive",
     "sql",
     "sql/for-update",

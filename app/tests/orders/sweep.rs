@@ -9,23 +9,15 @@ use seckill::lifecycle::sweep::sweep_once;
 use sqlx::PgPool;
 
 use super::harness::{Sweeps, bought, queued, remaining, window_sale};
+use super::returns::RETURNING;
 use crate::support::{TestApp, eventually};
 
 /// Every strategy that returns units and needs no server of its own
-/// (`lock/redlock` does; its return is `lock`'s, which `lock/watchdog` and
-/// `lock/fenced` cover).
-const SWEPT: &[&str] = &[
-    "naive",
-    "sql",
-    "sql/for-update",
-    "sql/batched",
-    "sql/buckets",
-    "redis-decr",
-    "queue",
-    "lock/local",
-    "lock/watchdog",
-    "lock/fenced",
-];
+/// (`lock/redlock` does; its return is `lock`'s, which the other `lock/*`
+/// cover): those of the return tests, and `queue`.
+fn swept() -> impl Iterator<Item = &'static str> {
+    RETURNING.iter().copied().chain(["queue"])
+}
 
 /// Orders per sale: more than one, fewer than a claim's bound.
 const ORDERS: i64 = 25;
@@ -72,7 +64,7 @@ async fn a_pass_returns_the_due_orders_of_each_sale_in_one_transaction() {
     .await;
     let db = PgPool::connect(&url).await.unwrap();
     let mut sales = Vec::new();
-    for &strategy in SWEPT {
+    for strategy in swept() {
         let sale = window_sale(&app, strategy, ORDERS, 500).await;
         for user in 0..ORDERS {
             if strategy == "queue" {
@@ -91,7 +83,7 @@ async fn a_pass_returns_the_due_orders_of_each_sale_in_one_transaction() {
 
     let sweeps = Sweeps::sharing(&url, &redis_prefix, &amqp_prefix).await;
     let expired = sweep_once(sweeps.context()).await.unwrap();
-    assert_eq!(expired, SWEPT.len() * ORDERS as usize, "every due order, in one pass");
+    assert_eq!(expired, swept().count() * ORDERS as usize, "every due order, in one pass");
     for &(strategy, sale) in &sales {
         assert_eq!(writers(&db, sale).await, 1, "{strategy}: the sale's orders ended together");
         assert_eq!(remaining(&db, sale).await, ORDERS, "{strategy}: every unit back, once");
