@@ -31,7 +31,19 @@ pub fn compare_on(instances: u32, out: &Path, args: &[&str]) -> Value {
         .arg(out)
         .status()
         .expect("loadtest runs");
-    assert!(status.success(), "loadtest compare exited with {status}");
-    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
-    serde_json::from_str(&text).expect("report.json is JSON")
+    let report = std::fs::read_to_string(out.join("report.json"))
+        .map(|text| serde_json::from_str::<Value>(&text).expect("report.json is JSON"));
+    if !status.success() {
+        // A comparison that found a run broke still writes its report:
+        // show the runs that broke, so the failure says what they did.
+        let broke = report.as_ref().map(broke_runs).unwrap_or_default();
+        panic!("loadtest compare exited with {status}; runs that broke: {broke:#?}");
+    }
+    report.expect("report.json")
+}
+
+/// The runs of `report` whose verdict is `broke`, whole.
+fn broke_runs(report: &Value) -> Vec<Value> {
+    let runs = report["runs"].as_array().cloned().unwrap_or_default();
+    runs.into_iter().filter(|run| run["verdict"] == "broke").collect()
 }
