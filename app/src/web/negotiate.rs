@@ -4,56 +4,33 @@
 //! `application/json` — gets what it got before; a browser, whose navigation
 //! asks for `text/html` by name, gets the page.
 //!
-//! The rule is RFC 9110, section 12.5.1, reduced to the two types in play:
+//! The rule is RFC 9110, section 12.5.1, as `headers-accept` implements it:
 //! each type gets the quality (`q`, default 1) of the most specific media
-//! range that matches it (`text/html` before `text/*` before `*/*`), and the
-//! page is served only when `text/html` is strictly preferred to
-//! `application/json`. A tie goes to JSON.
+//! range that matches it (`text/html` before `text/*` before `*/*`); between
+//! equal qualities the type the client lists first wins, and when one range
+//! matches both (`*/*`) the server's order decides, which puts JSON first.
+//! A header that does not parse is no preference: JSON.
+
+use std::str::FromStr;
 
 use axum::http::{HeaderMap, header};
+use headers_accept::Accept;
+use mediatype::MediaType;
+use mediatype::names::{APPLICATION, HTML, JSON, TEXT};
+
+const APPLICATION_JSON: MediaType<'static> = MediaType::new(APPLICATION, JSON);
+const TEXT_HTML: MediaType<'static> = MediaType::new(TEXT, HTML);
+/// What the route serves, in the server's order of preference.
+const SERVED: [MediaType<'static>; 2] = [APPLICATION_JSON, TEXT_HTML];
 
 /// Whether the `Accept` header(s) prefer `text/html` to `application/json`.
 pub fn prefers_html(headers: &HeaderMap) -> bool {
     let accept: Vec<&str> =
         headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
-    let accept = accept.join(",");
-    quality(&accept, "text", "html") > quality(&accept, "application", "json")
-}
-
-/// The quality `accept` gives `kind/subtype`, in thousandths (RFC 9110's
-/// `qvalue` has three decimals): that of the most specific matching range,
-/// 0 when none matches; 0 as well for an empty header (no preference is
-/// read as "JSON", the default, by the caller's strict comparison).
-fn quality(accept: &str, kind: &str, subtype: &str) -> u32 {
-    let mut best: Option<(u8, u32)> = None;
-    for range in accept.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let Some((range_kind, range_subtype)) = parts.next().and_then(|m| m.split_once('/')) else {
-            continue;
-        };
-        let specificity = match (range_kind, range_subtype) {
-            (k, s) if k.eq_ignore_ascii_case(kind) && s.eq_ignore_ascii_case(subtype) => 2,
-            (k, "*") if k.eq_ignore_ascii_case(kind) => 1,
-            ("*", "*") => 0,
-            _ => continue,
-        };
-        let q = parts
-            .filter_map(|p| p.split_once('='))
-            .find(|(name, _)| name.trim().eq_ignore_ascii_case("q"))
-            .map_or(1000, |(_, value)| thousandths(value.trim()));
-        if best.is_none_or(|(s, _)| specificity > s) {
-            best = Some((specificity, q));
-        }
-    }
-    best.map_or(0, |(_, q)| q)
-}
-
-/// A `qvalue` (`0`, `0.5`, `1.000`) in thousandths; a malformed one is 0.
-fn thousandths(value: &str) -> u32 {
-    value.parse::<f64>().ok().filter(|q| (0.0..=1.0).contains(q)).map_or(0, |q| {
-        // Three decimals at most: the rounding is exact.
-        (q * 1000.0).round() as u32
-    })
+    Accept::from_str(&accept.join(","))
+        .ok()
+        .and_then(|accept| accept.negotiate(&SERVED).cloned())
+        .is_some_and(|chosen| chosen == TEXT_HTML)
 }
 
 #[cfg(test)]
@@ -85,18 +62,23 @@ mod tests {
         assert!(!prefers_html(&HeaderMap::new()), "no Accept");
         assert!(!prefers_html(&accept("*/*")), "curl");
         assert!(!prefers_html(&accept("application/json")));
-        assert!(!prefers_html(&accept("application/json, text/html")), "a tie is JSON");
+        assert!(!prefers_html(&accept("application/json, text/html")), "a tie, JSON first");
         assert!(!prefers_html(&accept("text/html;q=0.5, application/json")));
         assert!(!prefers_html(&accept("text/html;q=0, */*")), "html refused");
-        assert!(!prefers_html(&accept("text/html;q=banana")), "a malformed q is 0");
-        assert!(!prefers_html(&accept("garbage, ,;;")));
+        assert!(!prefers_html(&accept("garbage, ,;;")), "no preference");
+        assert!(!prefers_html(&accept("image/png")), "neither: the route's default");
     }
 
     #[test]
     fn the_most_specific_range_sets_the_quality() {
-        assert_eq!(quality("text/*;q=0.3, text/html;q=0.7, */*", "text", "html"), 700);
-        assert_eq!(quality("text/*;q=0.3, */*", "text", "html"), 300);
-        assert_eq!(quality("*/*;q=0.25", "application", "json"), 250);
-        assert_eq!(quality("image/png", "application", "json"), 0);
+        assert!(prefers_html(&accept("text/*;q=0.3, text/html;q=0.7, application/json;q=0.5")));
+        assert!(!prefers_html(&accept("text/html;q=0.3, text/*;q=0.7, application/json;q=0.5")));
+        assert!(!prefers_html(&accept("*/*;q=0.9, application/json;q=0.2, text/html;q=0.1")));
+    }
+
+    #[test]
+    fn between_equal_qualities_the_clients_first_wins() {
+        assert!(prefers_html(&accept("text/html, application/json")));
+        assert!(!prefers_html(&accept("application/json;q=0.8, text/html;q=0.8")));
     }
 }

@@ -41,6 +41,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backon::{ConstantBuilder, Retryable};
 use futures_util::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
@@ -110,19 +111,19 @@ const RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Declares the dead-letter queue and every partition queue, retrying every
 /// [`RETRY_PAUSE`] until the broker answers, then closes its channel.
 pub async fn declare_queues(amqp: &AmqpHandle, topology: &Topology) {
-    loop {
-        let declared = async {
-            let channel = amqp.connection().await?.create_channel().await?;
-            topology.declare_queues(&channel).await?;
-            channel.close(200, "declared".into()).await?;
-            Ok::<_, anyhow::Error>(())
-        };
-        match declared.await {
-            Ok(()) => return,
-            Err(err) => tracing::debug!(error = %err, "declaring the queues failed; retrying"),
-        }
-        tokio::time::sleep(RETRY_PAUSE).await;
-    }
+    let declare = || async {
+        let channel = amqp.connection().await?.create_channel().await?;
+        topology.declare_queues(&channel).await?;
+        channel.close(200, "declared".into()).await?;
+        Ok::<_, anyhow::Error>(())
+    };
+    let retries = ConstantBuilder::default().with_delay(RETRY_PAUSE).without_max_times();
+    // Without a limit on attempts, the retries end only once declared.
+    let _declared = declare
+        .retry(retries)
+        .sleep(tokio::time::sleep)
+        .notify(|err, _| tracing::debug!(error = %err, "declaring the queues failed; retrying"))
+        .await;
 }
 
 /// Consumes partition `partition` until the service shuts down

@@ -31,6 +31,7 @@ use std::collections::HashMap;
 use std::sync::{RwLock, Weak};
 use std::time::{Duration, Instant};
 
+use backon::{ExponentialBuilder, Retryable};
 use futures_util::StreamExt;
 
 use crate::sale::SaleId;
@@ -113,39 +114,37 @@ impl SoldOutFlags {
 }
 
 /// Subscribes to `channel` on a dedicated connection and clears the flag of
-/// each sale announced there. Reconnects with capped exponential back-off
-/// (100 ms to 5 s) and clears all flags on every (re)subscription. Ends when
-/// the flags are dropped.
+/// each sale announced there. Subscribes again at once when a subscription
+/// is lost, then with exponential back-off (100 ms doubling to 5 s, with
+/// jitter) while Redis does not answer; clears all flags on every
+/// (re)subscription. Ends when the flags are dropped.
 pub async fn listen(client: redis::Client, channel: String, flags: Weak<SoldOutFlags>) {
-    const MIN_BACKOFF: Duration = Duration::from_millis(100);
-    const MAX_BACKOFF: Duration = Duration::from_secs(5);
-    let mut backoff = MIN_BACKOFF;
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times();
     loop {
-        match subscribe(&client, &channel).await {
-            Ok(mut messages) => {
-                let Some(strong) = flags.upgrade() else { return };
-                strong.clear_all();
-                drop(strong);
-                backoff = MIN_BACKOFF;
-                tracing::debug!(%channel, "listening for stock-returned broadcasts");
-                while let Some(message) = messages.next().await {
-                    let Some(flags) = flags.upgrade() else { return };
-                    match message.get_payload::<i64>() {
-                        Ok(sale) => flags.clear(SaleId(sale)),
-                        Err(err) => {
-                            tracing::warn!(error = %err, "malformed stock-returned message")
-                        }
-                    }
-                }
-                tracing::warn!(%channel, "stock-returned subscription lost; reconnecting");
+        let subscribed = (|| subscribe(&client, &channel))
+            .retry(backoff)
+            .sleep(tokio::time::sleep)
+            .when(|_| flags.strong_count() > 0)
+            .notify(|err, _| tracing::debug!(error = %err, "cannot subscribe to stock-returned"))
+            .await;
+        // Only a dropped owner ends the retries: the listener ends with it.
+        let Ok(mut messages) = subscribed else { return };
+        let Some(strong) = flags.upgrade() else { return };
+        strong.clear_all();
+        drop(strong);
+        tracing::debug!(%channel, "listening for stock-returned broadcasts");
+        while let Some(message) = messages.next().await {
+            let Some(flags) = flags.upgrade() else { return };
+            match message.get_payload::<i64>() {
+                Ok(sale) => flags.clear(SaleId(sale)),
+                Err(err) => tracing::warn!(error = %err, "malformed stock-returned message"),
             }
-            Err(err) => tracing::debug!(error = %err, "cannot subscribe to stock-returned"),
         }
-        if flags.strong_count() == 0 {
-            return;
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        tracing::warn!(%channel, "stock-returned subscription lost; reconnecting");
     }
 }
 
