@@ -38,7 +38,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use seckill::strategy::StrategyName;
 
 use crate::fault::FaultChoice;
-use crate::profile::Profile;
+use crate::profile::{PlanFlags, Profile};
 
 #[derive(Parser)]
 #[command(version, about = "Compare flash-sale strategies under load (goose)")]
@@ -99,60 +99,11 @@ pub struct CompareArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "burst")]
     pub profile: Vec<Profile>,
 
-    /// Units of stock of a run, over all its sales (default: the profile's own
-    /// stock — burst 5000, retry-storm 2000, multi-sale 10000, slow 500,
-    /// flood 5000, payment 1000).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
-    pub stock: Option<u64>,
-
-    /// Lease of `lock/*` strategies, milliseconds, for every profile's sales
-    /// (default: the profile's own — slow 200, others the service's 2000).
-    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=600_000))]
-    pub lock_lease_ms: Option<i32>,
-
-    /// Simulated work inside every strategy's critical section or
-    /// transaction, milliseconds ±50 %, for every profile's sales (default:
-    /// the profile's own — slow 5, others 0).
-    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=600_000))]
-    pub work_ms: Option<i32>,
-
-    /// Length of a stall inside the critical section, milliseconds, for every
-    /// profile's sales (default: the profile's own — slow 600, others 0).
-    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=600_000))]
-    pub pause_ms: Option<i32>,
-
-    /// Fraction (0..=1) of purchases that stall for `--pause-ms`, for every
-    /// profile's sales (default: the profile's own — slow 0.01, others 0).
-    #[arg(long, value_parser = parse_fraction)]
-    pub pause_ratio: Option<f64>,
-
-    /// `retry-storm`: times each buyer sends its purchase, back to back.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=100))]
-    pub storm: u32,
-
-    /// `flood`: extra purchases by one buyer (buyer 1), spread among the
-    /// other buyers' sends.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub flood: u64,
-
-    /// `payment`: how long a buyer has to pay an order, milliseconds; unpaid
-    /// then, it expires and its unit returns to the sale.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(i32).range(1..=600_000))]
-    pub payment_window_ms: i32,
-
-    /// `payment`: fraction (0..=1) of buyers who never pay.
-    #[arg(long, default_value_t = 0.3, value_parser = parse_fraction)]
-    pub unpaid_share: f64,
-
-    /// `payment`: the sale closes this many seconds after it is created;
-    /// must outlast the payment window. A run stops earlier, as soon as
-    /// every unit is paid.
-    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub sale_window_s: u64,
-
-    /// `multi-sale`: sales at once, each with stock/N units.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=64))]
-    pub sales: u32,
+    /// What each profile's runs are made of: stock, sales, knobs, and the
+    /// flags of single profiles.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub plan: PlanFlags,
 
     /// Distinct buyers as a multiple of stock (each wants one unit).
     #[arg(long, default_value_t = 3.0)]
@@ -193,10 +144,6 @@ pub struct CompareArgs {
     /// its 15 s grace) and the queue redelivers.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub settle_s: u64,
-
-    /// Fraction of buyers who submit their purchase a second time.
-    #[arg(long, default_value_t = 0.1, value_parser = parse_fraction)]
-    pub resubmit: f64,
 
     /// Concurrent goose users.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=5_000))]
@@ -355,7 +302,7 @@ fn parse_strategy(s: &str) -> Result<StrategyName, String> {
 }
 
 /// A number between 0 and 1 inclusive.
-fn parse_fraction(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_fraction(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
         _ => Err(format!("`{s}` is not a number between 0 and 1")),
@@ -375,7 +322,7 @@ async fn main() -> std::process::ExitCode {
             if args.strategies.is_empty() {
                 args.strategies = StrategyName::ALL.to_vec();
             }
-            if args.sale_window_s * 1000 <= args.payment_window_ms as u64 {
+            if args.plan.sale_window_s * 1000 <= args.plan.payment_window_ms as u64 {
                 eprintln!("error: --sale-window-s must outlast --payment-window-ms");
                 return std::process::ExitCode::from(2);
             }

@@ -15,7 +15,69 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::CompareArgs;
+/// The flags of `loadtest compare` that make a profile's runs (flattened
+/// into its flags, and into report.json's `config`).
+#[derive(clap::Args, Debug, Clone, Serialize)]
+pub struct PlanFlags {
+    /// Units of stock of a run, over all its sales (default: the profile's own
+    /// stock — burst 5000, retry-storm 2000, multi-sale 10000, slow 500,
+    /// flood 5000, payment 1000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub stock: Option<u64>,
+
+    /// Lease of `lock/*` strategies, milliseconds, for every profile's sales
+    /// (default: the profile's own — slow 200, others the service's 2000).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=600_000))]
+    pub lock_lease_ms: Option<i32>,
+
+    /// Simulated work inside every strategy's critical section or
+    /// transaction, milliseconds ±50 %, for every profile's sales (default:
+    /// the profile's own — slow 5, others 0).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=600_000))]
+    pub work_ms: Option<i32>,
+
+    /// Length of a stall inside the critical section, milliseconds, for every
+    /// profile's sales (default: the profile's own — slow 600, others 0).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=600_000))]
+    pub pause_ms: Option<i32>,
+
+    /// Fraction (0..=1) of purchases that stall for `--pause-ms`, for every
+    /// profile's sales (default: the profile's own — slow 0.01, others 0).
+    #[arg(long, value_parser = crate::parse_fraction)]
+    pub pause_ratio: Option<f64>,
+
+    /// `retry-storm`: times each buyer sends its purchase, back to back.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=100))]
+    pub storm: u32,
+
+    /// `flood`: extra purchases by one buyer (buyer 1), spread among the
+    /// other buyers' sends.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub flood: u64,
+
+    /// `payment`: how long a buyer has to pay an order, milliseconds; unpaid
+    /// then, it expires and its unit returns to the sale.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(i32).range(1..=600_000))]
+    pub payment_window_ms: i32,
+
+    /// `payment`: fraction (0..=1) of buyers who never pay.
+    #[arg(long, default_value_t = 0.3, value_parser = crate::parse_fraction)]
+    pub unpaid_share: f64,
+
+    /// `payment`: the sale closes this many seconds after it is created;
+    /// must outlast the payment window. A run stops earlier, as soon as
+    /// every unit is paid.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub sale_window_s: u64,
+
+    /// `multi-sale`: sales at once, each with stock/N units.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=64))]
+    pub sales: u32,
+
+    /// Fraction of buyers who submit their purchase a second time.
+    #[arg(long, default_value_t = 0.1, value_parser = crate::parse_fraction)]
+    pub resubmit: f64,
+}
 
 /// A load profile for `--profile`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Serialize, Deserialize)]
@@ -170,7 +232,7 @@ impl Profile {
     /// (`--lock-lease-ms`, `--work-ms`, `--pause-ms`, `--pause-ratio`)
     /// override the profile's knobs; `payment` takes its window from
     /// `--payment-window-ms`.
-    pub fn plan(self, args: &CompareArgs) -> Plan {
+    pub fn plan(self, args: &PlanFlags) -> Plan {
         let stock = args.stock.unwrap_or_else(|| self.default_stock());
         let (sales, submissions, resubmit) = match self {
             Profile::Burst => (1, 1, args.resubmit),
@@ -229,11 +291,11 @@ mod tests {
     }
 
     /// `loadtest compare` flags as parsed from `flags`.
-    fn compare_args(flags: &[&str]) -> CompareArgs {
+    fn plan_flags(flags: &[&str]) -> PlanFlags {
         #[derive(clap::Parser)]
         struct Cli {
             #[command(flatten)]
-            args: CompareArgs,
+            args: PlanFlags,
         }
         let argv = std::iter::once("compare").chain(flags.iter().copied());
         <Cli as clap::Parser>::parse_from(argv).args
@@ -241,11 +303,11 @@ mod tests {
 
     #[test]
     fn knob_flags_override_every_profiles_knobs() {
-        let defaults = compare_args(&[]);
+        let defaults = plan_flags(&[]);
         assert_eq!(Profile::Burst.plan(&defaults).knobs, SaleKnobs::default());
         assert_eq!(Profile::Slow.plan(&defaults).knobs, Profile::Slow.knobs());
 
-        let args = compare_args(&["--work-ms", "7", "--pause-ratio", "0.5"]);
+        let args = plan_flags(&["--work-ms", "7", "--pause-ratio", "0.5"]);
         let slow = SaleKnobs { work_ms: Some(7), pause_ratio: Some(0.5), ..Profile::Slow.knobs() };
         assert_eq!(Profile::Slow.plan(&args).knobs, slow);
         let burst = SaleKnobs { work_ms: Some(7), pause_ratio: Some(0.5), ..SaleKnobs::default() };
@@ -257,7 +319,7 @@ mod tests {
         #[derive(clap::Parser, Debug)]
         struct Cli {
             #[command(flatten)]
-            _args: CompareArgs,
+            _args: PlanFlags,
         }
         for flags in [["--pause-ratio", "1.5"], ["--lock-lease-ms", "0"], ["--work-ms", "-1"]] {
             let argv = std::iter::once("compare").chain(flags);
@@ -281,11 +343,11 @@ mod tests {
 
     #[test]
     fn the_payment_profile_sets_the_window_and_the_buyers_payment() {
-        let plan = Profile::Payment.plan(&compare_args(&["--unpaid-share", "0.5"]));
+        let plan = Profile::Payment.plan(&plan_flags(&["--unpaid-share", "0.5"]));
         assert_eq!(plan.knobs.payment_window_ms, Some(2000));
         assert_eq!(plan.payment, Some(Payment { unpaid_share: 0.5, sale_window_s: 120 }));
         assert_eq!((plan.stock, plan.sales, plan.resubmit), (1000, 1, 0.0));
-        let burst = Profile::Burst.plan(&compare_args(&["--payment-window-ms", "500"]));
+        let burst = Profile::Burst.plan(&plan_flags(&["--payment-window-ms", "500"]));
         assert_eq!((burst.knobs.payment_window_ms, burst.payment), (None, None));
     }
 }

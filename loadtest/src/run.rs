@@ -335,7 +335,7 @@ async fn watch_settled(
 
 /// Creates the run's sales with the profile's plan and knobs.
 async fn prepare(bench: &Bench<'_>, key: RunKey) -> anyhow::Result<Prepared> {
-    let plan = key.profile.plan(bench.args);
+    let plan = key.profile.plan(&bench.args.plan);
     let knobs = serde_json::to_value(plan.knobs)?;
     let mut sales = Vec::new();
     for (i, stock) in plan.stock_per_sale().into_iter().enumerate() {
