@@ -207,11 +207,16 @@ impl RedisHandle {
     }
 }
 
-/// Maps a Redis error to `StrategyError`: I/O, timeouts and refused
-/// connections are `Unavailable`, anything else `Internal`. A timeout keeps
-/// its `RedisError` as the source, for the purchase path's probe to sort
-/// into `busy` or `unavailable` (`crate::backend_probe`).
+/// Maps a Redis error to `StrategyError`: a refused account or right
+/// ([`redis_misconfiguration`]) is `Misconfigured`; I/O, timeouts and
+/// refused connections are `Unavailable`, anything else `Internal`. A
+/// timeout keeps its `RedisError` as the source, for the purchase path's
+/// probe to sort into `busy` or `unavailable` (`crate::backend_probe`).
 pub fn redis_error(err: redis::RedisError) -> StrategyError {
+    let err = match redis_misconfigured(err) {
+        Ok(misconfigured) => return misconfigured,
+        Err(err) => err,
+    };
     if err.is_io_error()
         || err.is_timeout()
         || err.is_connection_dropped()
@@ -223,8 +228,40 @@ pub fn redis_error(err: redis::RedisError) -> StrategyError {
     }
 }
 
+/// A connection that could not be made: `Misconfigured` when Redis refused
+/// the account, `Unavailable` otherwise.
 fn redis_unavailable(err: redis::RedisError) -> StrategyError {
-    StrategyError::Unavailable { backend: Backend::Redis, source: err.into() }
+    redis_misconfigured(err).unwrap_or_else(|err| StrategyError::Unavailable {
+        backend: Backend::Redis,
+        source: err.into(),
+    })
+}
+
+/// The refusal a Redis error reports, if any: a command or key its ACL
+/// does not grant (`NOPERM`), a password it refused (`WRONGPASS`, or
+/// authentication failing as the client saw it), one it requires
+/// (`NOAUTH`).
+pub fn redis_misconfiguration(err: &redis::RedisError) -> Option<&'static str> {
+    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        return Some("authentication failed");
+    }
+    match err.code()? {
+        "NOPERM" => Some("NOPERM"),
+        "WRONGPASS" => Some("WRONGPASS"),
+        "NOAUTH" => Some("NOAUTH"),
+        _ => None,
+    }
+}
+
+/// `Ok(Misconfigured { backend: Redis })` when `err` is a refusal, else
+/// `err` back.
+fn redis_misconfigured(err: redis::RedisError) -> Result<StrategyError, redis::RedisError> {
+    match redis_misconfiguration(&err) {
+        Some(cause) => {
+            Ok(StrategyError::Misconfigured { backend: Backend::Redis, cause, source: err.into() })
+        }
+        None => Err(err),
+    }
 }
 
 /// Counts `n` round trips sent to Redis (`seckill_redis_round_trips_total`);
@@ -269,10 +306,11 @@ struct AmqpFamily {
 struct AmqpInner {
     url: String,
     current: RwLock<Option<Arc<Connection>>>,
-    /// Serialises (re)connection attempts and remembers the last one, so a
-    /// broker that is down costs one attempt per [`AMQP_RECONNECT_PAUSE`],
-    /// not one per request.
-    connecting: tokio::sync::Mutex<Option<Instant>>,
+    /// Serialises (re)connection attempts and remembers the last one — when,
+    /// and the refusal it met if the broker refused the login — so a broker
+    /// that is down costs one attempt per [`AMQP_RECONNECT_PAUSE`], not one
+    /// per request, and the requests in between get the same answer.
+    connecting: tokio::sync::Mutex<Option<(Instant, Option<&'static str>)>>,
     /// Namespace in front of every queue and exchange this service declares
     /// (`SECKILL_AMQP_PREFIX`).
     prefix: String,
@@ -366,10 +404,19 @@ impl AmqpHandle {
         if let Some(conn) = self.usable() {
             return Ok(conn);
         }
-        if last_attempt.is_some_and(|at| at.elapsed() < AMQP_RECONNECT_PAUSE) {
-            return Err(amqp_unavailable(anyhow::anyhow!("RabbitMQ was unreachable just now")));
+        match *last_attempt {
+            Some((at, refusal)) if at.elapsed() < AMQP_RECONNECT_PAUSE => {
+                let source = anyhow::anyhow!("RabbitMQ refused or was unreachable just now");
+                return Err(match refusal {
+                    Some(cause) => {
+                        StrategyError::Misconfigured { backend: Backend::Rabbitmq, cause, source }
+                    }
+                    None => amqp_unavailable(source),
+                });
+            }
+            _ => {}
         }
-        *last_attempt = Some(Instant::now());
+        *last_attempt = Some((Instant::now(), None));
         let properties = ConnectionProperties::default().with_connection_name("seckill".into());
         let conn = tokio::time::timeout(
             AMQP_CONNECT_TIMEOUT,
@@ -377,7 +424,13 @@ impl AmqpHandle {
         )
         .await
         .map_err(|_| amqp_unavailable(NoAnswerWithin(AMQP_CONNECT_TIMEOUT).into()))?
-        .map_err(|err| amqp_unavailable(err.into()))?;
+        .map_err(|err| {
+            let err = amqp_unavailable(err.into());
+            if let StrategyError::Misconfigured { cause, .. } = &err {
+                *last_attempt = Some((Instant::now(), Some(*cause)));
+            }
+            err
+        })?;
         let conn = Arc::new(conn);
         tokio::spawn(watch(Arc::downgrade(&conn), self.family.clone()));
         let previous = self.inner.current.write().expect("amqp handle lock").replace(conn.clone());
@@ -421,9 +474,34 @@ async fn watch(conn: std::sync::Weak<Connection>, family: Arc<AmqpFamily>) {
     }
 }
 
-/// Maps an AMQP client error to `Unavailable { backend: Rabbitmq }`.
+/// Maps an AMQP client error to `Misconfigured { backend: Rabbitmq }` when
+/// the broker refused the login or the virtual host
+/// ([`amqp_misconfiguration`]), to `Unavailable { backend: Rabbitmq }`
+/// otherwise.
 pub fn amqp_unavailable(err: anyhow::Error) -> StrategyError {
-    StrategyError::Unavailable { backend: Backend::Rabbitmq, source: err }
+    match amqp_misconfiguration(&err) {
+        Some(cause) => {
+            StrategyError::Misconfigured { backend: Backend::Rabbitmq, cause, source: err }
+        }
+        None => StrategyError::Unavailable { backend: Backend::Rabbitmq, source: err },
+    }
+}
+
+/// The refusal an AMQP error reports, if any, by its AMQP 0-9-1 reply code:
+/// `ACCESS_REFUSED` (403: a login, or a resource the user's permissions do
+/// not grant) and `NOT_ALLOWED` (530: a virtual host the user may not
+/// open).
+pub fn amqp_misconfiguration(err: &anyhow::Error) -> Option<&'static str> {
+    use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
+    let lapin = err.chain().find_map(|cause| cause.downcast_ref::<lapin::Error>())?;
+    match lapin.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => match amqp.kind() {
+            AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED) => Some("ACCESS_REFUSED"),
+            AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED) => Some("NOT_ALLOWED"),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Counts `n` AMQP messages published or consumed

@@ -48,7 +48,7 @@ impl Outcome {
 }
 
 /// A backing server: one a strategy needs, or the one that failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// The source of truth: sales, orders, requests (`DATABASE_URL`).
@@ -75,9 +75,63 @@ pub enum StrategyError {
         #[source]
         source: anyhow::Error,
     },
+    /// A backing server refused the service's account or its rights: a
+    /// wrong password, a Redis ACL that does not cover the service's keys
+    /// (`NOPERM`), a RabbitMQ login or virtual host refused
+    /// (`ACCESS_REFUSED`, `NOT_ALLOWED`), a Postgres role without a
+    /// privilege it needs. A retry does not help until an operator corrects
+    /// the configuration. `cause` names the refusal (the server's own error
+    /// code where it has one). Becomes `503`, problem type `misconfigured`,
+    /// and is logged once per `(backend, cause)` ([`log_misconfiguration`]).
+    #[error("{backend:?} refused this service ({cause}): {source}")]
+    Misconfigured {
+        backend: Backend,
+        cause: &'static str,
+        #[source]
+        source: anyhow::Error,
+    },
     /// Anything else: a bug or an unexpected server answer. Becomes `500`.
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
+}
+
+/// The `(backend, cause)` pairs of [`StrategyError::Misconfigured`] this
+/// process has logged.
+static MISCONFIGURATIONS_LOGGED: std::sync::Mutex<std::collections::BTreeSet<(Backend, &str)>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Logs a misconfiguration: at ERROR the first time this process meets its
+/// `(backend, cause)`, at DEBUG afterwards — one refusal fails every
+/// request that needs the server, and one line says why. Returns whether it
+/// was the first time.
+pub fn log_misconfiguration(backend: Backend, cause: &'static str, source: &anyhow::Error) -> bool {
+    let first = MISCONFIGURATIONS_LOGGED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert((backend, cause));
+    if first {
+        tracing::error!(
+            ?backend, cause, error = %source,
+            "a backing server refuses this service's configuration; requests that need it are \
+             answered 503 misconfigured until it is corrected (logged once per cause)"
+        );
+    } else {
+        tracing::debug!(?backend, cause, error = %source, "backing server refuses this service");
+    }
+    first
+}
+
+/// The misconfiguration a Postgres SQLSTATE reports, if any (PostgreSQL
+/// manual, appendix A): `42501` insufficient privilege, class `28` invalid
+/// authorization (a wrong password, an unknown role), `3D000` no such
+/// database.
+fn postgres_misconfiguration(code: &str) -> Option<&'static str> {
+    match code {
+        "42501" => Some("insufficient_privilege"),
+        "3D000" => Some("invalid_catalog_name"),
+        code if code.starts_with("28") => Some("invalid_authorization_specification"),
+        _ => None,
+    }
 }
 
 /// The reason given with `busy` when Postgres rolled a transaction back to
@@ -89,13 +143,27 @@ pub const TRANSACTION_CONFLICT: &str =
 pub const CONFLICT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl From<sqlx::Error> for StrategyError {
-    /// Connection-level failures (refused, reset, pool exhausted while
-    /// connecting, server shutting down) are `Unavailable`; everything else is
-    /// `Internal`. SQLSTATE classes from the PostgreSQL manual, appendix A:
+    /// A refused role or privilege is `Misconfigured`
+    /// (`postgres_misconfiguration`); connection-level failures (refused,
+    /// reset, pool exhausted while connecting, server shutting down) are
+    /// `Unavailable`; everything else is `Internal`. SQLSTATE classes from the PostgreSQL manual, appendix A:
     /// `08` connection exception, `57P0x` operator intervention, `53300` too
     /// many connections. A transaction rolled back by a deadlock (`40P01`)
     /// or a serialization conflict (`40001`) is `Busy`: nothing was written.
     fn from(err: sqlx::Error) -> Self {
+        let misconfigured = match &err {
+            sqlx::Error::Database(db) => {
+                db.code().and_then(|code| postgres_misconfiguration(&code))
+            }
+            _ => None,
+        };
+        if let Some(cause) = misconfigured {
+            return StrategyError::Misconfigured {
+                backend: Backend::Postgres,
+                cause,
+                source: err.into(),
+            };
+        }
         let unavailable = match &err {
             sqlx::Error::Io(_)
             | sqlx::Error::Tls(_)
@@ -223,6 +291,26 @@ mod tests {
             matches!(mapped, StrategyError::Busy { reason: TRANSACTION_CONFLICT, .. }),
             "{mapped:?}"
         );
+    }
+
+    #[test]
+    fn refused_roles_and_privileges_are_misconfigurations_and_nothing_else_is() {
+        assert_eq!(postgres_misconfiguration("42501"), Some("insufficient_privilege"));
+        assert_eq!(postgres_misconfiguration("28P01"), Some("invalid_authorization_specification"));
+        assert_eq!(postgres_misconfiguration("28000"), Some("invalid_authorization_specification"));
+        assert_eq!(postgres_misconfiguration("3D000"), Some("invalid_catalog_name"));
+        for other in ["23505", "40001", "08006", "53300", "42P01"] {
+            assert_eq!(postgres_misconfiguration(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_misconfiguration_is_logged_once_per_backend_and_cause() {
+        let source = anyhow::anyhow!("NOPERM");
+        assert!(log_misconfiguration(Backend::Redis, "test cause", &source));
+        assert!(!log_misconfiguration(Backend::Redis, "test cause", &source));
+        assert!(log_misconfiguration(Backend::Rabbitmq, "test cause", &source));
+        assert!(log_misconfiguration(Backend::Redis, "another test cause", &source));
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub async fn purchase(
         Ok(outcome) => outcome.label(),
         Err(StrategyError::Busy { .. }) => "busy",
         Err(StrategyError::Unavailable { .. }) => "unavailable",
+        Err(StrategyError::Misconfigured { .. }) => "misconfigured",
         Err(StrategyError::Internal(_)) => "internal",
     };
     counter!(crate::metric_names::PURCHASE_OUTCOMES_TOTAL, "strategy" => strategy, "outcome" => label)

@@ -64,15 +64,21 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Ready>, AppErr
             amqp_ready(&state.amqp).await?;
             Ok(Json(Ready { status: "ready", postgres: "ok", redis: "ok", rabbitmq: "ok" }))
         }
-        Ok(Err(err)) => {
-            Err(StrategyError::Unavailable { backend: Backend::Postgres, source: err.into() }
-                .into())
-        }
+        Ok(Err(err)) => Err(not_ready(Backend::Postgres, err.into()).into()),
         Err(_) => Err(StrategyError::Unavailable {
             backend: Backend::Postgres,
             source: anyhow::anyhow!("no answer within {READY_TIMEOUT:?}"),
         }
         .into()),
+    }
+}
+
+/// What a failed readiness check of `backend` answers: a refusal stays
+/// `misconfigured`, anything else is `unavailable`.
+fn not_ready(backend: Backend, err: StrategyError) -> StrategyError {
+    match err {
+        err @ (StrategyError::Misconfigured { .. } | StrategyError::Unavailable { .. }) => err,
+        other => StrategyError::Unavailable { backend, source: other.into() },
     }
 }
 
@@ -82,9 +88,10 @@ async fn redis_ready(redis: &RedisHandle) -> Result<(), AppError> {
     let ping = async {
         let mut conn = redis.conn().await?;
         // Any error, not only I/O, means "not ready" here.
-        redis::cmd("PING").query_async::<String>(&mut conn).await.map_err(|err| {
-            StrategyError::Unavailable { backend: Backend::Redis, source: err.into() }
-        })
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map_err(|err| not_ready(Backend::Redis, crate::backends::redis_error(err)))
     };
     match tokio::time::timeout(READY_TIMEOUT, ping).await {
         Ok(Ok(_)) => Ok(()),

@@ -93,7 +93,9 @@ const PROBLEMS: &[(&str, &str, &str)] = &[
         "Unavailable",
         "`busy`: back-pressure (a lock wait ran out, a full queue, every Postgres connection \
          in use, too many open connections); or `unavailable`: a backing server is down, \
-         named in `backend`. `Retry-After` says when to retry",
+         named in `backend`. `Retry-After` says when to retry. Or `misconfigured`: the \
+         server named in `backend` refuses this service's account or rights (no \
+         `Retry-After`: retrying does not help until an operator corrects it)",
     ),
     (
         "504",

@@ -181,6 +181,11 @@ impl AppError {
             Strategy(StrategyError::Unavailable { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "A backing service is unavailable")
             }
+            Strategy(StrategyError::Misconfigured { .. }) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "misconfigured",
+                "A backing service refuses this service's configuration",
+            ),
             Strategy(StrategyError::Internal(_)) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error")
             }
@@ -220,6 +225,14 @@ impl IntoResponse for AppError {
                 backend = Some(*b);
                 retry_after = Some(Duration::from_secs(1));
                 format!("{b:?} is unavailable; retry later")
+            }
+            AppError::Strategy(StrategyError::Misconfigured { backend: b, cause, source }) => {
+                crate::outcome::log_misconfiguration(*b, cause, source);
+                backend = Some(*b);
+                format!(
+                    "{b:?} refuses this service ({cause}); an operator must correct the service's \
+                     account or its rights there (the service's log names the error)"
+                )
             }
             AppError::Strategy(StrategyError::Busy { reason, retry_after: after }) => {
                 retry_after = Some(*after);

@@ -10,6 +10,7 @@ mod errors;
 mod floods;
 mod fragmented_stock;
 mod health;
+mod misconfigured;
 mod openapi;
 mod outage;
 mod purchase_rules;

@@ -52,6 +52,7 @@ pub fn outcome(answer: &Result<Outcome, StrategyError>) -> String {
         Ok(other) => format!("409 {}", other.label()),
         Err(StrategyError::Busy { .. }) => "503 busy".to_owned(),
         Err(StrategyError::Unavailable { .. }) => "503 unavailable".to_owned(),
+        Err(StrategyError::Misconfigured { .. }) => "503 misconfigured".to_owned(),
         Err(StrategyError::Internal(_)) => "500 internal".to_owned(),
     }
 }

@@ -105,22 +105,42 @@ async fn a_queue_sale_runs_through_a_broker_user_limited_to_the_services_prefix(
     assert!(closed, "the sold-out event reached the gate");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_prefix_outside_the_users_permissions_is_answered_503_not_a_crash() {
-    let _heavy = test_support::heavy();
-    provoking("a broker that refuses the service's queue names (ACCESS_REFUSED)");
-    let node = node_with_the_services_user().await;
-    let service_url = url(&node, "seckill");
+/// A service on `amqp_url` with the queue prefix `prefix` answers a purchase
+/// of a `queue` sale `503 misconfigured` naming RabbitMQ, twice (the second
+/// within the pause between connection attempts), without the password, and
+/// stays alive.
+async fn assert_purchases_are_misconfigured(amqp_url: String, prefix: &str, what: &str) {
+    let prefix = prefix.to_owned();
     let app = TestApp::spawn_with(move |config| {
-        config.backends.amqp_url = service_url;
-        config.backends.amqp_prefix = "elsewhere".to_owned();
+        config.backends.amqp_url = amqp_url;
+        config.backends.amqp_prefix = prefix;
         config.strategies.queue.partitions = 1;
     })
     .await;
     let sale = app.sale("queue", 3).await;
-    let response = app.buy(sale, 1).await;
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let body = response.text().await.unwrap();
-    assert!(!body.contains(PASSWORD), "{body}");
+    for user in [1, 2] {
+        let response = app.buy(sale, user).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{what}");
+        assert!(!response.headers().contains_key("retry-after"), "{what}: retrying cannot help");
+        let body = response.text().await.unwrap();
+        assert!(!body.contains(PASSWORD), "{body}");
+        let problem: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(problem["type"], "/problems/misconfigured", "{what}: {body}");
+        assert_eq!(problem["backend"], "rabbitmq", "{what}: {body}");
+    }
     assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_refuses_the_services_names_vhost_or_password_is_answered_503_misconfigured()
+{
+    let _heavy = test_support::heavy();
+    provoking("a broker that refuses the service's queue names, virtual host and password");
+    let node = node_with_the_services_user().await;
+    let names = "queue names outside the user's permissions (ACCESS_REFUSED)";
+    assert_purchases_are_misconfigured(url(&node, "seckill"), "elsewhere", names).await;
+    let vhost = "a virtual host the user may not open";
+    assert_purchases_are_misconfigured(url(&node, "%2f"), "seckill", vhost).await;
+    let wrong = format!("amqp://seckill:wrong-{PASSWORD}@127.0.0.1:{}/seckill", node.port);
+    assert_purchases_are_misconfigured(wrong, "seckill", "a wrong password").await;
 }

@@ -2,8 +2,10 @@
 //! this test owns: as an ACL user limited to the keys and channels of its
 //! prefix (as `scripts/services.sh` and docker-compose.yml create it), a
 //! `redis-decr` sale and two `lock/*` sales sell exactly their stock; with a
-//! wrong password, purchases and `/readyz` are `503`, the log names the
-//! cause, and neither the answers nor the log show the password.
+//! wrong password, purchases and `/readyz` are `503 misconfigured`, the log
+//! names the cause, and neither the answers nor the log show the password;
+//! with an ACL that does not cover the service's prefix (`NOPERM`), purchases
+//! are `503 misconfigured` too, never a 500.
 
 use reqwest::StatusCode;
 use test_support::RedisServer;
@@ -73,7 +75,7 @@ async fn sales_run_as_a_redis_acl_user_limited_to_the_services_prefix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_redis_password_is_a_503_and_shows_nowhere() {
-    provoking("a Redis that refuses the service's password (503 unavailable)");
+    provoking("a Redis that refuses the service's password (503 misconfigured)");
     let server = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]).await;
     let wrong = "a-wrong-redis-password-of-this-test";
     let log = std::env::temp_dir()
@@ -104,7 +106,10 @@ async fn a_wrong_redis_password_is_a_503_and_shows_nowhere() {
     ] {
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{what}");
         let body = response.text().await.unwrap();
-        assert!(body.contains("redis") && !body.contains(wrong), "{what}: {body}");
+        assert!(!body.contains(wrong), "{what}: {body}");
+        let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(problem["type"], "/problems/misconfigured", "{what}: {body}");
+        assert_eq!(problem["backend"], "redis", "{what}: {body}");
     }
     drop(service);
     let text = std::fs::read_to_string(&log).unwrap();
@@ -112,4 +117,37 @@ async fn a_wrong_redis_password_is_a_503_and_shows_nowhere() {
     assert!(!text.contains(wrong), "the log shows the password:\n{text}");
     // The cause, in Redis's words, for the operator.
     assert!(text.contains("Password authentication failed"), "the log names the cause:\n{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_that_does_not_cover_the_services_prefix_is_a_503_misconfigured() {
+    provoking("a Redis ACL that refuses the service's keys (NOPERM)");
+    let server = RedisServer::start_with(&["--requirepass", ADMIN_PASSWORD]).await;
+    // The user may touch the keys under another prefix only.
+    add_the_services_user(&server, &test_support::unique_prefix()).await;
+    let url = format!("redis://seckill:{PASSWORD}@127.0.0.1:{}", server.port);
+    let app = TestApp::spawn_with(move |config| config.backends.redis_url = url).await;
+    for strategy in ["redis-decr", "lock/watchdog", "lock/fenced"] {
+        let body = serde_json::json!({ "name": "narrow ACL", "stock": 3, "strategy": strategy });
+        let sale = crate::support::create_sale_at(&app.base, ADMIN_TOKEN, body).await;
+        for user in [1, 2] {
+            let response = app.buy(sale, user).await;
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{strategy}");
+            assert!(!response.headers().contains_key("retry-after"), "{strategy}");
+            let problem: serde_json::Value = response.json().await.unwrap();
+            assert_eq!(problem["type"], "/problems/misconfigured", "{strategy}: {problem}");
+            assert_eq!(problem["backend"], "redis", "{strategy}: {problem}");
+            assert!(problem["detail"].as_str().unwrap().contains("NOPERM"), "{problem}");
+        }
+        // Nothing written (the audit of a `redis-decr` sale needs Redis).
+        let (orders, remaining): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM orders WHERE sale_id = $1), \
+                    (SELECT remaining_stock FROM sales WHERE id = $1)",
+        )
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        assert_eq!((orders, remaining), (0, 3), "{strategy}");
+    }
 }

@@ -116,9 +116,18 @@ pub(super) fn sale_lock_name(prefix: &str, sale: &Sale) -> Result<LockName, Stra
         .map_err(|err| StrategyError::Internal(err.into()))
 }
 
-/// Maps a library error: unreachable Redis is `Unavailable`, a grant that came
-/// back too late is `busy` (retry), anything else `Internal`.
+/// Maps a library error: Redis refusing the account or a key
+/// (`crate::backends::redis_misconfiguration`) is `Misconfigured`,
+/// unreachable Redis `Unavailable`, a grant that came back too late `busy`
+/// (retry), anything else `Internal`.
 pub(super) fn lock_error(err: LockError) -> StrategyError {
+    let refused = match &err {
+        LockError::Redis(redis) => crate::backends::redis_misconfiguration(redis),
+        _ => None,
+    };
+    if let Some(cause) = refused {
+        return StrategyError::Misconfigured { backend: Backend::Redis, cause, source: err.into() };
+    }
     match err {
         err if err.is_unavailable() => {
             StrategyError::Unavailable { backend: Backend::Redis, source: err.into() }

@@ -446,6 +446,11 @@ async fn settle_until_postgres_answers(
                     tracing::warn!(error = %source, "Postgres unavailable; the batch waits");
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
+                // Kept in the queue until an operator corrects the role.
+                StrategyError::Misconfigured { backend, cause, source } => {
+                    crate::outcome::log_misconfiguration(backend, cause, &source);
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
                 StrategyError::Internal(err) => {
                     return Err(sqlx::Error::Protocol(format!("{err:#}")));
                 }

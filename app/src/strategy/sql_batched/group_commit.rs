@@ -208,6 +208,11 @@ fn each(err: &StrategyError) -> StrategyError {
         StrategyError::Unavailable { backend, source } => {
             StrategyError::Unavailable { backend: *backend, source: anyhow::anyhow!("{source:#}") }
         }
+        StrategyError::Misconfigured { backend, cause, source } => StrategyError::Misconfigured {
+            backend: *backend,
+            cause,
+            source: anyhow::anyhow!("{source:#}"),
+        },
         StrategyError::Internal(source) => StrategyError::Internal(anyhow::anyhow!("{source:#}")),
     }
 }
