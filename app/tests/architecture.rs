@@ -7,12 +7,14 @@
 //! module may use; the HTTP vocabulary shared by all routes; the strategies;
 //! the purchase path and the audit; the HTTP router; start-up. A new
 //! top-level module must be placed in a layer here before the check passes.
-//! Paths inside comments and string literals do not count, nor does a file's
-//! `#[cfg(test)]` part (its unit tests, which sit at its end): the layering
-//! is that of the production code.
+//! Paths inside comments and string literals do not count, nor do
+//! `#[cfg(test)]` items (a file's unit tests): the layering is that of the
+//! production code, read by `test_support::rust_source`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use test_support::rust_source;
 
 /// Top-level modules of the service, by layer, bottom first. A module may
 /// import from its own layer (without a cycle) and from the layers below.
@@ -88,7 +90,7 @@ fn a_module_in_no_layer_is_reported() {
 #[test]
 fn super_chains_that_leave_the_top_level_module_are_imports() {
     let code = "use super::strategy::Sale; use super::super::http::AppState; use super::x;";
-    let from = |file: &str| super_paths(Path::new(file), code);
+    let from = |file: &str| imported_modules(Path::new(file), code);
     let all = ["http", "strategy", "x"].map(String::from);
     assert_eq!(from("sale.rs"), BTreeSet::from(all.clone()));
     assert_eq!(from("strategy/mod.rs"), BTreeSet::from(all));
@@ -97,7 +99,7 @@ fn super_chains_that_leave_the_top_level_module_are_imports() {
 }
 
 #[test]
-fn paths_are_found_in_uses_groups_and_code_but_not_in_comments_or_strings() {
+fn paths_are_found_in_uses_groups_code_and_macros_but_not_in_comments_strings_or_tests() {
     let source = r##"
         //! Docs may mention crate::http freely.
         use crate::sale::{Sale, SaleId};
@@ -109,11 +111,13 @@ fn paths_are_found_in_uses_groups_and_code_but_not_in_comments_or_strings() {
             let r = r#"crate::audit in a raw string"#;
             let c = '"';
             crate::telemetry::metrics_handle();
-            let x: &'static str = "";
+            tracing::info!(metrics = ?crate::metric_names::X);
         }
+        #[cfg(test)]
+        mod tests { use crate::lifecycle::Sweep; }
     "##;
-    let found = crate_paths(&strip_comments_and_strings(source));
-    let expected = ["backends", "config", "sale", "telemetry"];
+    let found = imported_modules(Path::new("strategy/naive.rs"), source);
+    let expected = ["backends", "config", "metric_names", "sale", "telemetry"];
     assert_eq!(found, BTreeSet::from(expected.map(String::from)));
 }
 
@@ -196,7 +200,7 @@ fn cycles(imports: &Imports) -> Vec<Vec<String>> {
 /// `main.rs` excepted) and the other top-level modules each one imports.
 fn imports_under(src: &Path) -> Imports {
     let mut imports = Imports::new();
-    for file in rust_files(src) {
+    for file in rust_source::rust_files(src) {
         let relative = file.strip_prefix(src).expect("under src");
         let top = relative.components().next().expect("a file").as_os_str().to_string_lossy();
         let module = top.trim_end_matches(".rs").to_owned();
@@ -204,208 +208,39 @@ fn imports_under(src: &Path) -> Imports {
             continue;
         }
         let source = std::fs::read_to_string(&file).expect("readable source");
-        let code = strip_comments_and_strings(&source);
-        // Unit tests sit in an inline `mod tests` at the end of a file; its
-        // `super::` is the file itself, and tests are no part of the layering.
-        let code = code.split("#[cfg(test)]").next().unwrap_or_default();
-        let mut used = crate_paths(code);
-        used.extend(super_paths(relative, code));
+        let mut used = imported_modules(relative, &source);
         used.remove(&module);
         imports.entry(module).or_default().extend(used);
     }
     imports
 }
 
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("readable directory") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            files.extend(rust_files(&path));
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            files.push(path);
-        }
-    }
-    files.sort();
-    files
+/// The top-level modules the production code of `source`, the file at
+/// `relative` under `src`, names (`test_support::rust_source` leaves
+/// comments, strings and `#[cfg(test)]` items out: unit tests are no part
+/// of the layering).
+fn imported_modules(relative: &Path, source: &str) -> BTreeSet<String> {
+    let Some(code) = rust_source::production(source) else { return BTreeSet::new() };
+    code.paths.iter().filter_map(|path| top_level_module(relative, path)).collect()
 }
 
-/// The first segment after each `crate::` (not `$crate::`), including each
-/// item of a `crate::{a::…, b}` group.
-fn crate_paths(code: &str) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        let before = rest[..at].chars().next_back();
-        rest = &rest[at + "crate::".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
-            continue;
-        }
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = closing_brace(group);
-            for item in split_top_level(&group[..end]) {
-                found.extend(first_segment(item.trim()));
-            }
-        } else {
-            found.extend(first_segment(rest));
-        }
-    }
-    found
-}
-
-/// Top-level modules reached through `super::` chains from the file at
-/// `relative` (e.g. `super::strategy` in `sale.rs`, or
-/// `super::super::super::http` in `strategy/lock/ttl.rs`, is
-/// `crate::strategy`, resp. `crate::http`).
-fn super_paths(relative: &Path, code: &str) -> BTreeSet<String> {
+/// The top-level module `path` (its segments) reaches from the file at
+/// `relative`: the segment after `crate`, or after a chain of `super` that
+/// leaves the file's top-level module (`super::strategy` in `sale.rs`,
+/// `super::super::super::http` in `strategy/lock/ttl.rs`); `None` for any
+/// other path.
+fn top_level_module(relative: &Path, path: &[String]) -> Option<String> {
     // The module path of the file: `strategy/lock/mod.rs` → [strategy, lock].
-    let mut path: Vec<String> =
+    let mut module: Vec<String> =
         relative.with_extension("").iter().map(|p| p.to_string_lossy().into_owned()).collect();
-    if path.last().is_some_and(|last| last == "mod") {
-        path.pop();
+    if module.last().is_some_and(|last| last == "mod") {
+        module.pop();
     }
-    let mut found = BTreeSet::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("super::") {
-        let starts_chain = !rest[..at].ends_with("::") && !ident_before_str(&rest[..at]);
-        rest = &rest[at..];
-        let mut depth = 0;
-        while let Some(after) = rest.strip_prefix("super::") {
-            depth += 1;
-            rest = after;
-        }
-        if starts_chain && depth >= path.len() {
-            found.extend(first_segment(rest));
-        }
-    }
-    found
-}
-
-fn ident_before_str(before: &str) -> bool {
-    before.chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_')
-}
-
-fn first_segment(path: &str) -> Option<String> {
-    let segment: String = path.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-    (!segment.is_empty() && segment != "self").then_some(segment)
-}
-
-/// Index of the `}` that closes a group whose `{` was just consumed.
-fn closing_brace(group: &str) -> usize {
-    let mut depth = 0;
-    for (i, c) in group.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth == 0 => return i,
-            '}' => depth -= 1,
-            _ => {}
-        }
-    }
-    group.len()
-}
-
-/// Items of a `use` group, split at commas outside nested braces.
-fn split_top_level(group: &str) -> Vec<&str> {
-    let (mut items, mut depth, mut start) = (Vec::new(), 0, 0);
-    for (i, c) in group.char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' => depth -= 1,
-            ',' if depth == 0 => {
-                items.push(&group[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&group[start..]);
-    items
-}
-
-/// `code` with comments, string literals and char literals replaced by a
-/// space (lifetimes are kept: `'a` is not a char literal).
-fn strip_comments_and_strings(code: &str) -> String {
-    let chars: Vec<char> = code.chars().collect();
-    let mut out = String::with_capacity(code.len());
-    let mut i = 0;
-    while i < chars.len() {
-        let end = match (chars[i], chars.get(i + 1)) {
-            ('/', Some('/')) => {
-                chars[i..].iter().position(|&c| c == '\n').map_or(chars.len(), |n| i + n)
-            }
-            ('/', Some('*')) => skip_block_comment(&chars, i),
-            ('r', Some('#' | '"')) if !ident_before(&chars, i) => skip_raw_string(&chars, i),
-            ('"', _) => skip_quoted(&chars, i, '"'),
-            ('\'', _) if is_char_literal(&chars, i) => skip_quoted(&chars, i, '\''),
-            (c, _) => {
-                out.push(c);
-                i += 1;
-                continue;
-            }
-        };
-        out.push(' ');
-        i = end;
-    }
-    out
-}
-
-/// Index just past the (possibly nested) block comment that starts at `i`.
-fn skip_block_comment(chars: &[char], mut i: usize) -> usize {
-    let mut depth = 0;
-    while i < chars.len() {
-        match (chars[i], chars.get(i + 1)) {
-            ('/', Some('*')) => (depth, i) = (depth + 1, i + 2),
-            ('*', Some('/')) if depth == 1 => return i + 2,
-            ('*', Some('/')) => (depth, i) = (depth - 1, i + 2),
-            _ => i += 1,
-        }
-    }
-    i
-}
-
-fn ident_before(chars: &[char], i: usize) -> bool {
-    i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')
-}
-
-/// `'x'`, `'\n'`, `'\''`, `'\u{1F600}'` — as opposed to a lifetime `'a`.
-fn is_char_literal(chars: &[char], i: usize) -> bool {
-    match chars.get(i + 1) {
-        Some('\\') => true,
-        Some(_) => chars.get(i + 2) == Some(&'\''),
-        None => false,
-    }
-}
-
-/// Index just past the literal opened by `quote` at `i`.
-fn skip_quoted(chars: &[char], mut i: usize, quote: char) -> usize {
-    i += 1;
-    while i < chars.len() {
-        match chars[i] {
-            '\\' => i += 2,
-            c if c == quote => return i + 1,
-            _ => i += 1,
-        }
-    }
-    i
-}
-
-/// Index just past the raw string (`r"…"`, `r#"…"#`, …) that starts at `i`.
-fn skip_raw_string(chars: &[char], mut i: usize) -> usize {
-    i += 1;
-    let mut hashes = 0;
-    while chars.get(i) == Some(&'#') {
-        hashes += 1;
-        i += 1;
-    }
-    if chars.get(i) != Some(&'"') {
-        return i; // `r#ident`, a raw identifier
-    }
-    i += 1;
-    while i < chars.len() {
-        if chars[i] == '"' && (1..=hashes).all(|k| chars.get(i + k) == Some(&'#')) {
-            return i + 1 + hashes;
-        }
-        i += 1;
-    }
-    i
+    let supers = path.iter().take_while(|segment| *segment == "super").count();
+    let next = match path.first()?.as_str() {
+        "crate" => path.get(1)?,
+        "super" if supers >= module.len() => path.get(supers)?,
+        _ => return None,
+    };
+    (next != "self" && next != "*").then(|| next.clone())
 }

@@ -25,7 +25,9 @@
 //!   test uses;
 //! - [`heavy`]: the turn of a test that must not run beside other heavy
 //!   tests of its binary;
-//! - [`eventually`] and [`signal`]: polling a condition, signalling a process.
+//! - [`eventually`] and [`signal`]: polling a condition, signalling a process;
+//! - [`rust_source`]: the string literals and paths of a Rust source's
+//!   production code, for the tests that check the sources themselves.
 //!
 //! It depends on no service crate of the workspace (only on
 //! `owned-servers`, and on `sqlx` for Postgres), so every test binary (the service's, the lock
@@ -37,6 +39,7 @@ mod cut_proxy;
 mod database;
 mod haproxy;
 mod heavy;
+pub mod rust_source;
 mod service;
 
 use std::process::Command;
