@@ -303,6 +303,10 @@ struct AmqpFamily {
     closed: std::sync::atomic::AtomicBool,
 }
 
+/// A broker's refusal of the login or the virtual host: its cause (see
+/// [`amqp_misconfiguration`]) and its message.
+type Refusal = (&'static str, String);
+
 struct AmqpInner {
     url: String,
     current: RwLock<Option<Arc<Connection>>>,
@@ -310,7 +314,7 @@ struct AmqpInner {
     /// and the refusal it met if the broker refused the login — so a broker
     /// that is down costs one attempt per [`AMQP_RECONNECT_PAUSE`], not one
     /// per request, and the requests in between get the same answer.
-    connecting: tokio::sync::Mutex<Option<(Instant, Option<&'static str>)>>,
+    connecting: tokio::sync::Mutex<Option<(Instant, Option<Refusal>)>>,
     /// Namespace in front of every queue and exchange this service declares
     /// (`SECKILL_AMQP_PREFIX`).
     prefix: String,
@@ -404,14 +408,16 @@ impl AmqpHandle {
         if let Some(conn) = self.usable() {
             return Ok(conn);
         }
-        match *last_attempt {
+        match &*last_attempt {
             Some((at, refusal)) if at.elapsed() < AMQP_RECONNECT_PAUSE => {
-                let source = anyhow::anyhow!("RabbitMQ refused or was unreachable just now");
                 return Err(match refusal {
-                    Some(cause) => {
-                        StrategyError::Misconfigured { backend: Backend::Rabbitmq, cause, source }
-                    }
-                    None => amqp_unavailable(source),
+                    // The broker's own words, for the one log line.
+                    Some((cause, message)) => StrategyError::Misconfigured {
+                        backend: Backend::Rabbitmq,
+                        cause,
+                        source: anyhow::anyhow!("{message}"),
+                    },
+                    None => amqp_unavailable(anyhow::anyhow!("RabbitMQ was unreachable just now")),
                 });
             }
             _ => {}
@@ -426,8 +432,8 @@ impl AmqpHandle {
         .map_err(|_| amqp_unavailable(NoAnswerWithin(AMQP_CONNECT_TIMEOUT).into()))?
         .map_err(|err| {
             let err = amqp_unavailable(err.into());
-            if let StrategyError::Misconfigured { cause, .. } = &err {
-                *last_attempt = Some((Instant::now(), Some(*cause)));
+            if let StrategyError::Misconfigured { cause, source, .. } = &err {
+                *last_attempt = Some((Instant::now(), Some((*cause, format!("{source:#}")))));
             }
             err
         })?;
@@ -489,15 +495,22 @@ pub fn amqp_unavailable(err: anyhow::Error) -> StrategyError {
 
 /// The refusal an AMQP error reports, if any, by its AMQP 0-9-1 reply code:
 /// `ACCESS_REFUSED` (403: a login, or a resource the user's permissions do
-/// not grant) and `NOT_ALLOWED` (530: a virtual host the user may not
-/// open).
+/// not grant), and `NOT_ALLOWED` (530) when it says the user may not open
+/// the virtual host ("access to vhost … refused for user …"). RabbitMQ
+/// sends `NOT_ALLOWED` for a virtual host that is down or a connection
+/// limit too: those are not the configuration's fault, and stay
+/// `unavailable`.
 pub fn amqp_misconfiguration(err: &anyhow::Error) -> Option<&'static str> {
     use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
     let lapin = err.chain().find_map(|cause| cause.downcast_ref::<lapin::Error>())?;
     match lapin.kind() {
         lapin::ErrorKind::ProtocolError(amqp) => match amqp.kind() {
             AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED) => Some("ACCESS_REFUSED"),
-            AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED) => Some("NOT_ALLOWED"),
+            AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED)
+                if amqp.get_message().as_str().contains("refused for user") =>
+            {
+                Some("NOT_ALLOWED")
+            }
             _ => None,
         },
         _ => None,

@@ -5,11 +5,14 @@
 //! asks for `text/html` by name, gets the page.
 //!
 //! The rule is RFC 9110, section 12.5.1, as `headers-accept` implements it:
-//! each type gets the quality (`q`, default 1) of the most specific media
-//! range that matches it (`text/html` before `text/*` before `*/*`); between
-//! equal qualities the type the client lists first wins, and when one range
-//! matches both (`*/*`) the server's order decides, which puts JSON first.
-//! A header that does not parse is no preference: JSON.
+//! the header's ranges are ordered most specific first (`text/html` before
+//! `text/*` before `*/*`), then by quality (`q`, default 1, a malformed one
+//! read as 1); each served type takes the quality of the first range in
+//! that order that matches it. The higher quality wins; between equal
+//! qualities, the type whose range comes first in that order (so
+//! `*/*, text/html` is the page: the client named it), and when one range
+//! matches both (`*/*`) the server's order, which puts JSON first. A header
+//! that does not parse is no preference: JSON.
 
 use std::str::FromStr;
 
@@ -77,8 +80,9 @@ mod tests {
     }
 
     #[test]
-    fn between_equal_qualities_the_clients_first_wins() {
+    fn between_equal_qualities_the_more_specific_then_the_first_listed_range_wins() {
         assert!(prefers_html(&accept("text/html, application/json")));
         assert!(!prefers_html(&accept("application/json;q=0.8, text/html;q=0.8")));
+        assert!(prefers_html(&accept("*/*, text/html")), "the client named the page");
     }
 }

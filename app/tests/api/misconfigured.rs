@@ -5,7 +5,8 @@
 //!
 //! The role works on a scratch database, migrated by the superuser first:
 //! it may read and write every table but update `sales`, which is where a
-//! `sql` purchase takes its unit.
+//! `sql` purchase takes its unit, and insert into `purchase_requests`, where
+//! a `queue` purchase registers its request.
 
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -35,6 +36,7 @@ async fn a_postgres_role_without_a_privilege_is_answered_503_misconfigured() {
         format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"),
         format!("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {role}"),
         format!("REVOKE UPDATE ON sales FROM {role}"),
+        format!("REVOKE INSERT ON purchase_requests FROM {role}"),
     ] {
         // The role's name is this test's own, not input.
         let query = sqlx::query(sqlx::AssertSqlSafe(statement.clone()));
@@ -44,7 +46,11 @@ async fn a_postgres_role_without_a_privilege_is_answered_503_misconfigured() {
     let app = TestApp::spawn_with(move |config| config.backends.database_url = url).await;
     let body = serde_json::json!({ "name": "narrow role", "stock": 3, "strategy": "sql" });
     let sale = create_sale_at(&app.base, ADMIN_TOKEN, body).await;
-    for user in [1, 2] {
+    // `queue` registers its requests in a batch of its own before it
+    // publishes them: the refusal reaches every request of the batch.
+    let body = serde_json::json!({ "name": "narrow role", "stock": 3, "strategy": "queue" });
+    let queued = create_sale_at(&app.base, ADMIN_TOKEN, body).await;
+    for (sale, user) in [(sale, 1), (sale, 2), (queued, 1)] {
         let response = app.buy(sale, user).await;
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(!response.headers().contains_key("retry-after"), "retrying cannot help");

@@ -66,7 +66,8 @@ async fn drain(db: &PgPool, amqp: &AmqpHandle, topology: &Topology) -> anyhow::R
 }
 
 /// Records the dead letter's request `rejected` (if it is readable and still
-/// pending) and counts it; waits while Postgres is unavailable.
+/// pending) and counts it; waits while Postgres is unavailable or refuses
+/// the service's role.
 async fn resolve(db: &PgPool, delivery: &Delivery) {
     let reason = death_reason(delivery);
     metrics::counter!(crate::metric_names::QUEUE_DEAD_LETTERED_TOTAL, "reason" => reason.clone())
@@ -81,6 +82,12 @@ async fn resolve(db: &PgPool, delivery: &Delivery) {
             Ok(()) => return,
             Err(err) => match StrategyError::from(err) {
                 StrategyError::Unavailable { .. } => tokio::time::sleep(RETRY_PAUSE).await,
+                // As the consumer's batches: kept until an operator corrects
+                // the role, never acknowledged unrecorded.
+                StrategyError::Misconfigured { backend, cause, source } => {
+                    crate::outcome::log_misconfiguration(backend, cause, &source);
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
                 other => {
                     tracing::warn!(request_id = %message.request_id, error = %other,
                         "could not record a dead-lettered request");

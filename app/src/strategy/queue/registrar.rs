@@ -279,17 +279,23 @@ async fn lookup(
     .await
 }
 
-/// Answers every reply with `err`, classified as `From<sqlx::Error>` does.
+/// Answers every reply with `err`, classified as `From<sqlx::Error>` does:
+/// `unavailable`, `misconfigured` (naming the refusal), or `internal`.
 fn reply_all<T>(replies: impl Iterator<Item = Reply<T>>, err: sqlx::Error) {
-    let unavailable = matches!(StrategyError::from(err), StrategyError::Unavailable { .. });
+    let postgres = crate::strategy::Backend::Postgres;
+    let kind = StrategyError::from(err);
     for reply in replies {
-        let answer = if unavailable {
-            StrategyError::Unavailable {
-                backend: crate::strategy::Backend::Postgres,
+        let answer = match &kind {
+            StrategyError::Unavailable { .. } => StrategyError::Unavailable {
+                backend: postgres,
                 source: anyhow::anyhow!("Postgres is unavailable"),
-            }
-        } else {
-            StrategyError::Internal(anyhow::anyhow!("registering a request failed"))
+            },
+            StrategyError::Misconfigured { cause, source, .. } => StrategyError::Misconfigured {
+                backend: postgres,
+                cause,
+                source: anyhow::anyhow!("{source:#}"),
+            },
+            _ => StrategyError::Internal(anyhow::anyhow!("registering a request failed")),
         };
         let _ = reply.send(Err(answer));
     }

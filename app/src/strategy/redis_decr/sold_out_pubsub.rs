@@ -114,9 +114,10 @@ impl SoldOutFlags {
 }
 
 /// Subscribes to `channel` on a dedicated connection and clears the flag of
-/// each sale announced there. Subscribes again at once when a subscription
-/// is lost, then with exponential back-off (100 ms doubling to 5 s, with
-/// jitter) while Redis does not answer; clears all flags on every
+/// each sale announced there. Subscribes again [`RESUBSCRIBE_PAUSE`] after a
+/// subscription is lost, then with exponential back-off while Redis does
+/// not answer (100 ms doubling to 5 s, each pause plus a random jitter of up
+/// to its own length: at most 10 s); clears all flags on every
 /// (re)subscription. Ends when the flags are dropped.
 pub async fn listen(client: redis::Client, channel: String, flags: Weak<SoldOutFlags>) {
     let backoff = ExponentialBuilder::default()
@@ -145,8 +146,13 @@ pub async fn listen(client: redis::Client, channel: String, flags: Weak<SoldOutF
             }
         }
         tracing::warn!(%channel, "stock-returned subscription lost; reconnecting");
+        tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
     }
 }
+
+/// The pause between a lost subscription and the next, so that one that
+/// keeps dropping right after it is made does not loop at once.
+const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(100);
 
 async fn subscribe(
     client: &redis::Client,
