@@ -95,6 +95,33 @@ pub enum StrategyError {
     Internal(#[from] anyhow::Error),
 }
 
+impl StrategyError {
+    /// The same error again — kind, backend, cause and message — for one
+    /// more waiter of a batch that failed as a whole (an error is not
+    /// `Clone`; the source chain becomes its message).
+    pub fn duplicate(&self) -> StrategyError {
+        match self {
+            StrategyError::Busy { reason, retry_after } => {
+                StrategyError::Busy { reason, retry_after: *retry_after }
+            }
+            StrategyError::Unavailable { backend, source } => StrategyError::Unavailable {
+                backend: *backend,
+                source: anyhow::anyhow!("{source:#}"),
+            },
+            StrategyError::Misconfigured { backend, cause, source } => {
+                StrategyError::Misconfigured {
+                    backend: *backend,
+                    cause,
+                    source: anyhow::anyhow!("{source:#}"),
+                }
+            }
+            StrategyError::Internal(source) => {
+                StrategyError::Internal(anyhow::anyhow!("{source:#}"))
+            }
+        }
+    }
+}
+
 /// The `(backend, cause)` pairs of [`StrategyError::Misconfigured`] this
 /// process has logged.
 static MISCONFIGURATIONS_LOGGED: std::sync::Mutex<std::collections::BTreeSet<(Backend, &str)>> =
@@ -146,7 +173,8 @@ impl From<sqlx::Error> for StrategyError {
     /// A refused role or privilege is `Misconfigured`
     /// (`postgres_misconfiguration`); connection-level failures (refused,
     /// reset, pool exhausted while connecting, server shutting down) are
-    /// `Unavailable`; everything else is `Internal`. SQLSTATE classes from the PostgreSQL manual, appendix A:
+    /// `Unavailable`; everything else is `Internal`. SQLSTATE classes from
+    /// the PostgreSQL manual, appendix A:
     /// `08` connection exception, `57P0x` operator intervention, `53300` too
     /// many connections. A transaction rolled back by a deadlock (`40P01`)
     /// or a serialization conflict (`40001`) is `Busy`: nothing was written.
@@ -302,6 +330,24 @@ mod tests {
         for other in ["23505", "40001", "08006", "53300", "42P01"] {
             assert_eq!(postgres_misconfiguration(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn a_duplicate_keeps_the_kind_backend_and_message() {
+        let down = StrategyError::Unavailable {
+            backend: Backend::Postgres,
+            source: anyhow::anyhow!("connection reset"),
+        };
+        let again = down.duplicate();
+        assert!(
+            matches!(&again, StrategyError::Unavailable { backend: Backend::Postgres, source }
+                if source.to_string() == "connection reset"),
+            "{again:?}"
+        );
+        assert!(matches!(
+            StrategyError::Internal(anyhow::anyhow!("x")).duplicate(),
+            StrategyError::Internal(_)
+        ));
     }
 
     #[test]

@@ -279,24 +279,11 @@ async fn lookup(
     .await
 }
 
-/// Answers every reply with `err`, classified as `From<sqlx::Error>` does:
-/// `unavailable`, `misconfigured` (naming the refusal), or `internal`.
+/// Answers every reply with `err`, classified as `From<sqlx::Error>` does
+/// (`unavailable`, `misconfigured`, `busy` or `internal`).
 fn reply_all<T>(replies: impl Iterator<Item = Reply<T>>, err: sqlx::Error) {
-    let postgres = crate::strategy::Backend::Postgres;
-    let kind = StrategyError::from(err);
+    let err = StrategyError::from(err);
     for reply in replies {
-        let answer = match &kind {
-            StrategyError::Unavailable { .. } => StrategyError::Unavailable {
-                backend: postgres,
-                source: anyhow::anyhow!("Postgres is unavailable"),
-            },
-            StrategyError::Misconfigured { cause, source, .. } => StrategyError::Misconfigured {
-                backend: postgres,
-                cause,
-                source: anyhow::anyhow!("{source:#}"),
-            },
-            _ => StrategyError::Internal(anyhow::anyhow!("registering a request failed")),
-        };
-        let _ = reply.send(Err(answer));
+        let _ = reply.send(Err(err.duplicate()));
     }
 }

@@ -192,35 +192,15 @@ async fn settle_batch(db: &PgPool, sale: SaleId, batch: Vec<Waiter>) {
             tracing::warn!(sale_id = sale.0, purchases = purchases.len(), error = %err,
                            "a batch failed; each of its purchases is answered with the error");
             for waiter in batch {
-                let _ = waiter.answer.send(Err(each(&err)));
+                let _ = waiter.answer.send(Err(err.duplicate()));
             }
         }
-    }
-}
-
-/// `err` again, for one more purchase of the failed batch (an error is not
-/// `Clone`): the same kind, backend and message.
-fn each(err: &StrategyError) -> StrategyError {
-    match err {
-        StrategyError::Busy { reason, retry_after } => {
-            StrategyError::Busy { reason, retry_after: *retry_after }
-        }
-        StrategyError::Unavailable { backend, source } => {
-            StrategyError::Unavailable { backend: *backend, source: anyhow::anyhow!("{source:#}") }
-        }
-        StrategyError::Misconfigured { backend, cause, source } => StrategyError::Misconfigured {
-            backend: *backend,
-            cause,
-            source: anyhow::anyhow!("{source:#}"),
-        },
-        StrategyError::Internal(source) => StrategyError::Internal(anyhow::anyhow!("{source:#}")),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::Backend;
     use crate::sale::{Quantity, UserId};
 
     fn waiter(user: i64) -> (Waiter, oneshot::Receiver<Answer>) {
@@ -255,23 +235,5 @@ mod tests {
         let answer = first_answer.try_recv().expect("answered");
         assert!(matches!(answer, Err(StrategyError::Internal(_))), "{answer:?}");
         assert!(queue.join(waiter(2).0), "the sale has no leader any more");
-    }
-
-    #[test]
-    fn a_batch_error_is_repeated_with_its_kind_and_backend() {
-        let down = StrategyError::Unavailable {
-            backend: Backend::Postgres,
-            source: anyhow::anyhow!("connection reset"),
-        };
-        let again = each(&down);
-        assert!(
-            matches!(&again, StrategyError::Unavailable { backend: Backend::Postgres, source }
-                if source.to_string() == "connection reset"),
-            "{again:?}"
-        );
-        assert!(matches!(
-            each(&StrategyError::Internal(anyhow::anyhow!("x"))),
-            StrategyError::Internal(_)
-        ));
     }
 }
