@@ -143,14 +143,53 @@ pub struct HttpCeiling {
 }
 
 /// `sql_tps`: the reference strategy's transaction
-/// (`seckill::strategy::REFERENCE`, `sql`) issued directly through sqlx.
+/// (`seckill::strategy::REFERENCE`, `sql`) issued directly through sqlx, at
+/// the number of connections where it peaked in the comparison's scan
+/// ([`scan_counts`]): one hot row serialises its updates, so more
+/// connections than the peak's only queue on its lock and lower the rate.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SqlCeiling {
     pub value: f64,
     #[serde(default)]
     pub samples: Vec<f64>,
+    /// Connections of every sample: the scan's peak (in reports before the
+    /// scan: the instances' pools added up).
     pub connections: u32,
     pub duration_s: f64,
+    /// The scan before the first round: transactions per second at each
+    /// number of connections tried, in the order tried; empty in reports
+    /// before it.
+    #[serde(default)]
+    pub scan: Vec<ScanPoint>,
+}
+
+/// One point of a ceiling's concurrency scan.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ScanPoint {
+    pub connections: u32,
+    pub per_s: f64,
+}
+
+/// The connection counts the `sql_tps` scan tries: powers of two from 1
+/// up to `pool` (the instances' Postgres connections added up), and
+/// `pool` itself.
+pub fn scan_counts(pool: u32) -> Vec<u32> {
+    let mut counts: Vec<u32> =
+        std::iter::successors(Some(1u32), |c| c.checked_mul(2)).take_while(|c| *c < pool).collect();
+    counts.push(pool.max(1));
+    counts
+}
+
+/// The connections of the scan's highest rate (the fewest among equals);
+/// `None` for an empty scan.
+pub fn peak(scan: &[ScanPoint]) -> Option<u32> {
+    scan.iter()
+        .filter(|p| p.per_s.is_finite())
+        .fold(None::<ScanPoint>, |best, p| match best {
+            Some(b) if b.per_s >= p.per_s => Some(b),
+            _ => Some(*p),
+        })
+        .map(|p| p.connections)
 }
 
 /// `redis_ops`: `DECR` on one key, at the same concurrency as the goose users.
@@ -419,6 +458,19 @@ pub async fn sql_tps(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_scan_tries_powers_of_two_up_to_the_pools_and_keeps_the_peak() {
+        use super::{ScanPoint, peak, scan_counts};
+        assert_eq!(scan_counts(20), [1, 2, 4, 8, 16, 20]);
+        assert_eq!(scan_counts(16), [1, 2, 4, 8, 16]);
+        assert_eq!(scan_counts(1), [1]);
+        let point = |connections, per_s| ScanPoint { connections, per_s };
+        let scan = [point(1, 900.0), point(2, 1600.0), point(4, 1600.0), point(20, 800.0)];
+        assert_eq!(peak(&scan), Some(2), "the fewest connections among equal rates");
+        assert_eq!(peak(&[point(1, f64::NAN), point(2, 10.0)]), Some(2));
+        assert_eq!(peak(&[]), None);
+    }
+
     use super::*;
 
     fn ceilings() -> Ceilings {
@@ -430,7 +482,13 @@ mod tests {
                 instances: 2,
                 duration_s: 1.0,
             },
-            sql_tps: SqlCeiling { value: 0.0, samples: vec![], connections: 20, duration_s: 1.0 },
+            sql_tps: SqlCeiling {
+                value: 0.0,
+                samples: vec![],
+                connections: 20,
+                duration_s: 1.0,
+                scan: vec![],
+            },
             redis_ops: None,
             amqp_rps: None,
             queue_drain_units_per_s: Some(DrainCeiling {

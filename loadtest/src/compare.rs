@@ -25,6 +25,7 @@ use crate::progress::Progress;
 use crate::report::{self, Report, Run, html, markdown, summary};
 use crate::run::{Bench, RunKey, run_one};
 use crate::scenario;
+use crate::sizing::{self, Pilot, Sizing};
 use crate::{CompareArgs, DrainCheckArgs, RenderArgs};
 
 /// Runs the comparison; `Ok(false)` when a run's verdict is `broke`. Cut
@@ -33,9 +34,8 @@ use crate::{CompareArgs, DrainCheckArgs, RenderArgs};
 /// report of the runs it finished marked partial ([`crate::partial`]), and
 /// answers the cause.
 pub async fn run(args: CompareArgs) -> Result<anyhow::Result<bool>, Cause> {
-    let planned = args.repeat
-        * (args.profile.len() * args.strategies.len() * fault::dimension(&args.faults).len())
-            as u64;
+    let per_round = args.profile.len() * takes(&args.strategies, args.reference_runs) as usize;
+    let planned = args.repeat * (per_round * fault::dimension(&args.faults).len()) as u64;
     let config = serde_json::to_value(&args).unwrap_or_default();
     let sofar = SoFar::new(config, planned, unmeasured_ceilings(&args));
     let ended = interrupt::supervise(run_to_end(args.clone(), planned, &sofar)).await;
@@ -256,7 +256,8 @@ async fn drain_samples(
     let admin = Admin::new(&instances.urls[0], &instances.admin_token);
     let mut low = 0;
     for i in 1..=samples {
-        let sql = measure(args, instances, &admin, Kind::SqlTps).await?;
+        let sql =
+            measure(args, instances, &admin, Kind::SqlTps, instances.pool_connections).await?;
         let drain = queue_drain(args, &instances.amqp_prefix, &admin).await?;
         let ratio = drain.units_per_s / sql;
         let t = drain.times;
@@ -325,15 +326,34 @@ async fn compare(
     let db = PgPoolOptions::new().max_connections(2).connect(&args.database_url).await?;
     let mut ceilings = unmeasured_ceilings(args);
     let mut runs = Vec::new();
+    let faults = args.fault_settings();
+    let (mut sizing, pilots) = {
+        let empty = Round::default();
+        let bench = Bench {
+            args,
+            instances,
+            admin: &admin,
+            round: &empty,
+            xacts: &xacts,
+            db: &db,
+            faults,
+            servers,
+        };
+        size_sales(&bench, progress).await?
+    };
+    progress.stage("scanning sql_tps over the number of connections");
+    ceilings.sql_tps.scan = scan_sql_tps(args, instances, &admin).await?;
+    ceilings.sql_tps.connections =
+        ceilings::peak(&ceilings.sql_tps.scan).unwrap_or(ceilings.sql_tps.connections);
     // `http_rps` is measured by each run, right before its rejection phase;
     // the round's sample is their median.
     let before: Vec<Kind> = ceilings.kinds().into_iter().filter(|k| *k != Kind::HttpRps).collect();
     for repeat in 1..=args.repeat {
         progress.stage(&format!("measuring the ceilings of round {repeat}/{}", args.repeat));
-        let mut round = measure_round(args, instances, &admin, &before).await?;
+        let connections = ceilings.sql_tps.connections;
+        let mut round = measure_round(args, instances, &admin, &before, connections).await?;
         tracing::debug!(?round, "ceilings measured");
         sofar.round_started(repeat, &round);
-        let faults = args.fault_settings();
         let bench = Bench {
             args,
             instances,
@@ -344,7 +364,7 @@ async fn compare(
             faults,
             servers,
         };
-        let round_runs = run_round(&bench, repeat, progress, sofar).await?;
+        let round_runs = run_round(&bench, repeat, &mut sizing, progress, sofar).await?;
         round.set(Kind::HttpRps, ceilings::http_sample(round_runs.iter().map(|r| r.http_rps)));
         ceilings.record(&round);
         sofar.round_finished(&ceilings);
@@ -371,15 +391,19 @@ async fn compare(
         None => None,
     };
     let mut report = Report::new(serde_json::to_value(args)?, ceilings, runs);
+    report.pilots = pilots;
     report.balancer = balancer;
     report.redis_cluster = redis_cluster;
     Ok(report)
 }
 
-/// Every run of round `repeat`, in the order of [`round_keys`].
+/// Every run of round `repeat`, in the order of [`round_keys`], each with
+/// the stock `sizing` gives it (the profile's own without a rate), whose
+/// rates it then records.
 async fn run_round(
     bench: &Bench<'_>,
     repeat: u64,
+    sizing: &mut Sizing,
     progress: &mut Progress,
     sofar: &SoFar,
 ) -> anyhow::Result<Vec<Run>> {
@@ -388,7 +412,14 @@ async fn run_round(
         let under = key.fault.map(|f| format!(" · {f}")).unwrap_or_default();
         let label = format!("{} · {}{under} · repeat {repeat}", key.strategy, key.profile);
         progress.run(format!("{label}/{}", bench.args.repeat));
-        let run = run_one(bench, key, progress).await.with_context(|| label)?;
+        let stock = sizing.stock(key.strategy, key.profile);
+        let run = run_one(bench, key, stock, progress).await.with_context(|| label)?;
+        if key.fault.is_none() {
+            let rate = run
+                .sell_through_per_s
+                .filter(|_| run.steady_window_s.is_some_and(|s| s >= sizing::PILOT_MIN_WINDOW_S));
+            sizing.record(key.strategy, key.profile, rate);
+        }
         progress.run_done(&run);
         sofar.run_finished(&run);
         runs.push(run);
@@ -396,18 +427,113 @@ async fn run_round(
     Ok(runs)
 }
 
+/// The pilot sales of every strategy in every sized profile (none with
+/// `--stock`: the stock is the user's), and the sizing they give. A pilot
+/// whose window is too short to read a rate from is followed by a larger
+/// one, up to [`sizing::PILOT_TRIES`].
+async fn size_sales(
+    bench: &Bench<'_>,
+    progress: &mut Progress,
+) -> anyhow::Result<(Sizing, Vec<Pilot>)> {
+    let args = bench.args;
+    let mut sizing = Sizing::new(args.steady_window_s);
+    let mut pilots = Vec::new();
+    if args.plan.stock.is_some() {
+        return Ok((sizing, pilots));
+    }
+    for &profile in args.profile.iter().filter(|p| sizing::sized(**p)) {
+        for &strategy in &args.strategies {
+            let mut stock = sizing::PILOT_STOCK;
+            for take in 1..=sizing::PILOT_TRIES as u64 {
+                let target = sizing.target_s();
+                progress.stage(&format!(
+                    "pilot sale of {strategy} · {profile}: {stock} units (sizing for {target:.1} s \
+                     steady windows)"
+                ));
+                let key = RunKey { strategy, profile, fault: None, repeat: 0, take };
+                let pilot = crate::run::pilot(bench, key, stock)
+                    .await
+                    .with_context(|| format!("the pilot sale of {strategy} · {profile}"))?;
+                let window = pilot.steady_window_s;
+                let rate = pilot.sell_through_per_s;
+                pilots.push(pilot);
+                // Every try's rate counts: a short window's is still a rate.
+                sizing.pilot(strategy, profile, rate);
+                if window.is_some_and(|s| s >= sizing::PILOT_MIN_WINDOW_S) {
+                    break;
+                }
+                stock = sizing::next_pilot_stock(stock, window);
+            }
+        }
+    }
+    Ok((sizing, pilots))
+}
+
+/// `sql_tps` at each of [`ceilings::scan_counts`] connections, for half of
+/// `--ceiling-duration` each (at least a second): the curve whose peak the
+/// rounds measure at.
+async fn scan_sql_tps(
+    args: &CompareArgs,
+    instances: &Instances,
+    admin: &Admin,
+) -> anyhow::Result<Vec<ceilings::ScanPoint>> {
+    let seconds = (args.ceiling_duration as f64 / 2.0).max(1.0);
+    let mut scan = Vec::new();
+    for connections in ceilings::scan_counts(instances.pool_connections) {
+        let sale = admin.create_sale(ceiling_sale(Kind::SqlTps.name(), REFERENCE)).await?;
+        let per_s = ceilings::sql_tps(&args.database_url, sale, connections, seconds)
+            .await
+            .with_context(|| format!("scanning sql_tps at {connections} connections"))?;
+        scan.push(ceilings::ScanPoint { connections, per_s });
+    }
+    Ok(scan)
+}
+
+/// Runs of each profile and fault in a round: one per strategy, and
+/// `reference_runs` for the reference strategy when it is compared.
+fn takes(strategies: &[StrategyName], reference_runs: u64) -> u64 {
+    let reference = strategies.contains(&REFERENCE);
+    strategies.len() as u64 + if reference { reference_runs.saturating_sub(1) } else { 0 }
+}
+
 /// The runs of round `repeat`: every profile, under every fault, of every
-/// strategy in [`round_order`].
+/// strategy in [`round_with_references`] order.
 fn round_keys(args: &CompareArgs, repeat: u64) -> Vec<RunKey> {
     let mut keys = Vec::new();
     for &profile in &args.profile {
         for fault in fault::dimension(&args.faults) {
-            for strategy in round_order(&args.strategies, repeat) {
-                keys.push(RunKey { strategy, profile, fault, repeat });
+            let order = round_order(&args.strategies, repeat);
+            for (strategy, take) in round_with_references(&order, args.reference_runs) {
+                keys.push(RunKey { strategy, profile, fault, repeat, take });
             }
         }
     }
     keys
+}
+
+/// A round's runs with the reference strategy's `reference_runs` takes
+/// spread evenly through it: the other strategies of `order` cut into that
+/// many consecutive groups, a reference run in the middle of each, so that
+/// every run is at most half a group away from one. A reference run never
+/// opens the round: the run right after the round's ceilings (a drain of
+/// tens of thousands of orders among them) starts on a busier Postgres, and
+/// that falls on each of the others in turn as the order rotates. Without
+/// the reference in `order`, `order` itself, one take each.
+fn round_with_references(order: &[StrategyName], reference_runs: u64) -> Vec<(StrategyName, u64)> {
+    if !order.contains(&REFERENCE) {
+        return order.iter().map(|&s| (s, 1)).collect();
+    }
+    let others: Vec<StrategyName> = order.iter().copied().filter(|s| *s != REFERENCE).collect();
+    let groups = reference_runs.max(1) as usize;
+    let mut out = Vec::new();
+    for take in 0..groups {
+        let (from, to) = (others.len() * take / groups, others.len() * (take + 1) / groups);
+        let middle = from + (to - from).div_ceil(2);
+        out.extend(others[from..middle].iter().map(|&s| (s, 1)));
+        out.push((REFERENCE, take as u64 + 1));
+        out.extend(others[middle..to].iter().map(|&s| (s, 1)));
+    }
+    out
 }
 
 /// The strategies in the order round `repeat` (from 1) runs them: the order
@@ -449,6 +575,7 @@ fn unmeasured_ceilings(args: &CompareArgs) -> Ceilings {
             samples: vec![],
             connections: args.pool_size * instances as u32,
             duration_s: seconds,
+            scan: Vec::new(),
         },
         redis_ops: wanted(Kind::RedisOps).then(|| RedisCeiling {
             value: 0.0,
@@ -473,16 +600,18 @@ fn unmeasured_ceilings(args: &CompareArgs) -> Ceilings {
     }
 }
 
-/// Measures `kinds` now, in their order.
+/// Measures `kinds` now, in their order (`sql_tps` over
+/// `sql_connections`).
 async fn measure_round(
     args: &CompareArgs,
     instances: &Instances,
     admin: &Admin,
     kinds: &[Kind],
+    sql_connections: u32,
 ) -> anyhow::Result<Round> {
     let mut round = Round::default();
     for &kind in kinds {
-        let value = measure(args, instances, admin, kind)
+        let value = measure(args, instances, admin, kind, sql_connections)
             .await
             .with_context(|| format!("measuring {}", kind.name()))?;
         round.set(kind, value);
@@ -490,20 +619,21 @@ async fn measure_round(
     Ok(round)
 }
 
-/// One sample of `kind` (see docs/report-format.md, "Ceilings").
+/// One sample of `kind` (see docs/report-format.md, "Ceilings"); `sql_tps`
+/// over `sql_connections`.
 async fn measure(
     args: &CompareArgs,
     instances: &Instances,
     admin: &Admin,
     kind: Kind,
+    sql_connections: u32,
 ) -> anyhow::Result<f64> {
     let seconds = args.ceiling_duration;
     match kind {
         Kind::HttpRps => scenario::http_ceiling(&instances.buyer_urls, args.users, seconds).await,
         Kind::SqlTps => {
             let sale = admin.create_sale(ceiling_sale(kind.name(), REFERENCE)).await?;
-            let connections = instances.pool_connections;
-            ceilings::sql_tps(&args.database_url, sale, connections, seconds as f64).await
+            ceilings::sql_tps(&args.database_url, sale, sql_connections, seconds as f64).await
         }
         Kind::RedisOps => ceilings::redis_ops(&args.redis_url, args.users, seconds as f64).await,
         Kind::AmqpRps => {
@@ -592,7 +722,35 @@ async fn batched_ceiling(
 
 #[cfg(test)]
 mod tests {
-    use super::round_order;
+    use super::{REFERENCE, StrategyName, round_order, round_with_references, takes};
+
+    fn names(names: &[&str]) -> Vec<StrategyName> {
+        names.iter().map(|n| n.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn the_reference_runs_are_spread_through_the_round() {
+        let order = names(&["queue", "sql", "naive", "redis-decr", "lock/fenced"]);
+        let round = round_with_references(&order, 2);
+        let shown: Vec<String> = round.iter().map(|(s, take)| format!("{s}#{take}")).collect();
+        assert_eq!(
+            shown,
+            ["queue#1", "sql#1", "naive#1", "redis-decr#1", "sql#2", "lock/fenced#1"]
+        );
+        let once: Vec<(StrategyName, u64)> = round_with_references(&order, 1);
+        assert_eq!(once[2], (REFERENCE, 1), "in the middle of the round");
+        assert_eq!(once.len(), order.len());
+        let without = names(&["queue", "naive"]);
+        assert_eq!(round_with_references(&without, 2), [(without[0], 1), (without[1], 1)]);
+        assert_eq!(takes(&order, 2), 6);
+        assert_eq!(takes(&order, 1), 5);
+        assert_eq!(takes(&without, 3), 2);
+        // More references than other strategies: each still runs.
+        let two = names(&["sql", "queue"]);
+        let round = round_with_references(&two, 3);
+        assert_eq!(round.iter().filter(|(s, _)| *s == REFERENCE).count(), 3);
+        assert_eq!(round.len(), 4);
+    }
 
     #[test]
     fn each_round_starts_one_strategy_later() {

@@ -19,7 +19,11 @@
 //! or on another host) reads `null`: not measured, never 0.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sysinfo::{ProcessRefreshKind, ProcessesToUpdate, System};
 
@@ -109,6 +113,8 @@ impl CpuMeter {
             redis_s: seconds(Group::Redis),
             rabbitmq_s: seconds(Group::Rabbitmq),
             machine_share_loadgen: (capacity > 0.0).then(|| round(loadgen_s / capacity, 3)),
+            steady_service_s: None,
+            steady_service_cores: None,
         }
     }
 }
@@ -131,6 +137,87 @@ fn round(value: f64, digits: i32) -> f64 {
     (value * scale).round() / scale
 }
 
+/// How often a [`Sampler`] reads every process' CPU time: a tenth of the
+/// shortest steady window that ranks is 300 ms, so the window's bounds fall
+/// within a fifth of that of a reading; one reading of every process costs
+/// a few milliseconds of one core.
+pub const SAMPLE_PERIOD: Duration = Duration::from_millis(200);
+
+/// The service side's cumulative CPU seconds since a sampler started, at
+/// one moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reading {
+    pub at: DateTime<Utc>,
+    pub service_s: f64,
+}
+
+/// Reads every grouped process' CPU time on a thread of its own every
+/// [`SAMPLE_PERIOD`] while a phase runs, so that the CPU of any window of
+/// the phase can be read afterwards ([`service_between`]); the thread keeps
+/// the readings off the load generator's runtime.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<(Cpu, Vec<Reading>)>,
+}
+
+impl Sampler {
+    /// Starts sampling this process and the instances `instances` it
+    /// started, with a first reading now.
+    pub fn start(instances: Vec<u32>) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut meter = CpuMeter::new(instances);
+            let (started, before) = (Instant::now(), meter.snapshot());
+            let mut readings = vec![Reading { at: Utc::now(), service_s: 0.0 }];
+            let mut last = before.clone();
+            while !stopped.load(Ordering::Relaxed) {
+                std::thread::sleep(SAMPLE_PERIOD);
+                last = meter.snapshot();
+                let service_s = meter.between(&before, &last, 0.0).service_s();
+                readings.push(Reading { at: Utc::now(), service_s });
+            }
+            (meter.between(&before, &last, started.elapsed().as_secs_f64()), readings)
+        });
+        Sampler { stop, thread }
+    }
+
+    /// Stops sampling (within one period) and answers the CPU of each group
+    /// from the start to the last reading, and every reading.
+    pub fn stop(self) -> (Cpu, Vec<Reading>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// Service-side CPU seconds between `from` and `to`, each end interpolated
+/// linearly between the readings around it; `None` when the readings do
+/// not cover both ends or `to` is before `from`.
+pub fn service_between(
+    readings: &[Reading],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Option<f64> {
+    if to < from {
+        return None;
+    }
+    Some(cumulative_at(readings, to)? - cumulative_at(readings, from)?)
+}
+
+/// The cumulative service CPU at `at`, interpolated between the readings
+/// around it (readings in time order).
+fn cumulative_at(readings: &[Reading], at: DateTime<Utc>) -> Option<f64> {
+    let after = readings.iter().position(|r| r.at >= at)?;
+    let next = readings[after];
+    if next.at == at {
+        return Some(next.service_s);
+    }
+    let prev = readings[..after].last()?;
+    let span = (next.at - prev.at).num_microseconds()? as f64;
+    let into = (at - prev.at).num_microseconds()? as f64;
+    Some(prev.service_s + (next.service_s - prev.service_s) * into / span)
+}
+
 /// CPU seconds each group used during a run's sale phase (`runs[].cpu`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Cpu {
@@ -148,6 +235,18 @@ pub struct Cpu {
     /// `loadgen_s ÷ (phase seconds × CPUs)`: the share of the whole machine
     /// the load generator took.
     pub machine_share_loadgen: Option<f64>,
+    /// Service-side CPU seconds (instances and servers) within the run's
+    /// steady window, interpolated between readings every 200 ms: the
+    /// numerator of `cost.cpu_ms_per_unit`; `null` without a window and in
+    /// reports before it.
+    #[serde(default)]
+    pub steady_service_s: Option<f64>,
+    /// `steady_service_s ÷ the window's seconds`: the cores the service side
+    /// kept busy while the run's sell-through was measured; above the
+    /// machine's CPUs only through a measurement error (flagged
+    /// `cpu_over_cores`).
+    #[serde(default)]
+    pub steady_service_cores: Option<f64>,
 }
 
 impl Cpu {
@@ -202,6 +301,34 @@ mod tests {
         assert_eq!(cpu.rabbitmq_s, None, "no RabbitMQ process: not measured, not 0");
         assert_eq!(cpu.machine_share_loadgen, Some(0.25), "2 s of 4 s × 2 CPUs");
         assert!((cpu.service_s() - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_cpu_of_a_window_is_interpolated_between_readings() {
+        use chrono::TimeZone;
+        let at = |ms: i64| Utc.timestamp_millis_opt(1_800_000_000_000 + ms).unwrap();
+        let reading = |ms, service_s| Reading { at: at(ms), service_s };
+        // 2 CPU-seconds per second for the first second, then 1.
+        let readings =
+            [reading(0, 0.0), reading(200, 0.4), reading(1_000, 2.0), reading(2_000, 3.0)];
+        let between = |from, to| service_between(&readings, at(from), at(to)).unwrap();
+        assert!((between(100, 1_500) - (2.5 - 0.2)).abs() < 1e-9);
+        assert!((between(200, 1_000) - 1.6).abs() < 1e-9, "on readings");
+        assert_eq!(service_between(&readings, at(-1), at(500)), None, "before the first");
+        assert_eq!(service_between(&readings, at(500), at(2_001)), None, "after the last");
+        assert_eq!(service_between(&readings, at(900), at(800)), None);
+    }
+
+    #[test]
+    fn a_sampler_reads_until_it_is_stopped() {
+        let sampler = Sampler::start(vec![]);
+        std::thread::sleep(SAMPLE_PERIOD * 3);
+        let (cpu, readings) = sampler.stop();
+        assert!(readings.len() >= 2, "{readings:?}");
+        assert!(
+            readings.windows(2).all(|w| w[0].at <= w[1].at && w[0].service_s <= w[1].service_s)
+        );
+        assert!(cpu.machine_share_loadgen.is_some(), "{cpu:?}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! ceilings measured in the same invocation.
 
 mod admin;
+mod agreement;
 mod balancer;
 mod bench;
 mod ceilings;
@@ -26,6 +27,7 @@ mod run;
 mod scenario;
 mod scrape;
 mod series;
+mod sizing;
 #[cfg(test)]
 mod source_names;
 mod stats;
@@ -64,6 +66,22 @@ enum Command {
     /// Takes the flags of `compare`, of which only `--samples`, those of the
     /// instances and servers, `--ceiling-duration` and `--out` apply.
     DrainCheck(DrainCheckArgs),
+    /// Check that two comparisons agree (two report.json of the same
+    /// comparison): for each strategy in both, the 95 % intervals of
+    /// `× sql` and of `rejections × http_rps` overlap, no strategy is
+    /// `faster` than `sql` in one and `slower` in the other, and the
+    /// medians differ by at most 25 %. Prints one line per strategy and
+    /// figure; exits 1 when any rule fails (docs/report-format.md,
+    /// "Agreement").
+    Agree(AgreeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AgreeArgs {
+    /// The first comparison's report.json.
+    pub first: PathBuf,
+    /// The second comparison's report.json.
+    pub second: PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -170,8 +188,30 @@ pub struct CompareArgs {
     /// Rounds: every (strategy, profile) runs once per round, after the
     /// round's own ceilings; from 3 on, every ratio gets a 95 % confidence
     /// interval.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    #[arg(long, default_value_t = DEFAULT_REPEAT, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub repeat: u64,
+
+    /// `sql` runs in each round when `sql` is compared, spread evenly
+    /// through it; each ratio to `sql` divides by the geometric mean of its
+    /// round's `sql` runs, so the reference's own run-to-run noise weighs
+    /// less in every ratio (docs/report-format.md, "Rounds").
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=8))]
+    pub reference_runs: u64,
+
+    /// The shortest steady window (10 % → 90 % of a run's units) whose rate
+    /// is ranked, seconds; without --stock, each strategy's stock is sized
+    /// from a pilot sale and the rounds before so that its window lasts 5/3
+    /// of this (docs/report-format.md, "Steady windows").
+    #[arg(long, default_value_t = steady::MIN_WINDOW_S, value_parser = parse_window)]
+    pub steady_window_s: f64,
+
+    /// A first answer in about five minutes: `sql`, `sql/batched`,
+    /// `redis-decr`, `queue` and `lock/fenced`, 3 rounds, one `sql` run a
+    /// round, 2 s per ceiling and per rejection phase, demand 2 — each only
+    /// where its flag is not given —, with the same sizing, audit and
+    /// ranking rules as the full comparison (README, "Quick start").
+    #[arg(long)]
+    pub quick: bool,
 
     /// Send the buyers through an HAProxy this run starts in front of its
     /// instances (round robin, each checked on `/readyz` every second), as
@@ -266,6 +306,19 @@ pub struct CompareArgs {
     pub serve_progress: Option<std::net::SocketAddr>,
 }
 
+/// Default of `--repeat`: rounds of the default comparison.
+const DEFAULT_REPEAT: u64 = 3;
+
+/// Rounds of `--quick` when `--repeat` is not given.
+const QUICK_REPEAT: u64 = 3;
+
+/// `--ceiling-duration` and `--rejection-phase` of `--quick`, seconds.
+const QUICK_PHASE_S: u64 = 2;
+
+/// `--demand` of `--quick`: fewer refusals after the sell-out, which
+/// every run pays for.
+const QUICK_DEMAND: f64 = 2.0;
+
 /// Default of `--database-url`: the comparison's own database.
 const LOADTEST_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/seckill_loadtest";
 
@@ -301,6 +354,14 @@ fn parse_strategy(s: &str) -> Result<StrategyName, String> {
     s.parse().map_err(|err: seckill::strategy::UnknownStrategy| err.to_string())
 }
 
+/// A steady window: a number of seconds above 0 and at most 600.
+fn parse_window(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 600.0 => Ok(x),
+        _ => Err(format!("`{s}` is not a number of seconds above 0 and at most 600")),
+    }
+}
+
 /// A number between 0 and 1 inclusive.
 pub(crate) fn parse_fraction(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -313,12 +374,18 @@ pub(crate) fn parse_fraction(s: &str) -> Result<f64, String> {
 async fn main() -> std::process::ExitCode {
     seckill::telemetry::init_tracing_or("warn,goose=error,loadtest=info");
     let matches = Cli::command().get_matches();
-    let database_given = matches.subcommand_matches("compare").is_some_and(|m| {
-        m.value_source("database_url").is_some_and(|source| source != ValueSource::DefaultValue)
-    });
+    let given = |flag: &str| {
+        matches.subcommand_matches("compare").is_some_and(|m| {
+            m.value_source(flag).is_some_and(|source| source != ValueSource::DefaultValue)
+        })
+    };
+    let database_given = given("database_url");
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let result = match cli.command {
         Command::Compare(mut args) => {
+            if args.quick {
+                quick(&mut args, &given);
+            }
             if args.strategies.is_empty() {
                 args.strategies = StrategyName::ALL.to_vec();
             }
@@ -336,6 +403,7 @@ async fn main() -> std::process::ExitCode {
         Command::DrainCheck(args) => {
             compare::drain_check(args).await.map(|checked| checked.map(|()| true))
         }
+        Command::Agree(args) => return agreement::run(&args.first, &args.second),
     };
     let result = match result {
         Ok(result) => result,
@@ -354,6 +422,28 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// `--quick`: its settings for every flag that was not `given`.
+fn quick(args: &mut CompareArgs, given: &dyn Fn(&str) -> bool) {
+    if args.strategies.is_empty() {
+        args.strategies = seckill::strategy::QUICK.to_vec();
+    }
+    if !given("repeat") {
+        args.repeat = QUICK_REPEAT;
+    }
+    if !given("reference_runs") {
+        args.reference_runs = 1;
+    }
+    if !given("ceiling_duration") {
+        args.ceiling_duration = QUICK_PHASE_S;
+    }
+    if !given("rejection_phase") {
+        args.rejection_phase = QUICK_PHASE_S;
+    }
+    if !given("demand") {
+        args.demand = QUICK_DEMAND;
+    }
+}
+
 /// Serializes a server URL with its password (the user information) hidden,
 /// for report.json's `config`: a report is shared, a password must not be.
 fn password_hidden<S: serde::Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
@@ -363,6 +453,31 @@ fn password_hidden<S: serde::Serializer>(url: &str, serializer: S) -> Result<S::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quick_sets_only_what_was_not_given() {
+        let parse = |flags: &[&str]| {
+            let matches = Cli::command().get_matches_from(flags);
+            let given = |flag: &str| {
+                matches.subcommand_matches("compare").is_some_and(|m| {
+                    m.value_source(flag).is_some_and(|s| s != ValueSource::DefaultValue)
+                })
+            };
+            let Command::Compare(mut args) = Cli::from_arg_matches(&matches).unwrap().command
+            else {
+                panic!("a comparison")
+            };
+            quick(&mut args, &given);
+            args
+        };
+        let args = parse(&["loadtest", "compare", "--quick"]);
+        assert_eq!(args.strategies, seckill::strategy::QUICK);
+        assert_eq!((args.repeat, args.reference_runs, args.demand), (3, 1, 2.0));
+        assert_eq!((args.ceiling_duration, args.rejection_phase), (2, 2));
+        let args =
+            parse(&["loadtest", "compare", "--quick", "--repeat", "5", "--strategies", "sql"]);
+        assert_eq!((args.repeat, args.strategies.len(), args.reference_runs), (5, 1, 1));
+    }
 
     #[test]
     fn report_json_config_hides_the_passwords_of_server_urls() {

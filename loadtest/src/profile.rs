@@ -19,9 +19,11 @@ use serde::{Deserialize, Serialize};
 /// into its flags, and into report.json's `config`).
 #[derive(clap::Args, Debug, Clone, Serialize)]
 pub struct PlanFlags {
-    /// Units of stock of a run, over all its sales (default: the profile's own
-    /// stock — burst 5000, retry-storm 2000, multi-sale 10000, slow 500,
-    /// flood 5000, payment 1000).
+    /// Units of stock of a run, over all its sales, for every strategy and
+    /// profile. Default: burst, retry-storm, multi-sale and flood sized per
+    /// strategy from pilot sales so that each run's steady window lasts 5/3
+    /// of --steady-window-s (docs/report-format.md, "Steady windows"); slow
+    /// 500 and payment 1000.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub stock: Option<u64>,
 
@@ -80,14 +82,25 @@ pub struct PlanFlags {
 }
 
 /// A load profile for `--profile`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    clap::ValueEnum,
+    Serialize,
+    Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Profile {
     /// Every buyer at once, no injected delays; a `--resubmit` fraction of
-    /// buyers sends a second time. Default stock 5000: long enough for a
-    /// steady window of at least 0.5 s at the fastest strategy's rate, short
-    /// enough that three repeats of every strategy fit in 12 minutes on two
-    /// cores (README, "Quick start").
+    /// buyers sends a second time. Without `--stock`, each strategy's sale
+    /// is sized for its steady window (docs/report-format.md, "Steady
+    /// windows"); 5000 units when its pilot measured no rate.
     Burst,
     /// Buyers resubmit fast and many times: each sends its purchase
     /// `--storm` times back to back (default 5), as clients that retry on

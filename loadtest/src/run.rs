@@ -23,7 +23,7 @@ use crate::CompareArgs;
 use crate::admin::Admin;
 use crate::ceilings::{Kind, Round};
 use crate::cost::{PgXacts, RssSampler, Xacts};
-use crate::cpu::{Cpu, CpuMeter};
+use crate::cpu::{self, Cpu};
 use crate::expectation::{Conditions, Expectation, expected};
 use crate::fault::{self, FaultKind, FaultRecord, Hit};
 use crate::instances::Instances;
@@ -34,6 +34,7 @@ use crate::scenario::payment;
 use crate::scenario::{self, Answer, AnswerLog, Latency, OutcomeCounters, PhaseResult, per_second};
 use crate::scrape::{self, Counters, Figure};
 use crate::series;
+use crate::sizing::Pilot;
 use crate::steady::{self, Window};
 
 /// How long the sale phase of a run whose strategy settles after its answer
@@ -58,13 +59,16 @@ pub struct Bench<'a> {
     pub servers: &'a fault::OwnedServers,
 }
 
-/// Which run: its strategy, profile, fault (if any) and repeat (1-based).
+/// Which run: its strategy, profile, fault (if any), repeat (1-based; 0
+/// for a pilot sale) and take (1-based: the reference strategy runs
+/// `--reference-runs` times a round, every other strategy once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunKey {
     pub strategy: StrategyName,
     pub profile: Profile,
     pub fault: Option<FaultKind>,
     pub repeat: u64,
+    pub take: u64,
 }
 
 /// The sales and buyers of a run, created before its phases.
@@ -156,16 +160,18 @@ struct Measured {
     return_ms: Vec<f64>,
 }
 
-/// Runs `key` on the bench and answers its record, verdict included.
+/// Runs `key` on the bench with `stock` units (`None`: the profile's plan)
+/// and answers its record, verdict included.
 pub async fn run_one(
     bench: &Bench<'_>,
     key: RunKey,
+    stock: Option<u64>,
     progress: &mut Progress,
 ) -> anyhow::Result<Run> {
     let instances = bench.instances.urls.len();
     let conditions = Conditions { profile: key.profile, instances, fault: key.fault };
     let expected = expected(registration(key.strategy), &conditions);
-    let prepared = prepare(bench, key).await?;
+    let prepared = prepare(bench, key, stock).await?;
     let phases = run_phases(bench, key, &prepared, progress).await?;
     progress.phase("audit");
     if let Some(window) = prepared.plan.knobs.payment_window_ms {
@@ -203,7 +209,50 @@ pub async fn run_one(
         resale_ms,
         return_ms,
     };
-    Ok(assemble(measured, bench.round))
+    Ok(assemble(measured, bench.round, bench.args.steady_window_s))
+}
+
+/// A pilot sale of `key`'s strategy and profile with `stock` units (see
+/// [`crate::sizing`]): the sale phase alone — no readings, no rejection
+/// phase —, the wait for a strategy that settles after its answer, then the
+/// steady window of its orders and its audit.
+pub async fn pilot(bench: &Bench<'_>, key: RunKey, stock: u64) -> anyhow::Result<Pilot> {
+    let prepared = prepare(bench, key, Some(stock)).await?;
+    let ids: Vec<i64> = prepared.sales.iter().map(|s| s.0).collect();
+    let plan = &prepared.plan;
+    let buyers = scenario::buyers(prepared.buyers, &ids, plan.submissions, plan.resubmit);
+    let buyers = scenario::with_flood(buyers, plan.flood);
+    let buyer_key = bench.instances.buyer_key.as_deref();
+    let tokens = buyer_key.map(|k| scenario::Tokens::new(k, buyers.iter().map(|b| b.user)));
+    let (urls, args) = (&bench.instances.buyer_urls, bench.args);
+    let tally = Arc::new(OutcomeCounters::default());
+    let report = goose_report_path(&args.out, key);
+    let phase = scenario::sale_phase(
+        urls,
+        &ids,
+        args.users,
+        args.retries,
+        buyers,
+        report,
+        tally,
+        tokens,
+        None,
+    );
+    phase.await?;
+    if registration(key.strategy).settles == Settles::AfterTheAnswer {
+        bench.admin.drained(&prepared.sales, QUEUE_DRAIN_WAIT).await?;
+    }
+    let window = steady::sale_window(&order_times(bench.db, &ids).await?);
+    let audit = add_up(&audit_all(bench, &prepared.sales).await?);
+    Ok(Pilot {
+        strategy: key.strategy.as_str().to_owned(),
+        profile: key.profile.name().to_owned(),
+        stock,
+        units_sold: audit.units_sold,
+        oversold: audit.oversold,
+        steady_window_s: window.map(|w| w.seconds),
+        sell_through_per_s: window.and_then(|w| w.rate()),
+    })
 }
 
 /// The fault record of a run, once its final audit is in: the receipts of
@@ -333,9 +382,14 @@ async fn watch_settled(
     Ok(None)
 }
 
-/// Creates the run's sales with the profile's plan and knobs.
-async fn prepare(bench: &Bench<'_>, key: RunKey) -> anyhow::Result<Prepared> {
-    let plan = key.profile.plan(&bench.args.plan);
+/// Creates the run's sales with the profile's plan and knobs, and `stock`
+/// units in place of the plan's when given (never more sales than units).
+async fn prepare(bench: &Bench<'_>, key: RunKey, stock: Option<u64>) -> anyhow::Result<Prepared> {
+    let mut plan = key.profile.plan(&bench.args.plan);
+    if let Some(stock) = stock {
+        plan.stock = stock.max(1);
+        plan.sales = plan.sales.min(u32::try_from(plan.stock).unwrap_or(u32::MAX));
+    }
     let knobs = serde_json::to_value(plan.knobs)?;
     let mut sales = Vec::new();
     for (i, stock) in plan.stock_per_sale().into_iter().enumerate() {
@@ -353,10 +407,10 @@ async fn prepare(bench: &Bench<'_>, key: RunKey) -> anyhow::Result<Prepared> {
 /// `POST /admin/sales` body of the run's sale `i` (0-based): its name says
 /// which run it belongs to, and the profile's knobs are merged in.
 fn sale_body(key: RunKey, i: usize, stock: u64, knobs: &Value) -> Value {
-    let RunKey { strategy, profile, fault, repeat } = key;
+    let RunKey { strategy, profile, fault, .. } = key;
     let fault = fault.map(|f| format!(" / {f}")).unwrap_or_default();
     let mut body = json!({
-        "name": format!("{strategy} / {profile}{fault} / {repeat} / sale {}", i + 1),
+        "name": format!("{strategy} / {profile}{fault} / {} / sale {}", run_label(key), i + 1),
         "stock": stock,
         "strategy": strategy.as_str(),
     });
@@ -385,7 +439,8 @@ async fn run_phases(
     let (xacts_before, counters_before) = readings(bench).await?;
     let sent = buyers.len() as u64;
     progress.phase(&sale_phase_label(prepared.buyers, sent, plan.flood, plan.payment.is_some()));
-    let cpu_watch = bench.args.target.is_empty().then(|| CpuWatch::start(bench.instances.pids()));
+    let cpu_watch =
+        bench.args.target.is_empty().then(|| cpu::Sampler::start(bench.instances.pids()));
     let sampler = progress.live().map(|live| {
         live.sample_sale(bench.db.clone(), ids.clone(), plan.stock as i64, tally.clone())
     });
@@ -394,11 +449,13 @@ async fn run_phases(
     let SalePhase { result: sale, fault: injected, payment } =
         sale_phase(bench, key, prepared, buyers, tally, tokens.clone()).await?;
     let (queue_stats, group_commit) = finish_sale_phase(bench, key, prepared, progress).await?;
-    let cpu = cpu_watch.map(CpuWatch::stop);
+    let cpu = cpu_watch.map(cpu::Sampler::stop);
     if let Some(sampler) = sampler {
         sampler.stop().await;
     }
     let orders = order_times(bench.db, &ids).await?;
+    let window = steady::sale_window(&orders);
+    let cpu = cpu.map(|(cpu, readings)| steady_cpu(cpu, &readings, window.as_ref()));
     progress.phase("settling statistics");
     let (xacts_after, counters_after) = readings(bench).await?;
     let audits = audit_all(bench, &prepared.sales).await?;
@@ -418,7 +475,7 @@ async fn run_phases(
     let rejection = rejection_phase(bench, &ids, prepared.buyers + later, tokens).await?;
     Ok(Phases {
         http_rps,
-        window: steady::sale_window(&orders),
+        window,
         sold_per_second: sale.first_send.map(|at| series::sold_per_second(&orders, at)),
         sale,
         rejection,
@@ -479,25 +536,16 @@ async fn rejection_phase(
         .await
 }
 
-/// CPU seconds of the process groups from [`CpuWatch::start`] to
-/// [`CpuWatch::stop`].
-struct CpuWatch {
-    meter: CpuMeter,
-    before: crate::cpu::Snapshot,
-    started: std::time::Instant,
-}
-
-impl CpuWatch {
-    fn start(instances: Vec<u32>) -> CpuWatch {
-        let mut meter = CpuMeter::new(instances);
-        let before = meter.snapshot();
-        CpuWatch { meter, before, started: std::time::Instant::now() }
+/// The sale phase's CPU with the service side's share of the steady
+/// `window` filled in from the sampler's `readings`.
+fn steady_cpu(mut cpu: Cpu, readings: &[cpu::Reading], window: Option<&Window>) -> Cpu {
+    let steady = window.and_then(|w| Some((cpu::service_between(readings, w.from, w.to)?, w)));
+    if let Some((service_s, window)) = steady {
+        cpu.steady_service_s = Some((service_s * 1000.0).round() / 1000.0);
+        cpu.steady_service_cores =
+            (window.seconds > 0.0).then(|| (service_s / window.seconds * 1000.0).round() / 1000.0);
     }
-
-    fn stop(mut self) -> Cpu {
-        let after = self.meter.snapshot();
-        self.meter.between(&self.before, &after, self.started.elapsed().as_secs_f64())
-    }
+    cpu
 }
 
 /// The progress label of a sale phase that sends `sent` purchases for
@@ -513,10 +561,23 @@ fn sale_phase_label(buyers: u64, sent: u64, flood: u64, payment: bool) -> String
 }
 
 /// Where goose writes its HTML report of the run's sale phase:
-/// `goose-<strategy slug>-<profile>[-<fault>]-<repeat>.html` in `out`.
+/// `goose-<strategy slug>-<profile>[-<fault>]-<run label>.html` in `out`.
 fn goose_report_path(out: &std::path::Path, key: RunKey) -> std::path::PathBuf {
     let fault = key.fault.map(|f| format!("-{f}")).unwrap_or_default();
-    out.join(format!("goose-{}-{}{fault}-{}.html", key.strategy.slug(), key.profile, key.repeat))
+    let label = run_label(key);
+    out.join(format!("goose-{}-{}{fault}-{label}.html", key.strategy.slug(), key.profile))
+}
+
+/// The run's repeat as reports show it: `3`, `3.2` for the second take of
+/// round 3, `pilot` for a pilot sale (repeat 0; `pilot-2` for its second
+/// try).
+pub fn run_label(key: RunKey) -> String {
+    match (key.repeat, key.take) {
+        (0, 1) => "pilot".to_owned(),
+        (0, take) => format!("pilot-{take}"),
+        (repeat, 1) => repeat.to_string(),
+        (repeat, take) => format!("{repeat}.{take}"),
+    }
 }
 
 /// What the sale phase gave, with its fault when the run has one.
@@ -832,16 +893,24 @@ fn ratio_to(value: Option<f64>, ceiling: Option<f64>) -> Option<f64> {
     value.zip(ceiling).map(|(v, c)| v / c).filter(|v| v.is_finite())
 }
 
-/// The sale phase's costs per unit it sold.
+/// The sale phase's costs per unit it sold; the CPU per unit over the
+/// steady window, as the sell-through it is read beside.
 fn cost(counted: &Counted, phases: &Phases) -> Cost {
     let sold = phases.sold_in_sale_phase;
     let per_unit = |total: f64| (sold > 0).then(|| total / sold as f64);
     let [xacts_before, xacts_after] = phases.xacts;
+    let steady_units = phases.window.map_or(0, |w| w.units);
+    let cpu_ms_per_unit = phases
+        .cpu
+        .as_ref()
+        .and_then(|cpu| cpu.steady_service_s)
+        .filter(|_| steady_units > 0)
+        .map(|s| s * 1000.0 / steady_units as f64);
     Cost {
         redis_round_trips_per_unit: counted.redis_round_trips.and_then(per_unit),
         pg_xacts_per_unit: per_unit(PgXacts::between(xacts_before, xacts_after) as f64),
         amqp_messages_per_unit: counted.amqp_messages.and_then(per_unit),
-        cpu_ms_per_unit: phases.cpu.as_ref().and_then(|cpu| per_unit(cpu.service_s() * 1000.0)),
+        cpu_ms_per_unit,
         peak_rss_mb: phases.peak_rss_mb,
     }
 }
@@ -891,7 +960,7 @@ impl QueueFigures {
 /// The run record of what was measured, judged against its expectation
 /// (`ratio.sell_through_vs_sql_strategy` is filled in once every run is in,
 /// by [`report::relate_to_sql`]).
-fn assemble(m: Measured, round: &Round) -> Run {
+fn assemble(m: Measured, round: &Round, min_window_s: f64) -> Run {
     let cost = cost(&m.counted, &m.phases);
     let Measured {
         key,
@@ -923,6 +992,7 @@ fn assemble(m: Measured, round: &Round) -> Run {
         strategy: key.strategy.as_str().to_owned(),
         profile: key.profile.name().to_owned(),
         repeat: key.repeat,
+        take: key.take,
         expected,
         verdict: report::Verdict::Ok,
         instances: conditions.instances,
@@ -936,10 +1006,11 @@ fn assemble(m: Measured, round: &Round) -> Run {
         sell_through_per_s: rates.sell_through_per_s,
         sell_through_whole_per_s: rates.sell_through_whole_per_s,
         steady_window_s: phases.window.map(|w| w.seconds),
-        too_short_to_rank: phases.window.is_none_or(|w| w.is_too_short()),
+        too_short_to_rank: phases.window.is_none_or(|w| w.is_too_short(min_window_s)),
         rejection_rps: rates.rejection_rps,
         http_rps: Some(phases.http_rps),
         ceiling_undershot: rates.ceiling_undershot,
+        cpu_over_cores: cpu_over_cores(phases.cpu.as_ref(), cpus()),
         units_sold: audit.units_sold,
         orders: audit.orders,
         remaining_stock: audit.remaining_stock,
@@ -969,6 +1040,18 @@ fn assemble(m: Measured, round: &Round) -> Run {
     };
     run.verdict = run.judge();
     run
+}
+
+/// The machine's CPUs, as the load generator sees them.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// Whether the service side kept more than `cpus` cores busy over the
+/// steady window: impossible on this machine, so a measurement that cannot
+/// be read as consistent.
+fn cpu_over_cores(cpu: Option<&Cpu>, cpus: usize) -> bool {
+    cpu.and_then(|c| c.steady_service_cores).is_some_and(|cores| cores > cpus as f64)
 }
 
 /// A run's rates (see docs/report-format.md) and their ratios to the
@@ -1073,6 +1156,7 @@ mod tests {
             profile: Profile::Burst,
             fault: None,
             repeat: 2,
+            take: 1,
         }
     }
 
@@ -1255,7 +1339,12 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                 xacts: [Xacts { total: 1_000, nudges: 0 }, Xacts { total: 1_330, nudges: 30 }],
                 counters: [Counters::default(), Counters::default()],
                 sold_in_sale_phase: sold,
-                window: Some(Window { units: sold * 8 / 10, seconds: 1.6 }),
+                window: Some(Window {
+                    units: sold * 8 / 10,
+                    seconds: 1.6,
+                    from: at(200),
+                    to: at(1_800),
+                }),
                 sold_per_second: Some(vec![40, sold - 40]),
                 cpu: Some(Cpu {
                     loadgen_s: 1.0,
@@ -1264,6 +1353,8 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                     redis_s: Some(0.0),
                     rabbitmq_s: Some(0.1),
                     machine_share_loadgen: Some(0.2),
+                    steady_service_s: Some(0.8),
+                    steady_service_cores: Some(0.5),
                 }),
                 peak_rss_mb: Some(40.0),
                 fault: None,
@@ -1280,7 +1371,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
 
     #[test]
     fn a_run_record_holds_the_ratios_costs_and_verdict_of_its_measurements() {
-        let run = assemble(measured("sql", 100), &ceilings());
+        let run = assemble(measured("sql", 100), &ceilings(), 1.0);
         assert_eq!((run.strategy.as_str(), run.profile.as_str(), run.repeat), ("sql", "burst", 2));
         assert_eq!((run.expected, run.verdict), (Expectation::Correct, Verdict::Ok));
         assert_eq!((run.buyers, run.demanded_units, run.sales, run.instances), (300, 300, 1, 2));
@@ -1292,7 +1383,8 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         assert_eq!(run.ratio.rejection_vs_http_rps, Some(0.5));
         assert!(!run.ceiling_undershot);
         assert_eq!(run.cost.pg_xacts_per_unit, Some(3.0), "330 transactions − 30 nudges");
-        assert_eq!(run.cost.cpu_ms_per_unit, Some(10.0), "1 s of service CPU for 100 units");
+        assert_eq!(run.cost.cpu_ms_per_unit, Some(10.0), "0.8 s of service CPU, 80 units");
+        assert!(!run.cpu_over_cores);
         assert_eq!(run.cost.redis_round_trips_per_unit, Some(2.5));
         assert_eq!(run.cost.amqp_messages_per_unit, None);
         assert_eq!(run.accepted_unresolved, None);
@@ -1303,10 +1395,54 @@ seckill_amqp_messages_total{direction=\"published\"} 12
     fn a_rate_above_its_rounds_ceiling_is_flagged_and_a_short_window_is_not_ranked() {
         let mut m = measured("sql", 100);
         m.phases.rejection = phase(1_100, 1.0, None);
-        m.phases.window = Some(Window { units: 80, seconds: 0.4 });
-        let run = assemble(m, &ceilings());
+        m.phases.window = Some(Window { units: 80, seconds: 0.4, from: at(0), to: at(400) });
+        let run = assemble(m, &ceilings(), 1.0);
         assert!(run.ceiling_undershot, "1 100 answers/s against http_rps 1 000");
         assert_eq!((run.sell_through_per_s, run.too_short_to_rank), (Some(200.0), true));
+    }
+
+    #[test]
+    fn the_cpu_per_unit_and_the_rate_share_the_steady_window() {
+        // The whole phase used 1 s of service CPU for 100 units; the
+        // window 0.8 s for its 80: both 10 ms per unit, read over the same
+        // 1.6 s as the 50 units/s.
+        let readings: Vec<cpu::Reading> =
+            (0..=10).map(|i| cpu::Reading { at: at(i * 200), service_s: i as f64 * 0.1 }).collect();
+        let window = Window { units: 80, seconds: 1.6, from: at(200), to: at(1_800) };
+        let phase_cpu = Cpu { instances_s: 1.0, ..Cpu::default() };
+        let cpu = steady_cpu(phase_cpu, &readings, Some(&window));
+        assert_eq!((cpu.steady_service_s, cpu.steady_service_cores), (Some(0.8), Some(0.5)));
+        assert!(!cpu_over_cores(Some(&cpu), 2));
+        // 3.1 CPU-seconds a second on 2 cores cannot be: flagged.
+        let busy = Cpu { steady_service_cores: Some(3.1), ..cpu.clone() };
+        assert!(cpu_over_cores(Some(&busy), 2) && !cpu_over_cores(Some(&busy), 4));
+        assert!(!cpu_over_cores(None, 2), "not measured is not flagged");
+        let mut m = measured("sql", 100);
+        m.phases.cpu = Some(busy);
+        let run = assemble(m, &ceilings(), 1.0);
+        assert!(run.cpu_over_cores || cpus() > 3);
+        // No window, no CPU per unit: never the whole phase's in its place.
+        assert_eq!(steady_cpu(phase_cpu_only(), &readings, None).steady_service_s, None);
+    }
+
+    fn phase_cpu_only() -> Cpu {
+        Cpu { instances_s: 1.0, ..Cpu::default() }
+    }
+
+    #[test]
+    fn a_run_is_too_short_to_rank_under_the_comparisons_window() {
+        let run = assemble(measured("sql", 100), &ceilings(), 3.0);
+        assert!(run.too_short_to_rank, "1.6 s under 3 s");
+        assert!(!assemble(measured("sql", 100), &ceilings(), 1.6).too_short_to_rank);
+    }
+
+    #[test]
+    fn run_labels_name_the_round_the_take_and_the_pilots() {
+        let label = |repeat, take| run_label(RunKey { repeat, take, ..key("sql") });
+        assert_eq!(
+            (label(3, 1), label(3, 2), label(0, 1), label(0, 2)),
+            ("3".to_owned(), "3.2".to_owned(), "pilot".to_owned(), "pilot-2".to_owned())
+        );
     }
 
     #[test]
@@ -1314,7 +1450,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         let mut m = measured("sql", 100);
         m.phases.http_rps = 2_000.0;
         m.phases.rejection = phase(1_100, 1.0, None);
-        let run = assemble(m, &ceilings());
+        let run = assemble(m, &ceilings(), 1.0);
         assert_eq!(run.http_rps, Some(2_000.0));
         assert_eq!(run.ratio.rejection_vs_http_rps, Some(0.55), "the round's 1 000 is not used");
         assert!(!run.ceiling_undershot, "1 100 answers/s are below the run's own 2 000");
@@ -1340,7 +1476,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         m.audit.units_returned = 45;
         m.audit.units_resold = 45;
         m.resale_ms = vec![900.0, 500.0, 700.0];
-        let run = assemble(m, &ceilings());
+        let run = assemble(m, &ceilings(), 1.0);
         assert_eq!((run.buyers, run.demanded_units), (340, 250));
         assert_eq!((run.units_returned, run.units_resold), (45, 45));
         let payment = run.payment.clone().expect("a payment record");
@@ -1361,7 +1497,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             m.phases.payment = Some(paid_out(0, 300));
             (m.audit.units_returned, m.audit.units_resold) = (100, 100);
             m.return_ms = return_ms;
-            assemble(m, &ceilings())
+            assemble(m, &ceilings(), 1.0)
         };
         let bound = report::RETURN_BOUND_MS as f64;
         // 99 of 100 within the bound: p99 is within it.
@@ -1387,7 +1523,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             m.phases.payment = Some(paid_out(0, 300));
             (m.audit.units_returned, m.audit.units_resold) = (returned, resold);
             m.audit.units_pending = pending;
-            assemble(m, &ceilings()).verdict
+            assemble(m, &ceilings(), 1.0).verdict
         };
         assert_eq!(payment_run(10, 10, 0), Verdict::Ok);
         assert_eq!(payment_run(10, 0, 0), Verdict::Broke, "returned, never resold");
@@ -1404,10 +1540,10 @@ seckill_amqp_messages_total{direction=\"published\"} 12
 
     #[test]
     fn a_correct_strategy_that_undersold_is_judged_broke() {
-        let run = assemble(measured("sql", 90), &ceilings());
+        let run = assemble(measured("sql", 90), &ceilings(), 1.0);
         assert_eq!((run.undersold, run.verdict), (10, Verdict::Broke));
         // A baseline that kept exact books did not demonstrate anything.
-        let run = assemble(measured("naive", 100), &ceilings());
+        let run = assemble(measured("naive", 100), &ceilings(), 1.0);
         assert_eq!((run.expected, run.verdict), (Expectation::Breaks, Verdict::Unexpected));
     }
 }

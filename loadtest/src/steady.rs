@@ -16,28 +16,32 @@
 //! - answers (rejections, the `http_rps` ceiling): answers whose time falls
 //!   between 10 % and 90 % of the phase's length, over 80 % of that length.
 //!
-//! A window shorter than [`MIN_WINDOW_S`] is reported, not ranked (see
-//! there).
+//! A window shorter than the comparison's `--steady-window-s` (default
+//! [`MIN_WINDOW_S`]) is reported, not ranked; sale sizing
+//! ([`crate::sizing`]) aims above it.
 
 use chrono::{DateTime, Utc};
 
 /// Share of a phase cut from each end.
 pub const TRIM: f64 = 0.1;
 
-/// The shortest steady window whose rate ranks strategies. The sale phase
-/// launches every goose user within its first 0.1 s; a window of 0.5 s is
-/// five launch ramps long, and is at the scale of the slowest regular event
-/// in the purchase path (the service's 1 s sold-out flag and lock wait
-/// limits are the next ones up). Windows of a few hundred milliseconds —
-/// every fast strategy at stock 1000 — were seen to rank strategies
-/// differently from the same strategies at stock 5000.
-pub const MIN_WINDOW_S: f64 = 0.5;
+/// The default shortest steady window whose rate ranks strategies,
+/// seconds. The regular events of the purchase path recur at most once a
+/// second (the service's sold-out flag, the lock generations' 1 s wait
+/// limit, the payment sweep's 0.5 s pass), so a window of 3 s holds each
+/// of them at least three times; a window of half a second (the previous
+/// threshold) held none of them for the fastest strategies, and their
+/// rank changed with the stock (docs/report-format.md, "Steady windows").
+pub const MIN_WINDOW_S: f64 = 3.0;
 
-/// The steady window of a sale: units sold in it and its length.
+/// The steady window of a sale: units sold in it, its length and its
+/// bounds (the commit times of the orders that open and close it).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
     pub units: i64,
     pub seconds: f64,
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
 }
 
 impl Window {
@@ -46,9 +50,10 @@ impl Window {
         (self.seconds > 0.0 && self.units > 0).then(|| self.units as f64 / self.seconds)
     }
 
-    /// Whether the window is long enough to rank (see [`MIN_WINDOW_S`]).
-    pub fn is_too_short(&self) -> bool {
-        self.seconds < MIN_WINDOW_S
+    /// Whether the window is shorter than `min_s` seconds, too short to
+    /// rank (see [`MIN_WINDOW_S`]).
+    pub fn is_too_short(&self, min_s: f64) -> bool {
+        self.seconds < min_s
     }
 }
 
@@ -75,7 +80,7 @@ pub fn sale_window(orders: &[(DateTime<Utc>, i64)]) -> Option<Window> {
     let (start, end) = (at_share(TRIM)?, at_share(1.0 - TRIM)?);
     let units: i64 = sorted[start + 1..=end.max(start)].iter().map(|(_, q)| q).sum();
     let seconds = (sorted[end].0 - sorted[start].0).num_microseconds().unwrap_or(0) as f64 / 1e6;
-    Some(Window { units, seconds })
+    Some(Window { units, seconds, from: sorted[start].0, to: sorted[end].0 })
 }
 
 /// Answers per second between `TRIM` and `1 − TRIM` of a phase that lasted
@@ -113,7 +118,8 @@ mod tests {
         assert_eq!(window.units, 80);
         assert!((window.seconds - 0.8).abs() < 1e-9, "{window:?}");
         assert_eq!(window.rate(), Some(100.0));
-        assert!(!window.is_too_short());
+        assert!(!window.is_too_short(0.5) && window.is_too_short(MIN_WINDOW_S));
+        assert_eq!((window.from, window.to), (at(900), at(1_700)));
         // The whole-phase rate would say 100 units in 6.7 s.
     }
 
@@ -123,7 +129,7 @@ mod tests {
         // 20 units: 10 % is reached by the first order, 90 % by the fourth.
         let window = sale_window(&orders).unwrap();
         assert_eq!((window.units, window.seconds), (15, 0.3));
-        assert!(window.is_too_short());
+        assert!(window.is_too_short(0.5));
         assert_eq!(sale_window(&orders[..1]), None);
         let same_time = sale_window(&[(at(5), 1), (at(5), 1)]).unwrap();
         assert_eq!(same_time.rate(), None, "no time elapsed");

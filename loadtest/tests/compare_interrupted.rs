@@ -83,6 +83,7 @@ fn start(out: &Path, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
         .args(args)
         .args(["--users", "40", "--instances", "2", "--rejection-phase", "1"])
         .args(["--ceiling-duration", "1", "--repeat", "1", "--stock", "200"])
+        .args(["--reference-runs", "1"])
         .args(["--database-url", &crate::support::test_database_url(), "--out"])
         .arg(out)
         .stdin(Stdio::null())

@@ -46,7 +46,16 @@ async fn the_live_view_follows_a_comparison_and_the_report_keeps_each_runs_serie
     // the page sees them while they run.
     let child = Command::new(env!("CARGO_BIN_EXE_loadtest"))
         .arg("compare")
-        .args(["--strategies", "naive,sql", "--stock", "300", "--repeat", "1"])
+        .args([
+            "--strategies",
+            "naive,sql",
+            "--stock",
+            "300",
+            "--repeat",
+            "1",
+            "--reference-runs",
+            "1",
+        ])
         .args(["--users", "8", "--work-ms", "10", "--instances", "1"])
         .args(["--rejection-phase", "1", "--ceiling-duration", "1", "--quiet"])
         .args(["--database-url", &crate::support::test_database_url(), "--serve-progress", &addr])

@@ -18,5 +18,6 @@ mod compare_interrupted;
 mod compare_payment;
 mod compare_queue;
 mod compare_repeat;
+mod compare_sizing;
 mod live_view;
 mod report_html;

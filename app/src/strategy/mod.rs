@@ -76,6 +76,13 @@ pub const REGISTRY: &[Registration] = &[
 /// have a transaction (checked at compile time).
 pub const REFERENCE: StrategyName = sql::NAME;
 
+/// The strategies of a first, short comparison (`loadtest compare
+/// --quick`): the reference and one of each other kind of limit — many
+/// purchases per transaction, a Redis gate, a queue, and the lock
+/// generation that keeps exact books under every fault of the matrix.
+pub const QUICK: &[StrategyName] =
+    &[REFERENCE, sql_batched::NAME, redis_decr::NAME, queue::NAME, lock::library_lock::FENCED_NAME];
+
 /// What the service and the load test need to know of one strategy,
 /// declared by the strategy's module next to its implementation.
 ///

@@ -81,7 +81,7 @@ pub fn vs_sql(summary: &Summary) -> String {
 }
 
 /// What a reader must know before ranking a run: a steady window too short
-/// to rank, a ceiling it exceeded.
+/// to rank, a ceiling it exceeded, more service CPU than the machine has.
 pub fn notes(run: &Run) -> String {
     let mut notes = Vec::new();
     if run.too_short_to_rank {
@@ -89,6 +89,9 @@ pub fn notes(run: &Run) -> String {
     }
     if run.ceiling_undershot {
         notes.push("ceiling undershot");
+    }
+    if run.cpu_over_cores {
+        notes.push("cpu over cores");
     }
     if notes.is_empty() { ABSENT.to_owned() } else { notes.join(", ") }
 }
@@ -114,7 +117,7 @@ pub const RUN_COLUMNS: &[Column<Run>] = &[
         align: Left,
         cell: |r| under(&r.profile, r.fault.as_ref().map(|f| f.kind.as_str())),
     },
-    Column { header: "#", align: Right, cell: |r| r.repeat.to_string() },
+    Column { header: "#", align: Right, cell: Run::label },
     Column { header: "sales", align: Right, cell: |r| r.sales.to_string() },
     Column { header: "expected", align: Left, cell: |r| r.expected.as_str().to_owned() },
     Column { header: "verdict", align: Left, cell: |r| r.verdict.label().to_owned() },
@@ -225,7 +228,11 @@ pub const SUMMARY_COLUMNS: &[Column<Summary>] = &[
         cell: |s| spread(s, "cost.amqp_messages_per_unit", 1),
     },
     Column { header: "peak RSS MiB", align: Right, cell: |s| spread(s, "cost.peak_rss_mb", 0) },
-    Column { header: "cpu ms/unit", align: Right, cell: |s| spread(s, "cost.cpu_ms_per_unit", 2) },
+    Column {
+        header: "cpu ms/unit",
+        align: Right,
+        cell: |s| spread_ci(s, "cost.cpu_ms_per_unit", 2),
+    },
     Column {
         header: "loadgen CPU share",
         align: Right,
@@ -296,6 +303,8 @@ mod tests {
         let mut flagged = sql.clone();
         (flagged.too_short_to_rank, flagged.ceiling_undershot) = (true, true);
         assert_eq!(cell(&flagged, "notes"), "too short to rank, ceiling undershot");
+        flagged.cpu_over_cores = true;
+        assert!(cell(&flagged, "notes").ends_with(", cpu over cores"));
     }
 
     #[test]

@@ -43,8 +43,8 @@ pub struct Chart {
 /// `/fault` in a fault run.
 pub fn run_id(run: &Run) -> String {
     match &run.fault {
-        Some(fault) => format!("{}|{}/{}|{}", run.strategy, run.profile, fault.kind, run.repeat),
-        None => format!("{}|{}|{}", run.strategy, run.profile, run.repeat),
+        Some(fault) => format!("{}|{}/{}|{}", run.strategy, run.profile, fault.kind, run.label()),
+        None => format!("{}|{}|{}", run.strategy, run.profile, run.label()),
     }
 }
 
@@ -61,6 +61,7 @@ fn chart_runs(report: &Report) -> Vec<(&Run, String)> {
             first(&|x: &Run| x.fault_name(), r.fault_name()),
             first(&|x: &Run| x.strategy.as_str(), &r.strategy),
             r.repeat,
+            r.take,
         )
     });
     let profiles = distinct(report.runs.iter().map(|r| r.profile.as_str()));
@@ -76,7 +77,7 @@ fn chart_runs(report: &Report) -> Vec<(&Run, String)> {
                 label += &format!(" · {}", r.fault_name());
             }
             if repeats {
-                label += &format!(" #{}", r.repeat);
+                label += &format!(" #{}", r.label());
             }
             (r, label)
         })
@@ -348,7 +349,7 @@ pub fn live_chart(samples: &[Sample], total_stock: i64) -> String {
 pub fn finished_chart(runs: &[Run]) -> String {
     let labelled: Vec<(&Run, String)> = runs
         .iter()
-        .map(|run| (run, format!("{} · {} #{}", run.strategy, run.profile, run.repeat)))
+        .map(|run| (run, format!("{} · {} #{}", run.strategy, run.profile, run.label())))
         .collect();
     let rows = sold_series(runs, &labelled);
     svg::series("live-finished", "Units sold per second", "units/s", &rows, true)

@@ -4,10 +4,10 @@ use comfy_table::presets::{ASCII_MARKDOWN, UTF8_FULL_CONDENSED};
 use comfy_table::{CellAlignment, Table};
 
 use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells, num};
+use super::summary::{Summary, VS_SQL};
 use super::{Report, matrix};
 use crate::ceilings::Kind;
 use crate::stats::median;
-use crate::steady::MIN_WINDOW_S;
 
 /// `rows` under `columns` as a table, `markdown` or console style.
 fn table<'a, T: 'a>(
@@ -41,12 +41,15 @@ pub fn verdict_lines(report: &Report) -> String {
 
 /// What a reader must see before ranking, one line each: every run that
 /// exceeded its own round's ceiling by more than 5 % (the ceiling was
-/// measured too low), every run whose steady window was too short to rank,
-/// and the share of the machine the load generator took.
+/// measured too low), every run whose service side used more CPU than the
+/// machine has, every run whose steady window was too short to rank, every
+/// strategy whose interval against `sql` is too wide to decide (with the
+/// measured reason), and the share of the machine the load generator took.
 pub fn warning_lines(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
+    let min_window_s = report.min_window_s();
     for run in &report.runs {
-        let who = format!("{} ({}, round {})", run.strategy, run.profile, run.repeat);
+        let who = format!("{} ({}, round {})", run.strategy, run.profile, run.label());
         let round = report.ceilings.round(run.repeat).with_own_http_rps(run.http_rps);
         for (kind, ratio) in
             round.exceeded_by(&run.strategy, run.sell_through_per_s, run.rejection_rps)
@@ -62,15 +65,59 @@ pub fn warning_lines(report: &Report) -> Vec<String> {
                 kind.name()
             ));
         }
+        if run.cpu_over_cores {
+            let cores = run.cpu.as_ref().and_then(|c| c.steady_service_cores).unwrap_or(0.0);
+            lines.push(format!(
+                "warning: {who}: the service side used {cores:.2} CPU-seconds per second over \
+                 the steady window, more than the machine's {} CPUs: its CPU per unit does not \
+                 add up (cpu_over_cores)",
+                report.machine.cpus
+            ));
+        }
         if run.too_short_to_rank {
             let window = run.steady_window_s.map_or("none".to_owned(), |s| format!("{s:.2} s"));
             lines.push(format!(
-                "note: {who}: steady window {window}, under {MIN_WINDOW_S} s: reported, not ranked"
+                "note: {who}: steady window {window}, under {min_window_s} s: reported, not ranked"
             ));
         }
     }
+    let sql = report.summary.iter().find(|s| s.strategy == seckill::strategy::REFERENCE.as_str());
+    for summary in &report.summary {
+        lines.extend(undecided_line(summary, sql));
+    }
     lines.extend(loadgen_line(report));
     lines
+}
+
+/// "note: lock/fenced (burst): × sql 0.61 [0.40–0.93] is wider than
+/// −25 %/+33 % of its median: its own sell-through varied by a factor 1.52
+/// over the runs (590–898 units/s), sql's by 1.21", for a strategy expected
+/// to be correct whose interval against `sql` does not decide.
+fn undecided_line(summary: &Summary, sql: Option<&Summary>) -> Option<String> {
+    if summary.expected != crate::expectation::Expectation::Correct || summary.too_short_to_rank {
+        return None;
+    }
+    let spread = summary.figures.get(VS_SQL).copied().flatten()?;
+    let [lo, hi] = spread.ci95?;
+    if spread.decides()? {
+        return None;
+    }
+    let rate = |s: &Summary| s.figures.get("sell_through_per_s").copied().flatten();
+    let own = rate(summary)?;
+    let factor =
+        |s: super::summary::Spread| if s.min > 0.0 { s.max / s.min } else { f64::INFINITY };
+    let reference =
+        sql.and_then(rate).map_or(String::new(), |s| format!(", sql's by {:.2}", factor(s)));
+    Some(format!(
+        "note: {} ({}): × sql {:.2} [{lo:.2}–{hi:.2}] is wider than −25 %/+33 % of its median: \
+         its own sell-through varied by a factor {:.2} over the runs ({:.0}–{:.0} units/s){reference}",
+        summary.strategy,
+        summary.profile,
+        spread.median,
+        factor(own),
+        own.min,
+        own.max,
+    ))
 }
 
 /// "the load generator used 31 % of the machine's CPU during the sale

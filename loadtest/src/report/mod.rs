@@ -22,12 +22,15 @@ use crate::cpu::Cpu;
 pub use crate::expectation::{Expectation, Verdict};
 use crate::fault::FaultRecord;
 use crate::scenario::{Flood, Latency, Outcomes};
+use crate::sizing::Pilot;
 pub use seckill::strategy::descriptor::BatchSizes;
 
-/// 2: steady-state rates, ceilings per round, intervals, CPU accounting
-/// (docs/report-format.md lists the changes). `loadtest render` still reads
-/// version 1: every field added since defaults to `null`, empty or `false`.
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: sized sales and their pilots, reference runs, the CPU of the steady
+/// window, the `sql_tps` scan (2: steady-state rates, ceilings per round,
+/// intervals, CPU accounting; docs/report-format.md lists the changes).
+/// `loadtest render` still reads versions 1 and 2: every field added since
+/// defaults to `null`, empty or `false`.
+pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
@@ -45,6 +48,10 @@ pub struct Report {
     #[serde(default)]
     pub redis_cluster: Option<RedisClusterReport>,
     pub ceilings: Ceilings,
+    /// The pilot sales that sized the runs' stocks (`crate::sizing`), in
+    /// the order run; empty with `--stock` and in reports before them.
+    #[serde(default)]
+    pub pilots: Vec<Pilot>,
     pub runs: Vec<Run>,
     /// One aggregate per (strategy, profile) over its repeats, in the order
     /// of `runs` (see [`summary::summarize`]).
@@ -81,10 +88,17 @@ impl Report {
             balancer: None,
             redis_cluster: None,
             ceilings,
+            pilots: Vec::new(),
             summary: summary::summarize(&runs),
             runs,
             partial: None,
         }
+    }
+
+    /// The shortest steady window that ranked in this comparison
+    /// (`config.steady_window_s`; 0.5 s in reports before the flag).
+    pub fn min_window_s(&self) -> f64 {
+        self.config.get("steady_window_s").and_then(serde_json::Value::as_f64).unwrap_or(0.5)
     }
 
     /// The line a reader of a partial report must not miss (`None` for a
@@ -166,6 +180,10 @@ pub struct Run {
     pub profile: String,
     /// 1-based.
     pub repeat: u64,
+    /// 1-based: which of its round's runs of this strategy (`sql` runs
+    /// `--reference-runs` times a round, every other strategy once).
+    #[serde(default = "first_take")]
+    pub take: u64,
     pub expected: Expectation,
     pub verdict: Verdict,
     pub instances: usize,
@@ -193,8 +211,10 @@ pub struct Run {
     /// Length of the steady window, seconds.
     #[serde(default)]
     pub steady_window_s: Option<f64>,
-    /// The steady window is shorter than [`crate::steady::MIN_WINDOW_S`] (or
-    /// missing): the run's rates are reported, not ranked.
+    /// The steady window is shorter than the comparison's
+    /// `--steady-window-s` (default [`crate::steady::MIN_WINDOW_S`]; 0.5 s
+    /// in reports before it) or missing: the run's rates are reported, not
+    /// ranked.
     #[serde(default)]
     pub too_short_to_rank: bool,
     /// Answers per second between 10 % and 90 % of the rejection phase.
@@ -211,6 +231,12 @@ pub struct Run {
     /// too low.
     #[serde(default)]
     pub ceiling_undershot: bool,
+    /// The service side's CPU seconds per second over the steady window
+    /// (`cpu.steady_service_cores`) exceed the machine's CPUs: a
+    /// measurement that does not add up, flagged rather than printed as if
+    /// consistent.
+    #[serde(default)]
+    pub cpu_over_cores: bool,
     pub units_sold: i64,
     pub orders: i64,
     pub remaining_stock: i64,
@@ -479,15 +505,31 @@ impl Run {
         Verdict::of(self.expected, self.is_broken(), self.books_broken())
     }
 
+    /// The run's repeat as the tables show it: `3`, or `3.2` for the
+    /// second take of round 3.
+    pub fn label(&self) -> String {
+        match self.take {
+            0 | 1 => self.repeat.to_string(),
+            take => format!("{}.{take}", self.repeat),
+        }
+    }
+
     /// The fault's wire name, `none` without one.
     pub fn fault_name(&self) -> &str {
         self.fault.as_ref().map_or("none", |f| f.kind.as_str())
     }
 }
 
-/// Fills `ratio.sell_through_vs_sql_strategy` from the run of the reference
-/// strategy (`seckill::strategy::REFERENCE`) of the same profile, fault and
-/// repeat.
+fn first_take() -> u64 {
+    1
+}
+
+/// Fills `ratio.sell_through_vs_sql_strategy` from the runs of the
+/// reference strategy (`seckill::strategy::REFERENCE`) of the same profile,
+/// fault and repeat: the run's sell-through over the geometric mean of
+/// theirs (one run, or `--reference-runs` of them spread through the
+/// round). None when one of them has no rate: a reference with a missing
+/// run is not the reference of the other rounds.
 pub fn relate_to_sql(runs: &mut [Run]) {
     let sql: Vec<(String, String, u64, Option<f64>)> = runs
         .iter()
@@ -495,17 +537,33 @@ pub fn relate_to_sql(runs: &mut [Run]) {
         .map(|r| (r.profile.clone(), r.fault_name().to_owned(), r.repeat, r.sell_through_per_s))
         .collect();
     for run in runs.iter_mut() {
-        let base = sql
+        let bases: Vec<Option<f64>> = sql
             .iter()
-            .find(|(profile, fault, repeat, _)| {
+            .filter(|(profile, fault, repeat, _)| {
                 *profile == run.profile && fault == run.fault_name() && *repeat == run.repeat
             })
-            .and_then(|(_, _, _, value)| *value);
+            .map(|(_, _, _, value)| *value)
+            .collect();
+        let base = geometric_mean(&bases);
         run.ratio.sell_through_vs_sql_strategy = match (run.sell_through_per_s, base) {
             (Some(value), Some(base)) if base > 0.0 => Some(value / base),
             _ => None,
         };
     }
+}
+
+/// The geometric mean of `values`; `None` when there are none or one is
+/// missing or not positive.
+fn geometric_mean(values: &[Option<f64>]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut logs = 0.0;
+    for value in values {
+        let value = (*value).filter(|v| v.is_finite() && *v > 0.0)?;
+        logs += value.ln();
+    }
+    Some((logs / values.len() as f64).exp())
 }
 
 /// Fills `ratio.sell_through_vs_batched_ceiling` of the runs of `strategy`
@@ -577,5 +635,42 @@ pub(crate) mod fixture {
         .expect("the fixture is a report.json");
         report.summary = summary::summarize(&report.runs);
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fixture, geometric_mean, relate_to_sql};
+
+    #[test]
+    fn each_ratio_to_sql_divides_by_the_geometric_mean_of_its_rounds_sql_takes() {
+        let mut runs = fixture::report().runs;
+        let mut second =
+            runs.iter().find(|r| r.strategy == "sql" && r.repeat == 1).unwrap().clone();
+        second.take = 2;
+        runs.push(second);
+        for run in runs.iter_mut().filter(|r| r.repeat == 1) {
+            run.sell_through_per_s = Some(match (run.strategy.as_str(), run.take) {
+                ("sql", 1) => 400.0,
+                ("sql", _) => 900.0,
+                _ => 1200.0,
+            });
+        }
+        relate_to_sql(&mut runs);
+        let ratio = |strategy: &str, repeat, take| {
+            let run = runs
+                .iter()
+                .find(|r| r.strategy == strategy && r.repeat == repeat && r.take == take);
+            run.unwrap().ratio.sell_through_vs_sql_strategy.unwrap()
+        };
+        // √(400 × 900) = 600.
+        assert!((ratio("queue", 1, 1) - 2.0).abs() < 1e-12);
+        assert!((ratio("sql", 1, 1) - 400.0 / 600.0).abs() < 1e-12);
+        assert!((ratio("sql", 1, 2) - 1.5).abs() < 1e-12);
+        assert!((ratio("sql", 2, 1) - 1.0).abs() < 1e-12, "one take: itself");
+        assert_eq!(geometric_mean(&[Some(4.0), None]), None, "a take without a rate");
+        assert_eq!(geometric_mean(&[]), None);
+        assert_eq!(runs[0].label(), "1");
+        assert_eq!(runs.last().unwrap().label(), "1.2");
     }
 }

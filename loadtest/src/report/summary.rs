@@ -79,14 +79,39 @@ pub struct Spread {
     pub max: f64,
     /// Repeats that had a value.
     pub n: usize,
-    /// `ratio.*` figures: the 95 % confidence interval `[lo, hi]` over the
-    /// per-round values ([`stats::ratio_ci95`]); `null` for other figures
-    /// and with fewer than 3 values.
+    /// `ratio.*` figures and `cost.cpu_ms_per_unit` ([`has_interval`]): the
+    /// 95 % confidence interval `[lo, hi]` over the per-round values
+    /// ([`stats::ratio_ci95`]); `null` for other figures and with fewer
+    /// than 3 values.
     #[serde(default)]
     pub ci95: Option<[f64; 2]>,
 }
 
+/// The bounds of an interval that decides, as factors of its median: at
+/// most 25 % below and 33 % above it (a factor 1.66 from end to end), the
+/// precision a ranking needs to tell a strategy 1.5 times as fast from one
+/// as fast.
+pub const DECIDING_BOUNDS: (f64, f64) = (0.75, 4.0 / 3.0);
+
+/// Whether the figure at `path` gets a 95 % interval: every ratio, and the
+/// CPU per unit (the figure a reader carries to another machine). Both are
+/// positive quantities that vary by a factor between rounds, so the
+/// interval is taken on their logarithms ([`stats::ratio_ci95`]).
+pub fn has_interval(path: &str) -> bool {
+    path.starts_with("ratio.") || path == "cost.cpu_ms_per_unit"
+}
+
 impl Spread {
+    /// Whether the interval lies within [`DECIDING_BOUNDS`] of the median;
+    /// `None` without an interval.
+    pub fn decides(&self) -> Option<bool> {
+        let [lo, hi] = self.ci95?;
+        let (below, above) = DECIDING_BOUNDS;
+        // A relative tolerance: the bounds are printed to two decimals.
+        let slack = 1e-9 * self.median.abs();
+        Some(lo >= self.median * below - slack && hi <= self.median * above + slack)
+    }
+
     /// `None` for no values; `ci95` only when `interval` is asked.
     pub fn of(values: &[f64], interval: bool) -> Option<Spread> {
         let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
@@ -178,6 +203,7 @@ fn summarize_group(group: &[&Run]) -> Summary {
         }
     }
     values.remove("repeat");
+    values.remove("take");
     Summary {
         strategy: group[0].strategy.clone(),
         profile: group[0].profile.clone(),
@@ -192,7 +218,7 @@ fn summarize_group(group: &[&Run]) -> Summary {
         figures: values
             .into_iter()
             .map(|(path, v)| {
-                let spread = Spread::of(&v, path.starts_with("ratio."));
+                let spread = Spread::of(&v, has_interval(&path));
                 (path, spread)
             })
             .collect(),
@@ -268,6 +294,23 @@ mod tests {
         assert_eq!(queue(&straddling).vs_sql, Some(VsSql::Indistinguishable));
         // Two repeats give no interval.
         assert_eq!(fixture::report().summary[0].vs_sql, None);
+    }
+
+    #[test]
+    fn the_cpu_per_unit_gets_an_interval_and_intervals_decide_within_bounds() {
+        assert!(has_interval("cost.cpu_ms_per_unit") && has_interval("ratio.x"));
+        assert!(!has_interval("cost.pg_xacts_per_unit") && !has_interval("latency_ms.p99"));
+        let spread = |median, ci95| Spread { median, min: 0.0, max: 0.0, n: 5, ci95 };
+        assert_eq!(spread(2.0, Some([1.5, 2.66])).decides(), Some(true), "−25 %, +33 %");
+        assert_eq!(spread(2.0, Some([1.49, 2.5])).decides(), Some(false), "below −25 %");
+        assert_eq!(spread(2.0, Some([1.8, 2.7])).decides(), Some(false), "above +33 %");
+        assert_eq!(spread(2.0, None).decides(), None);
+        let mut runs = three_rounds([2.05, 2.3, 2.21]);
+        for (i, run) in runs.iter_mut().enumerate() {
+            run.cost.cpu_ms_per_unit = Some(1.0 + i as f64 / 10.0);
+        }
+        let summaries = summarize(&runs);
+        assert!(queue(&summaries).figures["cost.cpu_ms_per_unit"].unwrap().ci95.is_some());
     }
 
     #[test]
