@@ -342,9 +342,7 @@ async fn compare(
         size_sales(&bench, progress).await?
     };
     progress.stage("scanning sql_tps over the number of connections");
-    ceilings.sql_tps.scan = scan_sql_tps(args, instances, &admin).await?;
-    ceilings.sql_tps.connections =
-        ceilings::peak(&ceilings.sql_tps.scan).unwrap_or(ceilings.sql_tps.connections);
+    scan_sql_tps(args, instances, &admin, &mut ceilings.sql_tps).await?;
     // `http_rps` is measured by each run, right before its rejection phase;
     // the round's sample is their median.
     let before: Vec<Kind> = ceilings.kinds().into_iter().filter(|k| *k != Kind::HttpRps).collect();
@@ -470,13 +468,14 @@ async fn size_sales(
 }
 
 /// `sql_tps` at each of [`ceilings::scan_counts`] connections, for half of
-/// `--ceiling-duration` each (at least a second): the curve whose peak the
-/// rounds measure at.
+/// `--ceiling-duration` each (at least a second), kept as `ceiling.scan`;
+/// `ceiling.connections` becomes its peak, where the rounds measure.
 async fn scan_sql_tps(
     args: &CompareArgs,
     instances: &Instances,
     admin: &Admin,
-) -> anyhow::Result<Vec<ceilings::ScanPoint>> {
+    ceiling: &mut SqlCeiling,
+) -> anyhow::Result<()> {
     let seconds = (args.ceiling_duration as f64 / 2.0).max(1.0);
     let mut scan = Vec::new();
     for connections in ceilings::scan_counts(instances.pool_connections) {
@@ -486,7 +485,9 @@ async fn scan_sql_tps(
             .with_context(|| format!("scanning sql_tps at {connections} connections"))?;
         scan.push(ceilings::ScanPoint { connections, per_s });
     }
-    Ok(scan)
+    ceiling.connections = ceilings::peak(&scan).unwrap_or(ceiling.connections);
+    ceiling.scan = scan;
+    Ok(())
 }
 
 /// Runs of each profile and fault in a round: one per strategy, and

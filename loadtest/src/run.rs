@@ -982,10 +982,7 @@ fn assemble(m: Measured, round: &Round, min_window_s: f64) -> Run {
     });
     let rates = Rates::of(key, &audit, &phases, round);
     let (sale, rejection) = (phases.sale, phases.rejection);
-    let mut outcomes = sale.outcomes;
-    if let Some(stats) = &phases.queue_stats {
-        outcomes.rejected = stats.iter().map(|s| s.rejected.max(0) as u64).sum();
-    }
+    let outcomes = settled_outcomes(sale.outcomes, phases.queue_stats.as_deref());
     let queue = phases.queue_stats.as_deref().map(QueueFigures::of);
     let group_commit = phases.group_commit.and_then(|stats| stats.batch_sizes);
     let mut run = Run {
@@ -1040,6 +1037,18 @@ fn assemble(m: Measured, round: &Round, min_window_s: f64) -> Run {
     };
     run.verdict = run.judge();
     run
+}
+
+/// The sale phase's `outcomes`, with the requests a queue refused after
+/// accepting them counted as `rejected` when the strategy settles later.
+fn settled_outcomes(
+    mut outcomes: scenario::Outcomes,
+    queue_stats: Option<&[QueueStats]>,
+) -> scenario::Outcomes {
+    if let Some(stats) = queue_stats {
+        outcomes.rejected = stats.iter().map(|s| s.rejected.max(0) as u64).sum();
+    }
+    outcomes
 }
 
 /// The machine's CPUs, as the load generator sees them.
@@ -1409,8 +1418,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         let readings: Vec<cpu::Reading> =
             (0..=10).map(|i| cpu::Reading { at: at(i * 200), service_s: i as f64 * 0.1 }).collect();
         let window = Window { units: 80, seconds: 1.6, from: at(200), to: at(1_800) };
-        let phase_cpu = Cpu { instances_s: 1.0, ..Cpu::default() };
-        let cpu = steady_cpu(phase_cpu, &readings, Some(&window));
+        let cpu = steady_cpu(phase_cpu_only(), &readings, Some(&window));
         assert_eq!((cpu.steady_service_s, cpu.steady_service_cores), (Some(0.8), Some(0.5)));
         assert!(!cpu_over_cores(Some(&cpu), 2));
         // 3.1 CPU-seconds a second on 2 cores cannot be: flagged.
