@@ -165,7 +165,7 @@ impl RedisHandle {
     }
 
     /// The underlying client, for the lock library and dedicated
-    /// connections (pub/sub: [`RedisClient::pubsub_client`]).
+    /// connections (pub/sub: [`RedisClient::pubsub_clients`]).
     pub fn client(&self) -> &RedisClient {
         &self.client
     }

@@ -551,7 +551,7 @@ impl Strategy for RedisDecr {
     /// when the strategy is dropped.
     fn start_background(self: Arc<Self>) {
         tokio::spawn(sold_out_pubsub::listen(
-            self.redis.client().pubsub_client().clone(),
+            self.redis.client().pubsub_clients().to_vec(),
             counter::stock_returned_channel(&self.redis),
             Arc::downgrade(&self.flags),
         ));

@@ -19,9 +19,11 @@
 //! every key it names must share one hash slot (this crate's names put all of
 //! a lock's keys under one hash tag), or the node refuses it with `CROSSSLOT`.
 //!
-//! Pub/sub ([`RedisClient::pubsub_client`]) uses one node: a classic
-//! `PUBLISH` on a cluster is broadcast to every node over the cluster bus, so
-//! a subscriber on any one node hears it. The first seed is used.
+//! Pub/sub ([`RedisClient::pubsub_clients`]) uses one node at a time: a
+//! classic `PUBLISH` on a cluster is broadcast to every node over the
+//! cluster bus, so a subscriber on any one node hears it. A subscriber tries
+//! the seeds in turn, so that one whose node fails (a master taken down, its
+//! replica promoted) subscribes again on another.
 
 use std::time::Duration;
 
@@ -99,12 +101,13 @@ impl RedisClient {
         matches!(self, Self::Cluster { .. })
     }
 
-    /// A client of one node, for pub/sub: the node itself, or the first seed
-    /// of a cluster (a cluster broadcasts `PUBLISH` to every node).
-    pub fn pubsub_client(&self) -> &redis::Client {
+    /// Clients of the nodes pub/sub may subscribe on, to try in turn: the
+    /// node itself, or every seed of a cluster (a cluster broadcasts
+    /// `PUBLISH` to every node, so any live one serves). Never empty.
+    pub fn pubsub_clients(&self) -> &[redis::Client] {
         match self {
-            Self::Node(client) => client,
-            Self::Cluster { seeds, .. } => &seeds[0],
+            Self::Node(client) => std::slice::from_ref(client),
+            Self::Cluster { seeds, .. } => seeds,
         }
     }
 

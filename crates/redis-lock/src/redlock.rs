@@ -158,7 +158,11 @@ impl Redlock {
         let nodes = nodes
             .into_iter()
             .map(|client| Node {
-                wakeups: Wakeups::new(client.clone(), config.connect_timeout, telemetry.clone()),
+                wakeups: Wakeups::new(
+                    vec![client.clone()],
+                    config.connect_timeout,
+                    telemetry.clone(),
+                ),
                 client,
                 conn: OnceCell::new(),
             })

@@ -93,7 +93,7 @@ impl LockClient {
 
     fn build(client: RedisClient, config: LockConfig) -> Self {
         let telemetry = Telemetry::new(config.on_round_trip.clone());
-        let pubsub = client.pubsub_client().clone();
+        let pubsub = client.pubsub_clients().to_vec();
         let wakeups = Wakeups::new(pubsub, config.connect_timeout, telemetry.clone());
         Self {
             inner: Arc::new(ClientInner {

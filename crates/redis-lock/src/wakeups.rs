@@ -1,4 +1,5 @@
-//! One pub/sub connection per [`Wakeups`] (one per client and Redis node),
+//! One pub/sub connection per [`Wakeups`] (one per client and Redis node or
+//! cluster — on a cluster, to one seed at a time, the next after a loss),
 //! shared by every waiter of the client, routing each channel's release
 //! messages to the [`Notify`] registered for it.
 //!
@@ -19,6 +20,7 @@
 //! again instead of sleeping out its round (T17).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
@@ -153,8 +155,11 @@ enum Plan {
 }
 
 impl Wakeups {
+    /// Wake-ups over a connection to one of `nodes` at a time (the next
+    /// one after each connection ends or fails: any node of a cluster
+    /// hears every release). `nodes` must not be empty.
     pub(crate) fn new(
-        client: redis::Client,
+        nodes: Vec<redis::Client>,
         connect_timeout: Duration,
         telemetry: Arc<Telemetry>,
     ) -> Arc<Self> {
@@ -164,7 +169,8 @@ impl Wakeups {
             passes: watch::Sender::new(0),
         });
         let closed = CancellationToken::new();
-        let subscriber = Subscriber { client, connect_timeout, telemetry, shared, closed };
+        let nodes = Arc::new(Nodes { clients: nodes, next: AtomicUsize::new(0) });
+        let subscriber = Subscriber { nodes, connect_timeout, telemetry, shared, closed };
         Arc::new(Self { subscriber, started: OnceLock::new() })
     }
 
@@ -246,12 +252,26 @@ impl Drop for Registration {
 /// The task that keeps the connection in line with the table.
 #[derive(Clone)]
 struct Subscriber {
-    client: redis::Client,
+    nodes: Arc<Nodes>,
     connect_timeout: Duration,
     telemetry: Arc<Telemetry>,
     shared: Arc<Shared>,
     /// Cancelled when the [`Wakeups`] is dropped.
     closed: CancellationToken,
+}
+
+/// The nodes a connection may go to, and the next one to try.
+struct Nodes {
+    clients: Vec<redis::Client>,
+    next: AtomicUsize,
+}
+
+impl Nodes {
+    /// The node for the next connection: each in turn.
+    fn next(&self) -> &redis::Client {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        &self.clients[i % self.clients.len()]
+    }
 }
 
 /// The current pub/sub connection.
@@ -341,7 +361,7 @@ impl Subscriber {
     /// A new connection subscribed to `channels`, each step bounded by the
     /// connect timeout, with a task routing its messages.
     async fn open(&self, channels: &[String]) -> Option<Connection> {
-        let connecting = self.client.get_async_pubsub();
+        let connecting = self.nodes.next().get_async_pubsub();
         let pubsub = match tokio::time::timeout(self.connect_timeout, connecting).await {
             Ok(Ok(pubsub)) => pubsub,
             Ok(Err(err)) => {

@@ -113,20 +113,28 @@ impl SoldOutFlags {
     }
 }
 
-/// Subscribes to `channel` on a dedicated connection and clears the flag of
-/// each sale announced there. Subscribes again [`RESUBSCRIBE_PAUSE`] after a
-/// subscription is lost, then with exponential back-off while Redis does
-/// not answer (100 ms doubling to 5 s, each pause plus a random jitter of up
-/// to its own length: at most 10 s); clears all flags on every
-/// (re)subscription. Ends when the flags are dropped.
-pub async fn listen(client: redis::Client, channel: String, flags: Weak<SoldOutFlags>) {
+/// Subscribes to `channel` on a dedicated connection to one of `nodes` (the
+/// Redis node, or the seeds of a cluster, whose every node hears every
+/// `PUBLISH`) and clears the flag of each sale announced there. Subscribes
+/// again [`RESUBSCRIBE_PAUSE`] after a subscription is lost, then with
+/// exponential back-off while Redis does not answer (100 ms doubling to 5 s,
+/// each pause plus a random jitter of up to its own length: at most 10 s),
+/// each attempt on the next node in turn, so that a cluster node taken down
+/// is left for another; clears all flags on every (re)subscription. Ends
+/// when the flags are dropped. `nodes` must not be empty.
+pub async fn listen(nodes: Vec<redis::Client>, channel: String, flags: Weak<SoldOutFlags>) {
+    let attempts = std::sync::atomic::AtomicUsize::new(0);
+    let next_node = || {
+        let i = attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &nodes[i % nodes.len()]
+    };
     let backoff = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
         .with_max_delay(Duration::from_secs(5))
         .with_jitter()
         .without_max_times();
     loop {
-        let subscribed = (|| subscribe(&client, &channel))
+        let subscribed = (|| subscribe(next_node(), &channel))
             .retry(backoff)
             .sleep(tokio::time::sleep)
             .when(|_| flags.strong_count() > 0)
