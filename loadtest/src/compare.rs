@@ -81,7 +81,11 @@ async fn run_to_end(mut args: CompareArgs, total: u64, sofar: &SoFar) -> anyhow:
     let mut progress = Progress::new(total, args.quiet, live.clone());
     let (redlock, servers) = start_servers(&mut args, &mut progress).await?;
     progress.stage("starting the instances");
-    let instances = Instances::start(&instance_settings(&args), redlock.as_ref()).await?;
+    let mut settings = instance_settings(&args);
+    settings.own_env = (0..args.instances as usize)
+        .map(|i| servers.links.instance_env(i, &args.database_url, &args.redis_url))
+        .collect::<anyhow::Result<_>>()?;
+    let instances = Instances::start(&settings, redlock.as_ref()).await?;
     // On a broker of its own, the queues go with the node.
     if args.target.is_empty() && servers.broker.is_none() {
         sofar.queues_declared(&instances.amqp_prefix, &args.amqp_url);
@@ -126,7 +130,14 @@ async fn start_servers(
     if args.redis_cluster {
         progress.stage("starting a local Redis Cluster of 3 masters");
     }
-    let servers = fault::OwnedServers::start(&dimension, args.redis_cluster).await?;
+    let servers = fault::OwnedServers::start(&fault::Wanted {
+        dimension: &dimension,
+        cluster: args.redis_cluster,
+        instances: args.instances as usize,
+        database_url: &args.database_url,
+        redis_url: &args.redis_url,
+    })
+    .await?;
     if let Some(url) = servers.redis_url().await {
         args.redis_url = url;
     }
@@ -160,6 +171,7 @@ fn instance_settings(args: &CompareArgs) -> InstanceSettings<'_> {
         instances: args.instances,
         haproxy: args.haproxy,
         users: args.users,
+        own_env: Vec::new(),
     }
 }
 

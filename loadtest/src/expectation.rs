@@ -73,6 +73,8 @@ fn fault(kind: FaultKind) -> Fault {
         FaultKind::PgTerminate => Fault::PgTerminate,
         FaultKind::RedisRestart => Fault::RedisRestart,
         FaultKind::BrokerRestart => Fault::BrokerRestart,
+        FaultKind::PartitionRedis => Fault::PartitionRedis,
+        FaultKind::SlowPostgres => Fault::SlowPostgres,
     }
 }
 
@@ -255,6 +257,21 @@ mod tests {
         for strategy in ["lock/ttl", "lock/token", "lock/watchdog"] {
             assert_eq!(cell(strategy, under(PauseInstance, 2)), MayBreak, "{strategy}");
             assert_eq!(cell(strategy, under(KillInstance, 2)), Correct, "{strategy}");
+        }
+    }
+
+    #[test]
+    fn a_partition_breaks_blind_releases_and_late_setnx_and_a_slow_postgres_unrenewed_leases() {
+        use FaultKind::{PartitionRedis, SlowPostgres};
+        assert_eq!(cell("lock/ttl", under(PartitionRedis, 2)), MayBreak);
+        assert_eq!(cell("lock/setnx", under(PartitionRedis, 2)), MayBreak);
+        assert_eq!(cell("lock/token", under(PartitionRedis, 2)), Correct);
+        assert_eq!(cell("lock/watchdog", under(PartitionRedis, 2)), Correct);
+        for strategy in ["lock/ttl", "lock/token"] {
+            assert_eq!(cell(strategy, under(SlowPostgres, 2)), MayBreak, "{strategy}");
+        }
+        for strategy in ["lock/setnx", "lock/watchdog"] {
+            assert_eq!(cell(strategy, under(SlowPostgres, 2)), Correct, "{strategy}");
         }
     }
 

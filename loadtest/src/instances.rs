@@ -53,6 +53,8 @@ pub struct Instances {
 struct Launch {
     bin: PathBuf,
     env: Vec<(String, String)>,
+    /// Instance `i`'s own variables, over `env`.
+    own_env: Vec<Vec<(String, String)>>,
     out: PathBuf,
 }
 
@@ -71,6 +73,7 @@ impl Launch {
         command
             .arg("serve")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(self.own_env.get(i).into_iter().flatten().map(|(k, v)| (k, v)))
             .env(http_settings::ADDR_ENV, format!("127.0.0.1:{port}"))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -158,6 +161,9 @@ pub struct InstanceSettings<'a> {
     pub haproxy: bool,
     /// Concurrent buyers (the balancer's connection limit).
     pub users: u64,
+    /// Instance `i`'s own variables, over the others (its own route to a
+    /// server, for the faults on one instance's link); empty: none.
+    pub own_env: Vec<Vec<(String, String)>>,
 }
 
 impl Instances {
@@ -195,7 +201,8 @@ impl Instances {
         env.push((config::BUYER_AUTH_ENV.into(), if buyer_auth { "on" } else { "off" }.into()));
         env.extend(buyer_key.iter().map(|key| (config::BUYER_JWT_KEY_ENV.to_owned(), key.clone())));
         env.extend(redlock.map(|nodes| (lock::REDLOCK_URLS_ENV.to_owned(), nodes.urls.join(","))));
-        let launch = Launch { bin, env, out: args.out.to_owned() };
+        let own_env = args.own_env.clone();
+        let launch = Launch { bin, env, own_env, out: args.out.to_owned() };
         let mut urls = Vec::new();
         let mut children = Vec::new();
         for i in 0..args.instances as usize {

@@ -132,13 +132,18 @@ pub struct CompareArgs {
     /// sale phase. Out of: kill-instance (SIGKILL an instance — for `queue`
     /// the one whose consumer is active —, restarted after
     /// --fault-restart-ms), pause-instance (SIGSTOP an instance for
-    /// --fault-pause-ms, then SIGCONT), pg-terminate (pg_terminate_backend
+    /// --fault-duration-ms, then SIGCONT), pg-terminate (pg_terminate_backend
     /// on every Postgres connection of the instances), redis-restart and
     /// broker-restart (a redis-server, or a RabbitMQ node, that the
     /// comparison starts for itself on free ports and then uses for every
     /// run instead of --redis-url or --amqp-url: killed or stopped, down
-    /// for --fault-restart-ms, started again); `all` for every one, `none`
-    /// for a run without a fault beside them (default: none).
+    /// for --fault-restart-ms, started again), partition-redis (one
+    /// instance's link to Redis cut for --fault-duration-ms, then healed)
+    /// and slow-postgres (--fault-latency-ms added to every round trip
+    /// between the instances and Postgres for --fault-duration-ms) — with
+    /// either, each instance reaches that server through a relay of the
+    /// comparison's own in every run; `all` for every one, `none` for a run
+    /// without a fault beside them (default: none).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     pub faults: Vec<FaultChoice>,
 
@@ -151,10 +156,17 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub fault_restart_ms: u64,
 
-    /// pause-instance: milliseconds the instance stays stopped (default: 3 ×
-    /// the lock lease of the run's sales, 6000 with the service's 2000).
+    /// pause-instance, partition-redis, slow-postgres: milliseconds the
+    /// instance stays stopped, cut off or slowed (default: 3 × the lock
+    /// lease of the run's sales, 6000 with the service's 2000).
+    #[arg(long, alias = "fault-pause-ms", value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub fault_duration_ms: Option<u64>,
+
+    /// slow-postgres: milliseconds added to each round trip between the
+    /// instances and Postgres (default: the lock lease of the run's sales,
+    /// so that a critical section with one round trip outlasts it).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=600_000))]
-    pub fault_pause_ms: Option<u64>,
+    pub fault_latency_ms: Option<u64>,
 
     /// Longest settle period after a fault run's sale phase, seconds: it
     /// ends early once every unit is sold and no queued request is pending;
@@ -344,7 +356,8 @@ impl CompareArgs {
         fault::Settings {
             at: self.fault_at,
             restart_after: std::time::Duration::from_millis(self.fault_restart_ms),
-            pause: self.fault_pause_ms.map(std::time::Duration::from_millis),
+            duration: self.fault_duration_ms.map(std::time::Duration::from_millis),
+            latency: self.fault_latency_ms.map(std::time::Duration::from_millis),
             settle: std::time::Duration::from_secs(self.settle_s),
         }
     }

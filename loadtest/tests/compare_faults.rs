@@ -194,3 +194,43 @@ fn a_restarted_redis_and_broker_lose_nothing_of_redis_decr_and_queue_and_naive_o
     assert_eq!(queue["accepted_unresolved"], 0, "{queue}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn a_partition_from_redis_and_a_slow_postgres_keep_the_gate_and_the_watchdog_exact() {
+    let out = std::env::temp_dir().join(format!("loadtest-faults-link-{}", std::process::id()));
+    let stock = STOCK.to_string();
+    let args = [
+        "--strategies",
+        "naive,redis-decr,lock/watchdog",
+        "--faults",
+        "partition-redis,slow-postgres",
+        "--stock",
+        &stock,
+        "--repeat",
+        "1",
+        "--lock-lease-ms",
+        "500",
+        "--settle-s",
+        "20",
+    ];
+    let report = crate::support::compare(&out, &args);
+    for fault in ["partition-redis", "slow-postgres"] {
+        let naive = run(&report, "naive", fault);
+        assert_hit(naive);
+        assert!(naive["oversold"].as_i64().unwrap() > 0, "naive under {fault}: {naive}");
+        for strategy in ["redis-decr", "lock/watchdog"] {
+            let run = run(&report, strategy, fault);
+            assert_hit(run);
+            assert_exact(run);
+            // Cut off or slowed for 3 × the 500 ms lease.
+            let lasted = run["fault"]["duration_s"].as_f64().unwrap();
+            assert!(lasted >= 1.5, "{strategy} / {fault}: {}", run["fault"]);
+        }
+    }
+    // The partition hit one instance; the slow Postgres all of them.
+    assert_eq!(run(&report, "redis-decr", "partition-redis")["fault"]["instance"], 0);
+    assert!(run(&report, "redis-decr", "slow-postgres")["fault"]["instance"].is_null());
+    let redis_decr = run(&report, "redis-decr", "partition-redis");
+    assert_eq!(redis_decr["redis_drift"], 0, "the counter agrees with Postgres: {redis_decr}");
+    let _ = std::fs::remove_dir_all(&out);
+}

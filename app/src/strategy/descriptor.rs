@@ -44,6 +44,13 @@ pub enum Fault {
     RedisRestart,
     /// The RabbitMQ node is stopped and started again.
     BrokerRestart,
+    /// One app instance cannot reach Redis for several lock leases, then
+    /// can again; it keeps running, and keeps Postgres. What it sent
+    /// meanwhile reaches Redis late.
+    PartitionRedis,
+    /// Every round trip to Postgres takes a lock lease longer, for several
+    /// leases: a critical section with a round trip outlasts its lease.
+    SlowPostgres,
 }
 
 /// What a run subjects the strategy to.

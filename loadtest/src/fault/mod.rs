@@ -14,18 +14,22 @@
 //! What a fault does not do: hit the shared servers. It kills, stops or
 //! restarts only processes this invocation started (its instances, and the
 //! Redis and RabbitMQ node it starts for `redis-restart` and
-//! `broker-restart`: [`OwnedServers`]), and terminates only the Postgres
+//! `broker-restart`: [`OwnedServers`]), terminates only the Postgres
 //! connections of its instances (`application_name = 'seckill'` in the
-//! comparison's database).
+//! comparison's database), and cuts or slows only the instances' own links
+//! to a server (`partition-redis`, `slow-postgres`: [`link`]).
 
 mod broker_restart;
 mod kill_instance;
+pub mod link;
+mod partition_redis;
 mod pause_instance;
 mod pg_terminate;
 mod redis_restart;
 mod servers;
+mod slow_postgres;
 
-pub use servers::OwnedServers;
+pub use servers::{OwnedServers, Wanted};
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -47,7 +51,7 @@ pub enum FaultKind {
     /// SIGKILL one app instance (for `queue`, the one whose consumer is
     /// active), started again after `--fault-restart-ms`.
     KillInstance,
-    /// SIGSTOP one app instance for `--fault-pause-ms` (default 3 × the
+    /// SIGSTOP one app instance for `--fault-duration-ms` (default 3 × the
     /// sale's lock lease), then SIGCONT.
     PauseInstance,
     /// `pg_terminate_backend` on every Postgres connection of the instances.
@@ -56,6 +60,13 @@ pub enum FaultKind {
     RedisRestart,
     /// Stop the invocation's own RabbitMQ node and start it again.
     BrokerRestart,
+    /// Cut one app instance's link to Redis for `--fault-duration-ms`
+    /// (default 3 × the sale's lock lease), then heal it.
+    PartitionRedis,
+    /// Add `--fault-latency-ms` (default: the sale's lock lease) to every
+    /// round trip of the instances' links to Postgres for
+    /// `--fault-duration-ms`.
+    SlowPostgres,
 }
 
 impl FaultKind {
@@ -66,6 +77,8 @@ impl FaultKind {
         FaultKind::PgTerminate,
         FaultKind::RedisRestart,
         FaultKind::BrokerRestart,
+        FaultKind::PartitionRedis,
+        FaultKind::SlowPostgres,
     ];
 
     /// The wire name.
@@ -76,6 +89,8 @@ impl FaultKind {
             FaultKind::PgTerminate => "pg-terminate",
             FaultKind::RedisRestart => "redis-restart",
             FaultKind::BrokerRestart => "broker-restart",
+            FaultKind::PartitionRedis => "partition-redis",
+            FaultKind::SlowPostgres => "slow-postgres",
         }
     }
 
@@ -88,6 +103,8 @@ impl FaultKind {
             FaultKind::PgTerminate => pg_terminate::inject(on).await,
             FaultKind::RedisRestart => redis_restart::inject(on).await,
             FaultKind::BrokerRestart => broker_restart::inject(on).await,
+            FaultKind::PartitionRedis => partition_redis::inject(on).await,
+            FaultKind::SlowPostgres => slow_postgres::inject(on).await,
         }
     }
 }
@@ -166,11 +183,22 @@ pub struct Settings {
     pub at: f64,
     /// `kill-instance`: how long the instance stays dead.
     pub restart_after: Duration,
-    /// `pause-instance`: how long it stays stopped; `None`: 3 × the sale's
-    /// lock lease.
-    pub pause: Option<Duration>,
+    /// `pause-instance`, `partition-redis`, `slow-postgres`: how long the
+    /// instance stays stopped, cut off or slowed; `None`: 3 × the sale's
+    /// lock lease ([`lasting`]).
+    pub duration: Option<Duration>,
+    /// `slow-postgres`: the latency added to each round trip; `None`: the
+    /// sale's lock lease ([`slow_postgres::added_latency`]).
+    pub latency: Option<Duration>,
     /// Longest settle period after the sale phase.
     pub settle: Duration,
+}
+
+/// How long a fault that lasts (stops, cuts or slows) lasts in a run:
+/// `--fault-duration-ms`, else 3 × the lease — long enough that a lease
+/// held when it hit has run out and another holder can have come and gone.
+pub fn lasting(settings: &Settings, lease_ms: i32) -> Duration {
+    settings.duration.unwrap_or_else(|| Duration::from_millis(3 * lease_ms.max(1) as u64))
 }
 
 /// What a fault acts on during one run.
@@ -185,7 +213,8 @@ pub struct Target<'a> {
     pub sales: &'a [i64],
     /// The Redis the instances use.
     pub redis_url: &'a str,
-    /// The servers the invocation started for its faults.
+    /// The servers the invocation started for its faults, and the
+    /// instances' links.
     pub servers: &'a OwnedServers,
     /// Lock lease of the run's sales, milliseconds.
     pub lease_ms: i32,
@@ -270,8 +299,8 @@ pub const WINDOW_TAIL: Duration = Duration::from_secs(1);
 /// `runs[].fault`: what the fault did to the run (docs/report-format.md).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FaultRecord {
-    /// `kill-instance`, `pause-instance`, `pg-terminate`, `redis-restart` or
-    /// `broker-restart`.
+    /// `kill-instance`, `pause-instance`, `pg-terminate`, `redis-restart`,
+    /// `broker-restart`, `partition-redis` or `slow-postgres`.
     pub kind: String,
     /// Whether it hit during the sale phase (`false`: the phase ended
     /// before the fault point; every figure below is then `null` or empty).
@@ -402,6 +431,8 @@ mod tests {
                 Some(FaultKind::PgTerminate),
                 Some(FaultKind::RedisRestart),
                 Some(FaultKind::BrokerRestart),
+                Some(FaultKind::PartitionRedis),
+                Some(FaultKind::SlowPostgres),
             ]
         );
         assert_eq!(dimension(&[parse("pause-instance")]), vec![Some(FaultKind::PauseInstance)]);
@@ -416,6 +447,20 @@ mod tests {
             let choice = FaultChoice::Kind(kind);
             assert_eq!(serde_json::to_value(choice).unwrap(), kind.name());
         }
+    }
+
+    #[test]
+    fn a_lasting_fault_lasts_three_leases_unless_told() {
+        let mut settings = Settings {
+            at: 0.3,
+            restart_after: Duration::from_secs(1),
+            duration: None,
+            latency: None,
+            settle: Duration::from_secs(20),
+        };
+        assert_eq!(lasting(&settings, 2000), Duration::from_secs(6));
+        settings.duration = Some(Duration::from_millis(1500));
+        assert_eq!(lasting(&settings, 2000), Duration::from_millis(1500));
     }
 
     #[test]
