@@ -15,6 +15,7 @@ mod support;
 mod api;
 mod architecture;
 mod contract;
+mod failover;
 mod hot_row;
 mod lock_strategies;
 mod orders;

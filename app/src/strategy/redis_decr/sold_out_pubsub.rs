@@ -141,11 +141,11 @@ pub async fn listen(nodes: Vec<redis::Client>, channel: String, flags: Weak<Sold
             .notify(|err, _| tracing::debug!(error = %err, "cannot subscribe to stock-returned"))
             .await;
         // Only a dropped owner ends the retries: the listener ends with it.
-        let Ok(mut messages) = subscribed else { return };
+        let Ok((mut messages, node)) = subscribed else { return };
         let Some(strong) = flags.upgrade() else { return };
         strong.clear_all();
         drop(strong);
-        tracing::debug!(%channel, "listening for stock-returned broadcasts");
+        tracing::debug!(%channel, %node, "listening for stock-returned broadcasts");
         while let Some(message) = messages.next().await {
             let Some(flags) = flags.upgrade() else { return };
             match message.get_payload::<i64>() {
@@ -162,15 +162,16 @@ pub async fn listen(nodes: Vec<redis::Client>, channel: String, flags: Weak<Sold
 /// keeps dropping right after it is made does not loop at once.
 const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(100);
 
+/// A subscription to `channel` on `client`'s node, and that node's address.
 async fn subscribe(
     client: &redis::Client,
     channel: &str,
-) -> anyhow::Result<redis::aio::PubSubStream> {
+) -> anyhow::Result<(redis::aio::PubSubStream, String)> {
     const TIMEOUT: Duration = Duration::from_secs(2);
     let connect = async {
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(channel).await?;
-        anyhow::Ok(pubsub.into_on_message())
+        anyhow::Ok((pubsub.into_on_message(), client.get_connection_info().addr().to_string()))
     };
     tokio::time::timeout(TIMEOUT, connect).await?
 }
