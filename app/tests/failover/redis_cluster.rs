@@ -101,7 +101,11 @@ async fn lose_the_master_mid_sale(cluster: &mut RedisCluster, strategy: &str, st
         audit.last_order_at.is_some_and(|last| last > killed_at),
         "{strategy}: the sale went on after its master died at {killed_at}: {audit:?}"
     );
-    assert_eq!((audit.oversold, audit.ledger_drift, audit.duplicate_orders), (0, 0, 0), "{audit:?}");
+    assert_eq!(
+        (audit.oversold, audit.ledger_drift, audit.duplicate_orders),
+        (0, 0, 0),
+        "{audit:?}"
+    );
     assert_eq!(
         answers.created.load(Ordering::Relaxed),
         audit.units_sold,
