@@ -11,7 +11,7 @@
 #
 # program             Debian package    needed by
 # haproxy             haproxy           `compare --haproxy`; the tests compare_balanced,
-#                                       compare_interrupted
+#                                       compare_interrupted, failover::rabbitmq_cluster
 # chromium            chromium          the report page, the live view and the storefront,
 #                                       tested in a browser (report_html, live_view,
 #                                       storefront); CHROMIUM, or chromium-browser or
@@ -20,8 +20,9 @@
 #                                       redis-restart fault, the tests' owned Redis
 # redis-cli           redis-tools       a Redis Cluster of its own (`--redis-cluster`, the
 #                                       cluster tests)
-# rabbitmq-server     rabbitmq-server   a RabbitMQ node of its own (the broker-restart fault,
-#                                       the queue_broker tests)
+# rabbitmq-server     rabbitmq-server   a RabbitMQ node or cluster of its own (the
+#                                       broker-restart fault, the queue_broker tests,
+#                                       failover::rabbitmq_cluster)
 # curl                curl              the README walkthrough (app/tests/readme.rs)
 # python3 -m venv     python3-venv      schemathesis's virtualenv (app/tests/contract.rs)
 set -euo pipefail
@@ -42,11 +43,11 @@ has_chromium() {
 }
 
 for_tests() {
-  has haproxy || need haproxy "the comparison through a load balancer (compare_balanced, compare_interrupted)"
+  has haproxy || need haproxy "a load balancer (compare_balanced, compare_interrupted, failover::rabbitmq_cluster)"
   has_chromium || need chromium "pages tested in a browser (report_html, live_view, storefront)"
   has redis-server || need redis-server "Redis nodes a test owns"
   has redis-cli || need redis-tools "the Redis Cluster tests (redis-cli --cluster create)"
-  has rabbitmq-server || need rabbitmq-server "RabbitMQ nodes a test owns (queue_broker, compare_faults)"
+  has rabbitmq-server || need rabbitmq-server "RabbitMQ nodes a test owns (queue_broker, compare_faults, failover::rabbitmq_cluster)"
   has curl || need curl "the README walkthrough (app/tests/readme.rs)"
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need python3-venv "schemathesis's virtualenv (app/tests/contract.rs)"
 }

@@ -2,4 +2,5 @@
 //! (a Redis Cluster master, a RabbitMQ cluster node) lost while buyers buy,
 //! on servers of the test's own.
 
+mod rabbitmq_cluster;
 mod redis_cluster;

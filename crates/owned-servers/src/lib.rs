@@ -7,6 +7,9 @@
 //! - [`RedisCluster`]: a Redis Cluster of N masters made of such servers
 //!   (`redis-cli --cluster create`);
 //! - [`RabbitMqNode`]: a RabbitMQ node of its own (name, ports, directories);
+//! - [`RabbitMqCluster`]: a RabbitMQ cluster of N such nodes (`rabbitmqctl
+//!   join_cluster`), one of which may be killed ([`QueuePlacement`] says
+//!   which node leads a quorum queue);
 //! - [`free_port`], [`eventually`], [`resume`]: what starting them needs;
 //! - [`die_with_parent`]: what keeps them from outliving their owner.
 //!
@@ -20,6 +23,7 @@
 //! killed with `SIGKILL`, whose destructors never run, leaves none behind.
 
 mod rabbitmq;
+mod rabbitmq_cluster;
 mod redis_cluster;
 mod redis_server;
 
@@ -29,6 +33,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 pub use rabbitmq::RabbitMqNode;
+pub use rabbitmq_cluster::{QueuePlacement, RabbitMqCluster};
 pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 

@@ -42,6 +42,12 @@ impl RabbitMqNode {
     /// [`start`](Self::start), answering why the node did not start instead
     /// of panicking.
     pub async fn try_start() -> Result<RabbitMqNode, String> {
+        Self::try_start_configured("").await
+    }
+
+    /// [`try_start`](Self::try_start) with `extra` appended to the node's
+    /// `rabbitmq.conf` (lines of `key = value`).
+    pub(crate) async fn try_start_configured(extra: &str) -> Result<RabbitMqNode, String> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let dir = std::env::temp_dir().join(format!("owned-rabbit-{id}"));
         let io = |e: std::io::Error| format!("the RabbitMQ node's directory: {e}");
@@ -60,7 +66,7 @@ impl RabbitMqNode {
         // Its own configuration: the machine's may pin the listener to 5672.
         std::fs::write(
             dir.join("rabbitmq.conf"),
-            format!("listeners.tcp.local = 127.0.0.1:{port}\n"),
+            format!("listeners.tcp.local = 127.0.0.1:{port}\n{extra}"),
         )
         .map_err(io)?;
         let mut broker = RabbitMqNode {
@@ -107,10 +113,52 @@ impl RabbitMqNode {
         }
     }
 
-    fn node(&self) -> String {
+    /// The node's Erlang name, `NAME@HOST` (`HOST` the short host name), as
+    /// `rabbitmqctl -n` and `join_cluster` take it and `cluster_status`
+    /// reports it.
+    pub fn node(&self) -> String {
         let host = Command::new("hostname").arg("-s").output();
         let host = host.map(|out| out.stdout).unwrap_or_default();
         format!("{}@{}", self.name, String::from_utf8_lossy(&host).trim())
+    }
+
+    /// [`ctl`](Self::ctl) without blocking the caller's thread (and with
+    /// nothing on `rabbitmqctl`'s standard input): its standard output, or
+    /// why it failed.
+    pub async fn ctl_async(&self, args: &[&str]) -> Result<String, String> {
+        let out = tokio::process::Command::new("rabbitmqctl")
+            .args(["-q", "-n", &self.node()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| format!("rabbitmqctl: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "rabbitmqctl {} on {}: {}",
+                args.first().unwrap_or(&""),
+                self.node(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    /// The process id of the node's Erlang VM, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the node's Erlang VM (`SIGKILL`: no shutdown, no goodbye to its
+    /// peers, whose links to it simply break) and reaps it. Its directories
+    /// stay, so that [`restart`](Self::restart) brings back what it had
+    /// written. Nothing happens when it is not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// Stops the node (`rabbitmqctl stop`: a clean shutdown, messages kept).

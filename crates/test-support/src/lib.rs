@@ -7,9 +7,12 @@
 //!   nothing, so a restart comes back empty; optionally a replica or a
 //!   cluster node;
 //! - [`RedisCluster`]: a 3-master (or larger) Redis Cluster of such servers;
-//! - [`RabbitMqNode`]: a RabbitMQ node of its own beside the shared broker
-//!   (these four and [`eventually`] are `owned-servers`', re-exported: the
-//!   load test restarts the same servers in its fault runs);
+//! - [`RabbitMqNode`]: a RabbitMQ node of its own beside the shared broker;
+//! - [`RabbitMqCluster`]: a cluster of such nodes, one of which may be
+//!   killed, and [`QueuePlacement`], where a quorum queue's leader and
+//!   replicas are (these six and [`eventually`] are `owned-servers`',
+//!   re-exported: the load test restarts the same servers in its fault
+//!   runs);
 //! - [`ServiceLauncher`] → [`ChildService`]: any HTTP service binary (the
 //!   caller passes its path) on a free port, ready once its health route
 //!   answers;
@@ -49,7 +52,9 @@ pub use cut_proxy::CutProxy;
 pub use database::{drop_scratch_database, scratch_database, test_database_url, unique_prefix};
 pub use haproxy::Haproxy;
 pub use heavy::{Heavy, heavy};
-pub use owned_servers::{RabbitMqNode, RedisCluster, RedisServer, eventually, free_port};
+pub use owned_servers::{
+    QueuePlacement, RabbitMqCluster, RabbitMqNode, RedisCluster, RedisServer, eventually, free_port,
+};
 pub use service::{ChildService, ServiceLauncher};
 
 /// Sends `signal` (a `kill` name such as `STOP`, `CONT`, `TERM`) to process

@@ -16,6 +16,19 @@
 //!
 //! A `503` after an unknown outcome is safe: the client retries, finds the
 //! same request, and the consumer settles a request id once.
+//!
+//! A refusal also retires the channels (at most once per
+//! [`REPLACE_AFTER`]): the next publish opens fresh ones on the same
+//! connection, and the old ones are closed once their publishes have had
+//! their [`CONFIRM_TIMEOUT`]. A nack may be the channel's own, not the
+//! queue's: RabbitMQ 3.10's channel keeps, per quorum queue, the replicas it
+//! learnt at its first publish there, leader first, and registers with the
+//! queue by asking the first one; a channel whose first publish came after
+//! the leader's node died and before a new leader was recorded asks the
+//! dead node, which fails and nacks, and asks it again at every later
+//! publish: nacked for good. `failover::rabbitmq_cluster` saw it after a
+//! cluster node's `SIGKILL`: every purchase through the new connections
+//! answered `503 busy` for 35 s while the queue had a leader and room.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -51,6 +64,11 @@ const NACK_PAUSE: Duration = Duration::from_millis(100);
 /// What the client is told to wait before retrying a refused publish.
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// How long a set of channels is used before a refusal may retire it: a
+/// full queue refuses every publish, and a set per refusal would cost eight
+/// channel opens each time.
+const REPLACE_AFTER: Duration = Duration::from_secs(1);
+
 /// The publishing half of the strategy.
 pub struct Publisher {
     amqp: AmqpHandle,
@@ -63,6 +81,7 @@ struct Channels {
     conn: Arc<Connection>,
     channels: Vec<Channel>,
     next: AtomicUsize,
+    opened: std::time::Instant,
 }
 
 impl Publisher {
@@ -80,7 +99,7 @@ impl Publisher {
     /// [`NoAnswerWithin`] source, which the purchase path's probe sorts
     /// into `busy` or `unavailable`.
     pub async fn publish(&self, message: &PurchaseMessage) -> Result<(), StrategyError> {
-        let channel = self.channel().await?;
+        let (set, channel) = self.channel().await?;
         let payload =
             serde_json::to_vec(message).map_err(|err| StrategyError::Internal(err.into()))?;
         let queue = self.topology.queue_of(crate::sale::SaleId(message.sale_id));
@@ -99,29 +118,33 @@ impl Publisher {
                 count_amqp_messages("published", 1);
                 Ok(())
             }
-            Ok(Ok(PublishOutcome::Refused)) => Err(busy(
-                "the broker refused the request: the sale's queue is full or not available",
-            )),
+            Ok(Ok(PublishOutcome::Refused)) => {
+                self.retire(&set).await;
+                Err(busy(
+                    "the broker refused the request: the sale's queue is full or not available",
+                ))
+            }
             Ok(Ok(PublishOutcome::Unroutable)) => Err(busy("the sale's queue does not exist")),
             Ok(Err(err)) => Err(amqp_unavailable(err.into())),
             Err(_) => Err(amqp_unavailable(NoAnswerWithin(CONFIRM_TIMEOUT).into())),
         }
     }
 
-    /// The next confirm-mode channel, opening them (and declaring the
-    /// topology) on a new connection.
-    async fn channel(&self) -> Result<Channel, StrategyError> {
+    /// The next confirm-mode channel and the set it belongs to, opening
+    /// them (and declaring the topology) on a new connection, or after
+    /// [`Self::retire`].
+    async fn channel(&self) -> Result<(Arc<Channels>, Channel), StrategyError> {
         let conn = self.amqp.connection().await?;
         if let Some(channels) = self.channels.read().await.as_ref()
             && Arc::ptr_eq(&channels.conn, &conn)
         {
-            return Ok(channels.pick());
+            return Ok((channels.clone(), channels.pick()));
         }
         let mut slot = self.channels.write().await;
         if let Some(channels) = slot.as_ref()
             && Arc::ptr_eq(&channels.conn, &conn)
         {
-            return Ok(channels.pick());
+            return Ok((channels.clone(), channels.pick()));
         }
         let unavailable = |err: lapin::Error| amqp_unavailable(err.into());
         let mut channels = Vec::with_capacity(PUBLISH_CHANNELS);
@@ -133,9 +156,31 @@ impl Publisher {
             channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(unavailable)?;
             channels.push(channel);
         }
-        let fresh = Arc::new(Channels { conn, channels, next: AtomicUsize::new(0) });
+        let opened = std::time::Instant::now();
+        let fresh = Arc::new(Channels { conn, channels, next: AtomicUsize::new(0), opened });
         *slot = Some(fresh.clone());
-        Ok(fresh.pick())
+        Ok((fresh.clone(), fresh.pick()))
+    }
+
+    /// After a refused publish on a channel of `set`: unless `set` was
+    /// already replaced or is younger than [`REPLACE_AFTER`], the next
+    /// publish opens fresh channels (see the module documentation), and
+    /// `set`'s channels are closed once the publishes still on them have
+    /// had their [`CONFIRM_TIMEOUT`].
+    async fn retire(&self, set: &Arc<Channels>) {
+        let mut slot = self.channels.write().await;
+        let current = slot.as_ref().is_some_and(|now| Arc::ptr_eq(now, set));
+        if !current || set.opened.elapsed() < REPLACE_AFTER {
+            return;
+        }
+        *slot = None;
+        let retired = set.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(CONFIRM_TIMEOUT).await;
+            for channel in &retired.channels {
+                let _ = channel.close(200, "replaced after a refusal".into()).await;
+            }
+        });
     }
 }
 
