@@ -251,9 +251,17 @@ impl SaleCatalog {
         self.len() == 0
     }
 
-    /// The sale with `id`, from the cache or from Postgres. `Ok(None)` when no
-    /// such sale exists. Errors are Postgres errors.
-    pub async fn get(&self, db: &PgPool, id: SaleId) -> Result<Option<Arc<Sale>>, sqlx::Error> {
+    /// The sale with `id`, from the cache or from Postgres through `db` (a
+    /// pool, or a connection the caller holds: a caller whose pool's only
+    /// connection is its own transaction, such as the expiry sweep's, reads
+    /// through that transaction rather than wait for a second connection that
+    /// never comes). `Ok(None)` when no such sale exists. Errors are Postgres
+    /// errors.
+    pub async fn get(
+        &self,
+        db: impl sqlx::PgExecutor<'_>,
+        id: SaleId,
+    ) -> Result<Option<Arc<Sale>>, sqlx::Error> {
         if let Some(sale) = self.sales.get(&id) {
             return Ok(Some(sale));
         }

@@ -289,10 +289,13 @@ fn claim_of(
 }
 
 /// Hands `claim` to its sale's strategy and counts the ended orders.
-async fn return_units(context: Context<'_>, claim: Claim) -> Result<Returned, StrategyError> {
+async fn return_units(context: Context<'_>, mut claim: Claim) -> Result<Returned, StrategyError> {
     let sale_id = claim.sale();
+    // Through the claim's own connection: the sweep's pool has one, and it is
+    // this claim's (a sale this instance had not read yet waited for a second
+    // connection until the pool's timeout, at every pass).
     let sale =
-        context.catalog.get(context.db, sale_id).await?.ok_or_else(|| {
+        context.catalog.get(claim.conn(), sale_id).await?.ok_or_else(|| {
             StrategyError::Internal(anyhow::anyhow!("order of no sale {sale_id:?}"))
         })?;
     let returned = context.strategies.get(sale.strategy).return_units(&sale, claim).await?;

@@ -10,3 +10,4 @@ mod lock_returns;
 mod races;
 mod returns;
 mod sweep;
+mod unread_sale;
