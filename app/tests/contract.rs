@@ -1,10 +1,12 @@
 //! Contract fuzzing: schemathesis against a `seckill` child process, from
 //! the service's own `GET /openapi.json` (`scripts/schemathesis.sh`, which
 //! installs its pinned version under `target/` on first use). Every check
-//! must pass: no `5xx` (but the documented `503 busy` of a lock sale whose
-//! simulated work outlasts the hold bound: `scripts/schemathesis.toml`),
-//! every status, content type, header and body as the document says, invalid
-//! data refused and valid data accepted.
+//! must pass, in every phase, the stateful chains of linked calls included:
+//! no `5xx` (but the `503 busy` a purchase documents, of a lock sale cut off
+//! at its lock's wait or hold bound: `scripts/schemathesis.toml`), every
+//! status, content type, header and body as the document says, invalid data
+//! refused and valid data accepted. The script gets this process's
+//! environment: `SCHEMATHESIS_PHASES`, `_SEED` and `_MAX_EXAMPLES` reach it.
 //!
 //! The service gets what every strategy needs, so that no purchase of a
 //! sale the fuzzer creates fails for want of a server: three `redis-server`
@@ -20,7 +22,7 @@ use test_support::RedisServer;
 use crate::support::{ADMIN_TOKEN, seckill_child};
 
 /// The run's bound: installing schemathesis the first time, then the run
-/// itself (about 15 s on a 2-core machine).
+/// itself (about 10 s on a 2-core machine, every phase).
 const RUN_WITHIN: Duration = Duration::from_secs(600);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -280,4 +280,41 @@ mod tests {
         let strategies = &json["components"]["schemas"]["StrategyName"]["enum"];
         assert_eq!(strategies.as_array().unwrap().len(), crate::strategy::REGISTRY.len());
     }
+
+    #[tokio::test]
+    async fn a_lock_purchase_cut_off_at_its_hold_bound_is_a_documented_busy() {
+        let (_, document) = routes(&offline_state());
+        let json = serde_json::to_value(&document).unwrap();
+        let busy = &json["paths"]["/sales/{id}/orders"]["post"]["responses"]["503"];
+        let about = busy["description"].as_str().expect("the purchase states its own 503");
+        for cause in ["SECKILL_LOCK_WAIT_MS", "SECKILL_LOCK_HOLD_MS", "fenced"] {
+            assert!(about.contains(cause), "the purchase's 503 names {cause}: {about}");
+        }
+        assert!(busy["headers"].get("Retry-After").is_some());
+        let problem = &busy["content"]["application/problem+json"]["schema"]["$ref"];
+        assert_eq!(problem, "#/components/schemas/Problem");
+        // Returns take no lock (`crate::strategy::lock`): the order routes
+        // keep the shared answer, whose causes do not include the lock's.
+        for route in ["/orders/{id}/pay", "/orders/{id}/cancel"] {
+            let shared = &json["paths"][route]["post"]["responses"]["503"]["$ref"];
+            assert_eq!(shared, "#/components/responses/Unavailable", "{route}");
+        }
+    }
+
+    /// JSON object keys are strings: a map keyed by integers must not
+    /// promise integer property names, or every non-empty `size_counts` is
+    /// off the document (schemathesis's stateful phase reached one through
+    /// a `sql/batched` sale it had created and bought from).
+    #[tokio::test]
+    async fn map_keys_are_documented_as_the_strings_json_makes_them() {
+        let (_, document) = routes(&offline_state());
+        let json = serde_json::to_value(&document).unwrap();
+        let size_counts = &json["components"]["schemas"]["BatchStats"]["properties"]["size_counts"];
+        assert_eq!(size_counts["propertyNames"]["type"], "string");
+        let text = json.to_string();
+        for (at, _) in text.match_indices("\"propertyNames\"") {
+            let names = &text[at..text[at..].find('}').map_or(text.len(), |end| at + end)];
+            assert!(names.contains("\"string\""), "every map's keys are strings: {names}");
+        }
+    }
 }

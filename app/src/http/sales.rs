@@ -175,6 +175,18 @@ pub struct PurchaseAccepted {
             headers(("Location" = String, description = "`/sales/{id}/requests/{request_id}`"))),
         (status = 409, description = "`sold-out`, `already-purchased`, `not-started` or `ended`",
             body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`busy`: back-pressure. Besides the causes every route \
+            shares (every Postgres connection in use, too many open connections, a backing \
+            server overloaded), a `lock/*` sale's own: its lock wait ran out \
+            (`SECKILL_LOCK_WAIT_MS`), its critical section was cut off at \
+            `SECKILL_LOCK_HOLD_MS` (its write may still land: a retry then answers \
+            `already-purchased`), a newer holder fenced it off, or its lock was lost or granted \
+            too late; for `queue`, the broker refused the message. `Retry-After` says when to \
+            retry. Or `unavailable`, `misconfigured`: a backing server, named in `backend`, is \
+            down or refuses this service", body = Problem,
+            content_type = "application/problem+json",
+            headers(("Retry-After" = String, description = "Whole seconds to wait before \
+                retrying (absent on `misconfigured`)"))),
     ),
 )]
 pub async fn place_order(
