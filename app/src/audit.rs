@@ -180,10 +180,42 @@ pub struct OrderTimes {
 /// (the moment the unit was due back, so the sweep's lag counts), or its
 /// `ended_at` for a cancelled order. Placements beyond the returns (an
 /// oversell) pair with nothing.
+///
+/// Under that pairing a unit that comes back while others are still for
+/// sale — never-sold units, or units that came back before it — is resold
+/// only after them: its delay holds the sale's own line, as long as the
+/// strategy takes to sell what is ahead of it. [`resale_waits_ms`] leaves
+/// the line out.
 pub fn resale_delays_ms(total_stock: i64, orders: &[OrderTimes]) -> Vec<f64> {
-    let mut placed: Vec<&OrderTimes> =
-        orders.iter().flat_map(|o| std::iter::repeat_n(o, o.quantity.max(0) as usize)).collect();
-    placed.sort_by_key(|o| (o.created_at, o.id));
+    resales(total_stock, orders).map(|r| ms(r.placed - r.due)).collect()
+}
+
+/// For each resold unit, as [`resale_delays_ms`] pairs them, the
+/// milliseconds it waited beyond the sale's line: from the later of its due
+/// time and the placement before its resale (the unit ahead of it in line
+/// sold) to its resale. This is the time a returned unit stood for sale
+/// with nothing ahead of it — what a return path that starves adds —,
+/// whatever the strategy's pace of selling.
+pub fn resale_waits_ms(total_stock: i64, orders: &[OrderTimes]) -> Vec<f64> {
+    resales(total_stock, orders).map(|r| ms(r.placed - r.due.max(r.ahead))).collect()
+}
+
+/// One resale of [`resale_delays_ms`]'s pairing.
+struct Resale {
+    /// When the unit was due back (expiry, or the cancel).
+    due: DateTime<Utc>,
+    /// When the placement that resold it was written.
+    placed: DateTime<Utc>,
+    /// When the placement before that one was written.
+    ahead: DateTime<Utc>,
+}
+
+fn resales(total_stock: i64, orders: &[OrderTimes]) -> impl Iterator<Item = Resale> {
+    let mut placed: Vec<(DateTime<Utc>, i64)> = orders
+        .iter()
+        .flat_map(|o| std::iter::repeat_n((o.created_at, o.id), o.quantity.max(0) as usize))
+        .collect();
+    placed.sort();
     let mut returned: Vec<(DateTime<Utc>, i64, DateTime<Utc>)> = orders
         .iter()
         .filter(|o| o.status == "cancelled" || o.status == "expired")
@@ -195,13 +227,17 @@ pub fn resale_delays_ms(total_stock: i64, orders: &[OrderTimes]) -> Vec<f64> {
         .flatten()
         .collect();
     returned.sort_by_key(|&(ended, id, _)| (ended, id));
-    let resales = placed.iter().skip(usize::try_from(total_stock).unwrap_or(0));
-    returned
-        .iter()
-        .zip(resales)
-        .map(|(&(_, _, due), resale)| (resale.created_at - due).num_microseconds().unwrap_or(0))
-        .map(|us| us as f64 / 1000.0)
-        .collect()
+    let first = usize::try_from(total_stock).unwrap_or(0);
+    let times: Vec<DateTime<Utc>> = placed.into_iter().map(|(at, _)| at).collect();
+    returned.into_iter().enumerate().filter_map(move |(k, (_, _, due))| {
+        let placed = *times.get(first + k)?;
+        let ahead = if first + k > 0 { times[first + k - 1] } else { placed };
+        Some(Resale { due, placed, ahead })
+    })
+}
+
+fn ms(delta: chrono::TimeDelta) -> f64 {
+    delta.num_microseconds().unwrap_or(0) as f64 / 1000.0
 }
 
 /// Milliseconds from the end of each expired order's payment window
@@ -218,7 +254,8 @@ pub fn return_delays_ms(orders: &[OrderTimes]) -> Vec<f64> {
         .collect()
 }
 
-/// The orders of sale `id`, for [`resale_delays_ms`] and [`return_delays_ms`].
+/// The orders of sale `id`, for [`resale_delays_ms`], [`resale_waits_ms`]
+/// and [`return_delays_ms`].
 pub async fn order_times(
     conn: &mut PgConnection,
     id: SaleId,
@@ -234,7 +271,7 @@ pub async fn order_times(
 
 #[cfg(test)]
 mod tests {
-    use super::{OrderTimes, resale_delays_ms, resold, return_delays_ms};
+    use super::{OrderTimes, resale_delays_ms, resale_waits_ms, resold, return_delays_ms};
     use chrono::{DateTime, TimeZone, Utc};
 
     fn at(ms: i64) -> DateTime<Utc> {
@@ -270,6 +307,26 @@ mod tests {
         // Returned but not resold (stock left): no delay.
         assert!(resale_delays_ms(5, &orders).is_empty());
         assert_eq!(resale_delays_ms(2, &orders).len() as i64, resold(2, 2, 2));
+    }
+
+    #[test]
+    fn a_resale_waits_beyond_the_line_only_once_the_unit_ahead_of_it_sold() {
+        // 3 units; order 1 expires (due 1000, swept 1100) while the two
+        // never-sold units are still for sale: they sell at 1500 and 4000,
+        // and the returned unit at 4200. Its delay, 3200 ms, is mostly the
+        // line; it waited 200 ms beyond the unit ahead of it.
+        let mut orders = vec![
+            order(1, 0, "expired", Some(1100)),
+            order(2, 1500, "paid", None),
+            order(3, 4000, "paid", None),
+            order(4, 4200, "paid", None),
+        ];
+        assert_eq!(resale_delays_ms(3, &orders), vec![3200.0]);
+        assert_eq!(resale_waits_ms(3, &orders), vec![200.0]);
+        // Sold out when it came back: its whole delay is beyond the line.
+        (orders[1].created_at, orders[2].created_at) = (at(400), at(500));
+        assert_eq!(resale_waits_ms(3, &orders), resale_delays_ms(3, &orders));
+        assert_eq!(resale_waits_ms(3, &orders), vec![3200.0]);
     }
 
     #[test]

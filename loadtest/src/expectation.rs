@@ -61,7 +61,8 @@ fn stalls_past_lease(profile: Profile) -> bool {
         | Profile::RetryStorm
         | Profile::MultiSale
         | Profile::Flood
-        | Profile::Payment => false,
+        | Profile::Payment
+        | Profile::Arrival => false,
     }
 }
 
@@ -223,6 +224,7 @@ mod tests {
                     Profile::MultiSale,
                     Profile::Flood,
                     Profile::Payment,
+                    Profile::Arrival,
                 ] {
                     assert_eq!(cell(strategy, on(profile, instances)), Correct, "{profile}");
                 }

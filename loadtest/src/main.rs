@@ -13,6 +13,7 @@ mod cost;
 mod cpu;
 mod descendants;
 mod expectation;
+mod fairness;
 mod fault;
 mod instances;
 mod interrupt;

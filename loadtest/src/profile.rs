@@ -79,6 +79,27 @@ pub struct PlanFlags {
     /// Fraction of buyers who submit their purchase a second time.
     #[arg(long, default_value_t = 0.1, value_parser = crate::parse_fraction)]
     pub resubmit: f64,
+
+    /// `arrival`: the shape of the buyers' arrival schedule — `spike`
+    /// (`--arrival-peak` buyers within the first second, then a tail
+    /// decaying from the same rate) or `constant` (`--arrival-rate` buyers
+    /// a second).
+    #[arg(long, value_enum, default_value_t = crate::scenario::arrival::Shape::Spike)]
+    pub arrival_shape: crate::scenario::arrival::Shape,
+
+    /// `arrival`, `spike`: buyers arriving within the first second.
+    #[arg(long, default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub arrival_peak: u64,
+
+    /// `arrival`, `constant`: buyers arriving each second.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub arrival_rate: u64,
+
+    /// `arrival`: most purchases in flight at once (one connection each).
+    /// An arrival that finds all of them busy is sent late, and its latency
+    /// still counts from its schedule.
+    #[arg(long, default_value_t = 4_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub arrival_cap: u64,
 }
 
 /// A load profile for `--profile`.
@@ -134,6 +155,14 @@ pub enum Profile {
     /// sold out is followed, after a pause, by a later buyer, until every
     /// unit is paid. Default stock 1000.
     Payment,
+    /// Open arrivals: buyers arrive on a schedule fixed in advance
+    /// (`--arrival-shape`: a spike of `--arrival-peak` buyers in the first
+    /// second and a decaying tail, or `--arrival-rate` a second), whatever
+    /// the service answers, with at most `--arrival-cap` purchases in
+    /// flight; latency counts from each buyer's intended arrival, so a stall
+    /// shows in full (no coordinated omission). Default stock 2000; no
+    /// resubmissions.
+    Arrival,
 }
 
 /// The demonstration knobs a profile sets on each of its sales; `None`
@@ -177,6 +206,18 @@ pub struct Plan {
     pub knobs: SaleKnobs,
     /// The buyers' payment behaviour (`payment` profile); `None` otherwise.
     pub payment: Option<Payment>,
+    /// The buyers' arrival schedule (`arrival` profile); `None` otherwise.
+    pub arrival: Option<Arrival>,
+}
+
+/// How the buyers of an `arrival` run arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Arrival {
+    pub shape: crate::scenario::arrival::Shape,
+    /// `spike`: buyers in the first second; `constant`: buyers a second.
+    pub per_s: f64,
+    /// Most purchases in flight.
+    pub cap: u64,
 }
 
 /// How the buyers of a `payment` run pay, and how long its sale is open.
@@ -198,6 +239,7 @@ impl Profile {
         Profile::Slow,
         Profile::Flood,
         Profile::Payment,
+        Profile::Arrival,
     ];
 
     /// The wire name, as in `--profile` and the report's `profile`.
@@ -209,6 +251,7 @@ impl Profile {
             Profile::Slow => "slow",
             Profile::Flood => "flood",
             Profile::Payment => "payment",
+            Profile::Arrival => "arrival",
         }
     }
 
@@ -220,6 +263,7 @@ impl Profile {
             Profile::RetryStorm => 2_000,
             Profile::Slow => 500,
             Profile::Payment => 1_000,
+            Profile::Arrival => 2_000,
         }
     }
 
@@ -230,7 +274,8 @@ impl Profile {
             | Profile::RetryStorm
             | Profile::MultiSale
             | Profile::Flood
-            | Profile::Payment => SaleKnobs::default(),
+            | Profile::Payment
+            | Profile::Arrival => SaleKnobs::default(),
             Profile::Slow => SaleKnobs {
                 lock_lease_ms: Some(200),
                 work_ms: Some(5),
@@ -254,6 +299,8 @@ impl Profile {
             Profile::Slow | Profile::Flood => (1, 1, args.resubmit),
             // Later buyers replace the refused ones; none resubmits.
             Profile::Payment => (1, 1, 0.0),
+            // Each arrival is a buyer of its own.
+            Profile::Arrival => (1, 1, 0.0),
         };
         let flood = if self == Profile::Flood { args.flood } else { 0 };
         // Never more sales than units: every sale gets at least one.
@@ -270,7 +317,14 @@ impl Profile {
             unpaid_share: args.unpaid_share,
             sale_window_s: args.sale_window_s,
         });
-        Plan { stock, sales, submissions, resubmit, flood, knobs, payment }
+        let arrival = (self == Profile::Arrival).then(|| {
+            let per_s = match args.arrival_shape {
+                crate::scenario::arrival::Shape::Spike => args.arrival_peak,
+                crate::scenario::arrival::Shape::Constant => args.arrival_rate,
+            };
+            Arrival { shape: args.arrival_shape, per_s: per_s as f64, cap: args.arrival_cap }
+        });
+        Plan { stock, sales, submissions, resubmit, flood, knobs, payment, arrival }
     }
 }
 
@@ -350,6 +404,7 @@ mod tests {
             flood: 0,
             knobs: SaleKnobs::default(),
             payment: None,
+            arrival: None,
         };
         assert_eq!(plan.stock_per_sale(), vec![3, 3, 2, 2]);
     }
@@ -362,5 +417,20 @@ mod tests {
         assert_eq!((plan.stock, plan.sales, plan.resubmit), (1000, 1, 0.0));
         let burst = Profile::Burst.plan(&plan_flags(&["--payment-window-ms", "500"]));
         assert_eq!((burst.knobs.payment_window_ms, burst.payment), (None, None));
+    }
+
+    #[test]
+    fn the_arrival_profile_takes_its_schedule_from_the_shape_it_names() {
+        use crate::scenario::arrival::Shape;
+        let spike = Profile::Arrival.plan(&plan_flags(&["--arrival-peak", "2500"]));
+        assert_eq!(spike.arrival, Some(Arrival { shape: Shape::Spike, per_s: 2500.0, cap: 4000 }));
+        assert_eq!((spike.stock, spike.resubmit), (2000, 0.0));
+        let flags = ["--arrival-shape", "constant", "--arrival-rate", "700", "--arrival-cap", "9"];
+        let constant = Profile::Arrival.plan(&plan_flags(&flags));
+        assert_eq!(
+            constant.arrival,
+            Some(Arrival { shape: Shape::Constant, per_s: 700.0, cap: 9 })
+        );
+        assert_eq!(Profile::Burst.plan(&plan_flags(&[])).arrival, None);
     }
 }

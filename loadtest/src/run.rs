@@ -25,11 +25,13 @@ use crate::ceilings::{Kind, Round};
 use crate::cost::{PgXacts, RssSampler, Xacts};
 use crate::cpu::{self, Cpu};
 use crate::expectation::{Conditions, Expectation, expected};
+use crate::fairness::{self, Fairness};
 use crate::fault::{self, FaultKind, FaultRecord, Hit};
 use crate::instances::Instances;
 use crate::profile::{Plan, Profile};
 use crate::progress::Progress;
 use crate::report::{self, BatchSizes, Cost, LockStats, Ratio, Run};
+use crate::scenario::arrival::{self, ArrivalPhase, ArrivalRecord};
 use crate::scenario::payment;
 use crate::scenario::{self, Answer, AnswerLog, Latency, OutcomeCounters, PhaseResult, per_second};
 use crate::scrape::{self, Counters, Figure};
@@ -109,6 +111,11 @@ struct Phases {
     fault: Option<FaultPhase>,
     /// The buyers' payments and arrivals (`payment` profile).
     payment: Option<PaymentPhase>,
+    /// The generator's schedule and the latency from intended arrival
+    /// (`arrival` profile).
+    arrival: Option<ArrivalRecord>,
+    /// Who got the units.
+    fairness: Fairness,
 }
 
 /// What a `payment` run's sale phase did besides selling.
@@ -156,6 +163,9 @@ struct Measured {
     fault: Option<FaultRecord>,
     /// Expiry → resale of every resold unit, milliseconds (`payment`).
     resale_ms: Vec<f64>,
+    /// The part of each resale beyond the sale's line, milliseconds
+    /// (`payment`; `seckill::audit::resale_waits_ms`).
+    resale_wait_ms: Vec<f64>,
     /// Expiry → return of every expired order, milliseconds (`payment`).
     return_ms: Vec<f64>,
 }
@@ -183,9 +193,9 @@ pub async fn run_one(
     // The pairing of returns with resales assumes exact books: with an
     // oversell or drift, placements beyond the stock are not resales.
     let exact = audits.iter().all(|a| a.oversold == 0 && a.ledger_drift == 0);
-    let (resale_ms, return_ms) = match &phases.payment {
+    let (resale_ms, resale_wait_ms, return_ms) = match &phases.payment {
         Some(_) => lifecycle_delays(bench.db, &audits, exact).await?,
-        None => (Vec::new(), Vec::new()),
+        None => (Vec::new(), Vec::new(), Vec::new()),
     };
     let mut counted = Counted::of(key.strategy, &phases.counters)?;
     if let Some(lock) = &mut counted.lock {
@@ -207,6 +217,7 @@ pub async fn run_one(
         counted,
         fault,
         resale_ms,
+        resale_wait_ms,
         return_ms,
     };
     Ok(assemble(measured, bench.round, bench.args.steady_window_s))
@@ -309,26 +320,28 @@ fn demand(prepared: &Prepared, payment: Option<&PaymentPhase>) -> u64 {
     payment.map_or(prepared.buyers, |p| p.outcome.paying_buyers)
 }
 
-/// Expiry → resale of every resold unit of the run's sales, and expiry →
-/// return of every expired order, milliseconds
-/// (`seckill::audit::resale_delays_ms` and `return_delays_ms` over each
-/// sale's orders). The resales only on `exact` books: with an oversell or
-/// drift, placements beyond the stock are not resales.
+/// Expiry → resale of every resold unit of the run's sales, the part of it
+/// beyond the sale's line, and expiry → return of every expired order,
+/// milliseconds (`seckill::audit::resale_delays_ms`, `resale_waits_ms` and
+/// `return_delays_ms` over each sale's orders). The resales only on `exact`
+/// books: with an oversell or drift, placements beyond the stock are not
+/// resales.
 async fn lifecycle_delays(
     db: &sqlx::PgPool,
     audits: &[Audit],
     exact: bool,
-) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
     let mut conn = db.acquire().await?;
-    let (mut resales, mut returns) = (Vec::new(), Vec::new());
+    let (mut resales, mut waits, mut returns) = (Vec::new(), Vec::new(), Vec::new());
     for audit in audits {
         let orders = seckill::audit::order_times(&mut conn, audit.sale_id).await?;
         if exact {
             resales.extend(seckill::audit::resale_delays_ms(audit.total_stock, &orders));
+            waits.extend(seckill::audit::resale_waits_ms(audit.total_stock, &orders));
         }
         returns.extend(seckill::audit::return_delays_ms(&orders));
     }
-    Ok((resales, returns))
+    Ok((resales, waits, returns))
 }
 
 /// How often a `payment` run looks at the books while it waits.
@@ -433,6 +446,12 @@ async fn run_phases(
     let plan = &prepared.plan;
     let buyers = scenario::buyers(prepared.buyers, &ids, plan.submissions, plan.resubmit);
     let buyers = scenario::with_flood(buyers, plan.flood);
+    // Buyers are sent in this order (and an `arrival` run schedules them in
+    // it): the arrival order of the fairness figures.
+    let arrivals: Vec<Vec<i64>> = ids
+        .iter()
+        .map(|&sale| buyers.iter().filter(|b| b.sale == sale).map(|b| b.user).collect())
+        .collect();
     let rss = RssSampler::start(bench.instances.pids());
     let tally = Arc::new(OutcomeCounters::default());
     progress.phase("settling statistics");
@@ -446,9 +465,14 @@ async fn run_phases(
     });
     let buyer_key = bench.instances.buyer_key.as_deref();
     let tokens = buyer_key.map(|k| scenario::Tokens::new(k, buyers.iter().map(|b| b.user)));
-    let SalePhase { result: sale, fault: injected, payment } =
+    let SalePhase { result: sale, fault: injected, payment, arrival } =
         sale_phase(bench, key, prepared, buyers, tally, tokens.clone()).await?;
     let (queue_stats, group_commit) = finish_sale_phase(bench, key, prepared, progress).await?;
+    let arrival = match arrival {
+        Some(phase) => Some(phase.record(&bench.instances.buyer_urls).await?),
+        None => None,
+    };
+    let fairness = fairness_of(bench, prepared, &arrivals).await?;
     let cpu = cpu_watch.map(cpu::Sampler::stop);
     if let Some(sampler) = sampler {
         sampler.stop().await;
@@ -488,7 +512,31 @@ async fn run_phases(
         peak_rss_mb: rss.stop().await,
         fault,
         payment,
+        arrival,
+        fairness,
     })
+}
+
+/// The fairness of the run's sales, from the buyers of each in arrival
+/// order (`arrivals`, one list per sale of `prepared`) and its orders.
+async fn fairness_of(
+    bench: &Bench<'_>,
+    prepared: &Prepared,
+    arrivals: &[Vec<i64>],
+) -> anyhow::Result<Fairness> {
+    let mut orders = Vec::with_capacity(prepared.sales.len());
+    for sale in &prepared.sales {
+        orders.push(fairness::orders(bench.db, sale.0).await?);
+    }
+    let sales: Vec<fairness::SaleArrivals<'_>> = prepared
+        .plan
+        .stock_per_sale()
+        .into_iter()
+        .zip(arrivals)
+        .zip(&orders)
+        .map(|((stock, arrivals), orders)| fairness::SaleArrivals { arrivals, stock, orders })
+        .collect();
+    Ok(fairness::of_run(&sales))
 }
 
 /// What the sale phase leaves to finish before its readings: the requests
@@ -586,6 +634,16 @@ struct SalePhase {
     fault: Option<InjectedFault>,
     /// The buyers' payments (`payment` profile).
     payment: Option<PaymentPhase>,
+    /// The buyers' arrivals (`arrival` profile).
+    arrival: Option<ArrivalPhase>,
+}
+
+/// What the sale phase of a run's profile measured besides its
+/// [`PhaseResult`].
+#[derive(Default)]
+struct ProfileExtras {
+    payment: Option<PaymentPhase>,
+    arrival: Option<ArrivalPhase>,
 }
 
 /// A fault the sale phase injected (or missed), and every answer of the
@@ -622,8 +680,8 @@ async fn sale_phase(
         result
     };
     let Some(kind) = key.fault else {
-        let (result, payment) = sale_phase.await?;
-        return Ok(SalePhase { result, fault: None, payment });
+        let (result, ProfileExtras { payment, arrival }) = sale_phase.await?;
+        return Ok(SalePhase { result, fault: None, payment, arrival });
     };
     let target = fault::Target {
         instances: bench.instances,
@@ -640,14 +698,16 @@ async fn sale_phase(
     let injector = fault::inject_when_sold(kind, &target, threshold, phase_done.clone());
     let (result, hit) = tokio::join!(sale_phase, injector);
     let hit = hit.with_context(|| format!("injecting {kind}"))?;
-    let ((result, payment), answers) = (result?, log.map(|log| log.answers()).unwrap_or_default());
+    let ((result, extras), answers) = (result?, log.map(|log| log.answers()).unwrap_or_default());
     let fault = InjectedFault { kind, hit, answers, first_send: result.first_send };
-    Ok(SalePhase { result, fault: Some(fault), payment })
+    let ProfileExtras { payment, arrival } = extras;
+    Ok(SalePhase { result, fault: Some(fault), payment, arrival })
 }
 
-/// The sale phase of the run's profile: [`scenario::sale_phase`], or for
-/// `payment` [`payment::payment_phase`] with a watch on the books that ends
-/// it once every unit is paid.
+/// The sale phase of the run's profile: [`scenario::sale_phase`], for
+/// `arrival` [`arrival::arrival_phase`], or for `payment`
+/// [`payment::payment_phase`] with a watch on the books that ends it once
+/// every unit is paid.
 #[allow(clippy::too_many_arguments)]
 async fn buyers_phase(
     bench: &Bench<'_>,
@@ -658,13 +718,20 @@ async fn buyers_phase(
     tally: Arc<OutcomeCounters>,
     tokens: Option<scenario::Tokens>,
     log: Option<Arc<AnswerLog>>,
-) -> anyhow::Result<(PhaseResult, Option<PaymentPhase>)> {
+) -> anyhow::Result<(PhaseResult, ProfileExtras)> {
     let (urls, args) = (&bench.instances.buyer_urls, bench.args);
     let (users, retries) = (args.users, args.retries);
+    if let Some(arrival) = prepared.plan.arrival {
+        let schedule = (arrival.shape, arrival.per_s, arrival.cap);
+        let phase =
+            arrival::arrival_phase(urls, ids, schedule, retries, buyers, report, tally, tokens);
+        let (sale, arrival) = phase.await?;
+        return Ok((sale, ProfileExtras { arrival: Some(arrival), ..ProfileExtras::default() }));
+    }
     let Some(plan) = prepared.plan.payment else {
         let sale =
             scenario::sale_phase(urls, ids, users, retries, buyers, report, tally, tokens, log);
-        return Ok((sale.await?, None));
+        return Ok((sale.await?, ProfileExtras::default()));
     };
     let window_ms = prepared.plan.knobs.payment_window_ms.unwrap_or(0).max(0) as u64;
     let (settled, done) = (Arc::new(AtomicBool::new(false)), AtomicBool::new(false));
@@ -685,7 +752,8 @@ async fn buyers_phase(
     let watch = watch_settled(bench.admin, &prepared.sales, &settled, &done);
     let (phase, settled_s) = tokio::join!(phase, watch);
     let (sale, outcome) = phase?;
-    Ok((sale, Some(PaymentPhase { outcome, settled_s: settled_s? })))
+    let payment = Some(PaymentPhase { outcome, settled_s: settled_s? });
+    Ok((sale, ProfileExtras { payment, ..ProfileExtras::default() }))
 }
 
 /// How long a `payment` buyer refused waits before the next one comes: an
@@ -973,12 +1041,14 @@ fn assemble(m: Measured, round: &Round, min_window_s: f64) -> Run {
         counted,
         fault,
         resale_ms,
+        resale_wait_ms,
         return_ms,
     } = m;
     let later = phases.payment.as_ref().map_or(0, |p| p.outcome.later_buyers);
     let demanded_units = demand(&prepared, phases.payment.as_ref());
     let payment = phases.payment.as_ref().map(|phase| {
-        payment_record(&prepared.plan, phase, audit.units_pending, &resale_ms, &return_ms)
+        let delays = [&resale_ms[..], &resale_wait_ms, &return_ms];
+        payment_record(&prepared.plan, phase, audit.units_pending, delays)
     });
     let rates = Rates::of(key, &audit, &phases, round);
     let (sale, rejection) = (phases.sale, phases.rejection);
@@ -1034,6 +1104,8 @@ fn assemble(m: Measured, round: &Round, min_window_s: f64) -> Run {
         units_returned: audit.units_returned,
         units_resold: audit.units_resold,
         payment,
+        arrival: phases.arrival,
+        fairness: Some(phases.fairness),
     };
     run.verdict = run.judge();
     run
@@ -1098,14 +1170,13 @@ impl Rates {
 }
 
 /// The `payment` record of a run: the plan's settings, what the buyers did,
-/// the units still pending at the final audit, the expiry → resale and
-/// the expiry → return delays.
+/// the units still pending at the final audit, and the delays: expiry →
+/// resale, its part beyond the line, expiry → return.
 fn payment_record(
     plan: &Plan,
     phase: &PaymentPhase,
     units_pending: i64,
-    resale_ms: &[f64],
-    return_ms: &[f64],
+    [resale_ms, resale_wait_ms, return_ms]: [&[f64]; 3],
 ) -> report::PaymentRecord {
     let settings =
         plan.payment.unwrap_or(crate::profile::Payment { unpaid_share: 0.0, sale_window_s: 0 });
@@ -1115,6 +1186,7 @@ fn payment_record(
         sale_window_s: settings.sale_window_s,
         units_pending,
         expiry_to_resale_ms: report::ResaleDelays::of(resale_ms),
+        resale_beyond_line_ms: report::ResaleDelays::of(resale_wait_ms),
         expiry_to_return_ms: report::ResaleDelays::of(return_ms),
         return_bound_ms: report::RETURN_BOUND_MS,
         later_buyers: phase.outcome.later_buyers,
@@ -1330,6 +1402,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             flood: 0,
             knobs: SaleKnobs::default(),
             payment: None,
+            arrival: None,
         };
         let mut total = audit(100, sold);
         total.first_order_at = Some(at(0));
@@ -1368,12 +1441,15 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                 peak_rss_mb: Some(40.0),
                 fault: None,
                 payment: None,
+                arrival: None,
+                fairness: Fairness::default(),
             },
             undersold: undersold(std::slice::from_ref(&total), &[300]),
             audit: total,
             counted: Counted { redis_round_trips: Some(250.0), ..Counted::default() },
             fault: None,
             resale_ms: Vec::new(),
+            resale_wait_ms: Vec::new(),
             return_ms: Vec::new(),
         }
     }
@@ -1497,28 +1573,32 @@ seckill_amqp_messages_total{direction=\"published\"} 12
 
     #[test]
     fn a_payment_run_whose_units_came_back_late_is_judged_broke() {
-        let payment_run = |return_ms: Vec<f64>| {
+        let payment_run = |return_ms: Vec<f64>, resale_wait_ms: Vec<f64>| {
             let mut m = measured("lock/fenced", 100);
             m.prepared.plan.knobs.payment_window_ms = Some(2000);
             m.prepared.plan.payment =
                 Some(crate::profile::Payment { unpaid_share: 0.3, sale_window_s: 120 });
             m.phases.payment = Some(paid_out(0, 300));
             (m.audit.units_returned, m.audit.units_resold) = (100, 100);
-            m.return_ms = return_ms;
+            (m.return_ms, m.resale_wait_ms) = (return_ms, resale_wait_ms);
             assemble(m, &ceilings(), 1.0)
         };
         let bound = report::RETURN_BOUND_MS as f64;
         // 99 of 100 within the bound: p99 is within it.
         let mut within: Vec<f64> = vec![bound; 99];
         within.push(60_000.0);
-        let run = payment_run(within);
+        let run = payment_run(within.clone(), Vec::new());
         let returns = run.payment.as_ref().and_then(|p| p.expiry_to_return_ms.clone());
         assert_eq!(returns.and_then(|d| d.p99), Some(bound));
         assert_eq!(run.verdict, Verdict::Ok);
         // Two of 100 past it: p99 is past it, the units starved.
         let mut late: Vec<f64> = vec![100.0; 98];
         late.extend([bound + 1.0, 62_000.0]);
-        assert_eq!(payment_run(late).verdict, Verdict::Broke);
+        assert_eq!(payment_run(late.clone(), Vec::new()).verdict, Verdict::Broke);
+        // Back in time but left standing for sale with nothing ahead of
+        // them: starved all the same.
+        assert_eq!(payment_run(vec![100.0; 100], late).verdict, Verdict::Broke);
+        assert_eq!(payment_run(vec![100.0; 100], within).verdict, Verdict::Ok);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! its buyer's token ([`Tokens`]) and an empty body, as a client of such a
 //! service would send it.
 
+pub mod arrival;
 pub mod payment;
 
 use std::collections::{BTreeMap, HashMap};
@@ -504,11 +505,34 @@ async fn execute(
     transaction: Transaction,
     attack: &Attack,
 ) -> anyhow::Result<PhaseResult> {
+    execute_on(GooseAttack::initialize_with_config(config)?, transaction, attack).await
+}
+
+/// [`execute`] with one HTTP client shared by every user instead of one
+/// each: for phases with thousands of users (`arrival`), where a client per
+/// user costs seconds to build. The shared client keeps as many connections
+/// as requests are in flight, as the users' own would.
+async fn execute_shared_client(
+    config: GooseConfiguration,
+    transaction: Transaction,
+    attack: &Attack,
+) -> anyhow::Result<PhaseResult> {
+    let client = goose::client::GooseClientBuilder::new().without_cookies();
+    let goose =
+        GooseAttack::initialize_with_config(config)?.set_client_builder_without_cookies(client)?;
+    execute_on(goose, transaction, attack).await
+}
+
+async fn execute_on(
+    goose: GooseAttack,
+    transaction: Transaction,
+    attack: &Attack,
+) -> anyhow::Result<PhaseResult> {
     // Goose prints "All N users launched." to stdout whatever `quiet` says;
     // the report goes to stdout after the phases, so silence it meanwhile.
     // (`None` when stdout is already redirected by another gag.)
     let _quiet_stdout = gag::Gag::stdout().ok();
-    let metrics = GooseAttack::initialize_with_config(config)?
+    let metrics = goose
         .register_scenario(scenario!("FlashSale").register_transaction(transaction))
         .execute()
         .await?;

@@ -21,8 +21,9 @@
 //!
 //! Profiles whose runs measure something other than a rate keep their
 //! fixed stock ([`sized`]): `slow` (stalls of 600 ms: its point is which
-//! locks survive them) and `payment` (units returned and resold within a
-//! sale window).
+//! locks survive them), `payment` (units returned and resold within a
+//! sale window) and `arrival` (its schedule, not its stock, sets how long
+//! it lasts).
 
 use std::collections::BTreeMap;
 
@@ -60,7 +61,7 @@ pub const STOCK_BOUNDS: (u64, u64) = (200, 300_000);
 
 /// Whether runs of `profile` are sized (see the module documentation).
 pub fn sized(profile: Profile) -> bool {
-    !matches!(profile, Profile::Slow | Profile::Payment)
+    !matches!(profile, Profile::Slow | Profile::Payment | Profile::Arrival)
 }
 
 /// Units that sell in a steady window of `window_s` seconds at `rate` units

@@ -54,6 +54,23 @@ pub fn ratio_ci95(ratios: &[f64]) -> Option<[f64; 2]> {
     Some([(mean - half).exp(), (mean + half).exp()])
 }
 
+/// The 95 % interval `[lo, hi]` of the mean of `values` on their own scale:
+/// the mean ± Student's t × the standard error. For figures that are not
+/// positive factors of a round's state but bounded scores (a share of
+/// buyers, a rank correlation), whose rounds differ by an amount, not a
+/// factor. `None` with fewer than [`MIN_REPEATS`] finite values or with any
+/// value that is not finite.
+pub fn mean_ci95(values: &[f64]) -> Option<[f64; 2]> {
+    let n = values.len();
+    if n < MIN_REPEATS || values.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let half = t_975(n - 1) * (variance / n as f64).sqrt();
+    Some([mean - half, mean + half])
+}
+
 /// How a strategy's sell-through compares with `sql`'s, from the interval
 /// of their paired ratio.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,5 +170,20 @@ mod tests {
         assert_eq!(VsSql::of(ratio_ci95(&[2.05, 2.3, 2.21]).unwrap()), VsSql::Faster);
         assert_eq!(VsSql::of(ratio_ci95(&[0.9, 1.2, 1.05]).unwrap()), VsSql::Indistinguishable);
         assert_eq!(VsSql::of(ratio_ci95(&[0.46, 0.49, 0.58]).unwrap()), VsSql::Slower);
+    }
+
+    /// 0.5, 0.6, 0.7: mean 0.6, standard error 0.1 / √3, t(2) = 4.303.
+    #[test]
+    fn a_mean_interval_is_symmetric_on_the_values_own_scale() {
+        let [lo, hi] = mean_ci95(&[0.5, 0.6, 0.7]).unwrap();
+        let half = 4.302_652_7 * 0.1 / 3f64.sqrt();
+        assert!((lo - (0.6 - half)).abs() < 1e-6 && (hi - (0.6 + half)).abs() < 1e-6);
+        let [lo, hi] = mean_ci95(&[-0.2, -0.3, -0.1]).unwrap();
+        assert!(
+            ((lo + hi) / 2.0 + 0.2).abs() < 1e-12 && lo < -0.3,
+            "a negative score: [{lo}, {hi}]"
+        );
+        assert_eq!(mean_ci95(&[0.5, 0.6]), None, "two values");
+        assert_eq!(mean_ci95(&[0.5, f64::NAN, 0.7]), None);
     }
 }

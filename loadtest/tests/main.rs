@@ -10,6 +10,7 @@
 mod support;
 
 mod compare;
+mod compare_arrival;
 mod compare_balanced;
 mod compare_cluster;
 mod compare_faults;

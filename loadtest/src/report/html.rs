@@ -13,7 +13,7 @@ use seckill::strategy::REFERENCE;
 use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells};
 use super::summary::{Summary, VS_SQL};
 use super::svg::{self, IntervalRow, RangeRow, Reference, Row, SeriesRow, escape};
-use super::{Report, Run, Verdict, matrix};
+use super::{Report, Run, Verdict, arrivals, matrix};
 use crate::ceilings::Kind;
 use crate::expectation::Expectation;
 use crate::series::Sample;
@@ -147,8 +147,14 @@ impl Spec {
 }
 
 /// One interval row per (strategy, profile) of the ratio `path`, for those
-/// that have it.
+/// that have it, each saying how it compares with `sql`.
 fn ratio_rows(report: &Report, path: &str) -> Vec<IntervalRow> {
+    interval_rows(report, path, super::columns::vs_sql)
+}
+
+/// One interval row per (strategy, profile) of the figure `path`, for those
+/// that have it, its tooltip ending with `about` of its summary.
+fn interval_rows(report: &Report, path: &str, about: fn(&Summary) -> String) -> Vec<IntervalRow> {
     let profiles = distinct(report.summary.iter().map(|s| s.profile.as_str()));
     report
         .summary
@@ -171,7 +177,7 @@ fn ratio_rows(report: &Report, path: &str) -> Vec<IntervalRow> {
                     spread.n,
                     svg::number(spread.min),
                     svg::number(spread.max),
-                    super::columns::vs_sql(s)
+                    about(s)
                 ),
             })
         })
@@ -300,7 +306,7 @@ pub fn charts(report: &Report) -> Vec<Chart> {
          the median of the samples each run measured before its rejection phase).",
         svg::number(c.http_rps.value)
     );
-    vec![
+    let mut charts = vec![
         spec("oversold", "Oversold units", "units", OVERSOLD.to_owned())
             .bars(&books(&runs, |r| r.oversold), None),
         spec("undersold", "Undersold units", "units", UNDERSOLD.to_owned())
@@ -319,7 +325,53 @@ pub fn charts(report: &Report) -> Vec<Chart> {
             .intervals(&ratio_rows(report, VS_SQL), &one(REFERENCE.as_str())),
         spec("vs-http-rps", "Rejections × http_rps", "× http_rps", VS_HTTP_CAPTION.to_owned())
             .intervals(&ratio_rows(report, "ratio.rejection_vs_http_rps"), &one("http_rps")),
-    ]
+        spec("first-served", "First served", "share", FIRST_SERVED.to_owned()).intervals(
+            &interval_rows(report, "fairness.first_served", |s| format!("{} runs", s.runs)),
+            &Reference { label: "first come, first served".to_owned(), value: 1.0 },
+        ),
+        spec("kendall-tau", "Arrival order kept (Kendall's τ)", "τ", KENDALL_TAU.to_owned())
+            .intervals(
+                &interval_rows(report, "fairness.kendall_tau", |s| format!("{} runs", s.runs)),
+                &Reference { label: "in arrival order".to_owned(), value: 1.0 },
+            ),
+    ];
+    let arrival = arrival_latencies(report, &runs);
+    if !arrival.is_empty() {
+        charts.push(
+            spec("from-arrival", "Latency from intended arrival", "ms", FROM_ARRIVAL.to_owned())
+                .ranges(&arrival),
+        );
+    }
+    charts
+}
+
+const FIRST_SERVED: &str = "Of the first `stock` buyers to arrive, the share that got a unit: the median over the repeats (dot), the 95 % interval of the mean (bar) and the range (line); 1 is first come, first served.";
+
+const KENDALL_TAU: &str = "Among the buyers who got a unit, the rank correlation between \
+their arrival order and the order the units were taken: 1 in arrival order, 0 unrelated; median \
+over the repeats (dot), the 95 % interval of the mean (bar) and the range (line).";
+
+const FROM_ARRIVAL: &str = "arrival runs: latency from each buyer's intended arrival, p50 (filled), p90, p99, p99.9, in ms on a logarithmic axis (the maximum and goose's closed-loop p99 are in each mark's tooltip).";
+
+/// One row per `arrival` run of its latency from intended arrival.
+fn arrival_latencies(report: &Report, runs: &[(&Run, String)]) -> Vec<RangeRow> {
+    runs.iter()
+        .filter_map(|(run, label)| {
+            let l = &run.arrival.as_ref()?.latency_from_arrival_ms;
+            Some(RangeRow {
+                run: run_id(run),
+                label: label.clone(),
+                points: vec![("p50", l.p50), ("p90", l.p90), ("p99", l.p99), ("p99.9", l.p999)],
+                colour: strategy_colour(report, &run.strategy),
+                detail: format!(
+                    "max {} ms; closed-loop p99 {} ms; {}",
+                    svg::number(l.max),
+                    svg::number(run.latency_ms.p99),
+                    detail(run)
+                ),
+            })
+        })
+        .collect()
 }
 
 /// The live view's chart of the run in progress: units sold and purchases
@@ -392,6 +444,15 @@ pub fn render(report: &Report) -> String {
         );
     }
     warnings(&mut page, report);
+    lines(
+        &mut page,
+        "arrivals",
+        "Open arrivals",
+        arrivals::ARRIVAL_NOTE,
+        &arrivals::arrival_lines(report),
+    );
+    let fairness = arrivals::fairness_lines(report);
+    lines(&mut page, "fairness", "Who got the units", arrivals::FAIRNESS_NOTE, &fairness);
     payment(&mut page, report);
     let _ = write!(
         page,
@@ -410,6 +471,19 @@ pub fn render(report: &Report) -> String {
     parameters(&mut page, report);
     page.push_str("</body></html>\n");
     page
+}
+
+/// A section `title` (anchor `id`) with its `note` and one item per line;
+/// nothing without lines.
+fn lines(page: &mut String, id: &str, title: &str, note: &str, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    let _ = write!(page, "<h2 id=\"{id}\">{title}</h2><p>{}</p><ul>", escape(note));
+    for line in lines {
+        let _ = write!(page, "<li>{}</li>", escape(line));
+    }
+    page.push_str("</ul>");
 }
 
 /// The `payment` runs' returned and resold units, one line each; nothing

@@ -5,7 +5,7 @@ use comfy_table::{CellAlignment, Table};
 
 use super::columns::{Align, Column, RUN_COLUMNS, SUMMARY_COLUMNS, cells, num};
 use super::summary::{Summary, VS_SQL};
-use super::{Report, matrix};
+use super::{Report, arrivals, matrix};
 use crate::ceilings::Kind;
 use crate::stats::median;
 
@@ -251,6 +251,10 @@ pub fn payment_lines(report: &Report) -> Vec<String> {
                 Some(d) => format!("expiry → resale {}", percentiles(d)),
                 None => "no resale".to_owned(),
             };
+            let beyond = match &p.resale_beyond_line_ms {
+                Some(d) => format!("; beyond the sale's line {}", percentiles(d)),
+                None => String::new(),
+            };
             let returns = match &p.expiry_to_return_ms {
                 Some(d) => format!(
                     "; expiry → return {} (bound p99 {} ms)",
@@ -264,7 +268,7 @@ pub fn payment_lines(report: &Report) -> Vec<String> {
                 None => "not every unit paid within the phase".to_owned(),
             };
             format!(
-                "{} #{}: {} units returned, {} resold ({delays}{returns}); {} pending after the \
+                "{} #{}: {} units returned, {} resold ({delays}{beyond}{returns}); {} pending after the \
                  windows; {settled}; {} later buyers; payments {} paid, {} refused, {} failed \
                  (window {} ms, {:.0} % never pay)",
                 run.strategy,
@@ -293,7 +297,9 @@ fn percentiles(d: &crate::report::ResaleDelays) -> String {
 pub const PAYMENT_NOTE: &str = "Units returned and resold come from the audit of Postgres. \
 Expiry → resale: the k-th unit that came back is resold by the (total stock + k)-th unit \
 placed, and the delay runs from the returned order's expiry to that placement \
-(docs/report-format.md, \"Payment\"). The books stay `total = units never sold + live units + \
+(docs/report-format.md, \"Payment\"); beyond the sale's line: the part of it after the unit ahead \
+of it sold, the time it stood for sale with nothing ahead of it (its p99 is held to the same \
+bound as the return's). The books stay `total = units never sold + live units + \
 units returned and not resold`.";
 
 /// `- line` per line, or "None." for none.
@@ -373,6 +379,18 @@ pub fn render(report: &Report) -> String {
     } else {
         format!("## One buyer's flood\n\n{}\n", bullets(&flood))
     };
+    let arrival = arrivals::arrival_lines(report);
+    let arrival = if arrival.is_empty() {
+        String::new()
+    } else {
+        format!("## Open arrivals\n\n{}\n\n{}\n", arrivals::ARRIVAL_NOTE, bullets(&arrival))
+    };
+    let fairness = arrivals::fairness_lines(report);
+    let fairness = if fairness.is_empty() {
+        String::new()
+    } else {
+        format!("## Who got the units\n\n{}\n\n{}\n", arrivals::FAIRNESS_NOTE, bullets(&fairness))
+    };
     // A partial report says so before anything else.
     let partial = match report.partial_line() {
         Some(line) => format!("> **{line}**\n\n"),
@@ -386,6 +404,8 @@ pub fn render(report: &Report) -> String {
          {}\
          ## Warnings\n\n{}\n\
          ## Summary over repeats\n\n{SUMMARY_NOTE}\n\n{}\n\n\
+         {arrival}\
+         {fairness}\
          {flood}\
          {payment}\
          ## Every run\n\n{}\n\n\

@@ -3,6 +3,7 @@
 //! apply is `null`, never a made-up 0. `schema_version` changes when a
 //! field's meaning does.
 
+pub mod arrivals;
 mod columns;
 pub mod html;
 pub mod markdown;
@@ -304,6 +305,16 @@ pub struct Run {
     /// The payment window's figures (`payment` profile); `null` otherwise.
     #[serde(default)]
     pub payment: Option<PaymentRecord>,
+    /// The open-arrival generator's schedule, how well it kept it, and the
+    /// latency from each buyer's intended arrival (`arrival` profile; see
+    /// docs/report-format.md, "Open arrivals"); `null` otherwise.
+    #[serde(default)]
+    pub arrival: Option<crate::scenario::arrival::ArrivalRecord>,
+    /// Who got the units: the share of the first `stock` buyers served and
+    /// the rank correlation of arrival and order order (docs/report-format.md,
+    /// "Fairness"); `null` in reports written before it was added.
+    #[serde(default)]
+    pub fairness: Option<crate::fairness::Fairness>,
 }
 
 /// What a `payment` run's buyers did and how fast returned units sold again
@@ -326,6 +337,14 @@ pub struct PaymentRecord {
     /// oversold or drifted (placements beyond the stock are then not
     /// resales, and the pairing means nothing).
     pub expiry_to_resale_ms: Option<ResaleDelays>,
+    /// Of each resale, the time beyond the sale's line: from the later of
+    /// the unit's expiry and the sale of the unit ahead of it to its resale
+    /// (`seckill::audit::resale_waits_ms`) — how long a returned unit stood
+    /// for sale with nothing ahead of it, whatever the strategy's pace. Its
+    /// p99 is held to `return_bound_ms` as well; `null` as
+    /// `expiry_to_resale_ms`, and in reports written before it existed.
+    #[serde(default)]
+    pub resale_beyond_line_ms: Option<ResaleDelays>,
     /// From the end of each expired order's payment window to its units'
     /// return (`seckill::audit::return_delays_ms`): the sweep's lag alone,
     /// before any buyer could take the units again; `null` when no order
@@ -474,17 +493,20 @@ impl Run {
 
     /// A `payment` run that did not show the lifecycle at work: an order
     /// still pending once the windows passed, expired orders whose units
-    /// came back later than `return_bound_ms` at the 99th percentile, or —
-    /// with buyers who never pay — no unit returned or none resold.
+    /// came back, or resold units that waited beyond the sale's line,
+    /// later than `return_bound_ms` at the 99th percentile, or — with
+    /// buyers who never pay — no unit returned or none resold.
     pub fn payment_missing(&self) -> bool {
         self.payment.as_ref().is_some_and(|p| {
-            let late = p
-                .expiry_to_return_ms
-                .as_ref()
-                .and_then(|d| d.p99)
-                .is_some_and(|p99| p.return_bound_ms > 0 && p99 > p.return_bound_ms as f64);
+            let late = |delays: &Option<ResaleDelays>| {
+                delays
+                    .as_ref()
+                    .and_then(|d| d.p99)
+                    .is_some_and(|p99| p.return_bound_ms > 0 && p99 > p.return_bound_ms as f64)
+            };
             p.units_pending > 0
-                || late
+                || late(&p.expiry_to_return_ms)
+                || late(&p.resale_beyond_line_ms)
                 || (p.unpaid_share > 0.0 && (self.units_returned == 0 || self.units_resold == 0))
         })
     }

@@ -81,7 +81,9 @@ pub struct Spread {
     pub n: usize,
     /// `ratio.*` figures and `cost.cpu_ms_per_unit` ([`has_interval`]): the
     /// 95 % confidence interval `[lo, hi]` over the per-round values
-    /// ([`stats::ratio_ci95`]); `null` for other figures and with fewer
+    /// ([`stats::ratio_ci95`]); the fairness scores
+    /// ([`has_mean_interval`]): that of their mean
+    /// ([`stats::mean_ci95`]); `null` for other figures and with fewer
     /// than 3 values.
     #[serde(default)]
     pub ci95: Option<[f64; 2]>,
@@ -99,6 +101,14 @@ pub const DECIDING_BOUNDS: (f64, f64) = (0.75, 4.0 / 3.0);
 /// interval is taken on their logarithms ([`stats::ratio_ci95`]).
 pub fn has_interval(path: &str) -> bool {
     path.starts_with("ratio.") || path == "cost.cpu_ms_per_unit"
+}
+
+/// Whether the figure at `path` gets a 95 % interval of its mean on its own
+/// scale ([`stats::mean_ci95`]): the fairness scores, a share in 0..=1 and
+/// a rank correlation in −1..=1, whose rounds differ by an amount rather
+/// than a factor (and which may be 0 or negative, where a logarithm fails).
+pub fn has_mean_interval(path: &str) -> bool {
+    path == "fairness.first_served" || path == "fairness.kendall_tau"
 }
 
 impl Spread {
@@ -120,6 +130,14 @@ impl Spread {
         let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let ci95 = if interval { stats::ratio_ci95(&finite) } else { None };
         Some(Spread { median, min, max, n: finite.len(), ci95 })
+    }
+
+    /// [`Spread::of`] with the interval of the mean on the values' own
+    /// scale ([`stats::mean_ci95`]).
+    pub fn of_scores(values: &[f64]) -> Option<Spread> {
+        let spread = Spread::of(values, false)?;
+        let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        Some(Spread { ci95: stats::mean_ci95(&finite), ..spread })
     }
 }
 
@@ -218,7 +236,11 @@ fn summarize_group(group: &[&Run]) -> Summary {
         figures: values
             .into_iter()
             .map(|(path, v)| {
-                let spread = Spread::of(&v, has_interval(&path));
+                let spread = if has_mean_interval(&path) {
+                    Spread::of_scores(&v)
+                } else {
+                    Spread::of(&v, has_interval(&path))
+                };
                 (path, spread)
             })
             .collect(),
@@ -322,5 +344,25 @@ mod tests {
         assert!(queue(&summaries).too_short_to_rank);
         assert_eq!(queue(&summaries).vs_sql, None);
         assert!(queue(&summaries).figures[VS_SQL].unwrap().ci95.is_some(), "still reported");
+    }
+
+    #[test]
+    fn fairness_scores_get_an_interval_of_their_mean_even_when_negative() {
+        assert!(has_mean_interval("fairness.first_served") && !has_interval("fairness.winners"));
+        let mut runs = three_rounds([2.05, 2.3, 2.21]);
+        for run in runs.iter_mut().filter(|r| r.strategy == "queue") {
+            let tau = [-0.1, 0.05, 0.2][run.repeat as usize - 1];
+            run.fairness = Some(crate::fairness::Fairness {
+                first_served: Some(0.3),
+                kendall_tau: Some(tau),
+                winners: 10,
+            });
+        }
+        let summaries = summarize(&runs);
+        let tau = queue(&summaries).figures["fairness.kendall_tau"].unwrap();
+        let [lo, hi] = tau.ci95.expect("three rounds");
+        assert!(lo < -0.1 && hi > 0.2 && (tau.median - 0.05).abs() < 1e-12, "[{lo}, {hi}]");
+        let served = queue(&summaries).figures["fairness.first_served"].unwrap();
+        assert_eq!(served.ci95, Some([0.3, 0.3]));
     }
 }
