@@ -66,6 +66,7 @@ pub const REGISTRY: &[Registration] = &[
     lock::token::REGISTRATION,
     lock::library_lock::WATCHDOG,
     lock::library_lock::FENCED,
+    lock::library_fair::REGISTRATION,
     lock::library_redlock::REGISTRATION,
     queue::REGISTRATION,
 ];

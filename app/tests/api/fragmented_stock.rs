@@ -37,6 +37,7 @@ const CORRECT: &[&str] = &[
     "redis-decr",
     "lock/watchdog",
     "lock/fenced",
+    "lock/fair",
     "lock/redlock",
     "queue",
 ];

@@ -17,7 +17,9 @@ use super::harness::{spawn_on_nodes_with, unique_prefix};
 async fn every_lock_strategy_admits_one_holder_at_a_time_on_a_three_master_cluster() {
     let cluster = RedisCluster::start(3).await;
     let url = cluster.url();
-    for strategy in ["lock/setnx", "lock/ttl", "lock/token", "lock/watchdog", "lock/fenced"] {
+    for strategy in
+        ["lock/setnx", "lock/ttl", "lock/token", "lock/watchdog", "lock/fenced", "lock/fair"]
+    {
         one_holder_at_a_time_across_two_instances_on(&url, strategy).await;
     }
 

@@ -73,6 +73,11 @@ async fn fenced_lock_admits_one_holder_at_a_time_across_instances() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_lock_admits_one_holder_at_a_time_across_instances() {
+    one_holder_at_a_time_across_two_instances("lock/fair").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_admits_one_holder_at_a_time_across_instances() {
     let nodes =
         [RedisServer::start().await, RedisServer::start().await, RedisServer::start().await];

@@ -211,5 +211,5 @@ async fn an_order_larger_than_the_stock_left_does_not_close_the_sale_under_any_l
             .await;
         tried += 1;
     }
-    assert_eq!(tried, 7, "every lock variant, lock/local to lock/redlock");
+    assert_eq!(tried, 8, "every lock variant, lock/local to lock/redlock");
 }

@@ -21,13 +21,14 @@ const HOLD: Duration = Duration::from_millis(300);
 const WAIT: Duration = Duration::from_millis(2000);
 
 /// Every lock strategy.
-const STRATEGIES: [&str; 7] = [
+const STRATEGIES: [&str; 8] = [
     "lock/local",
     "lock/setnx",
     "lock/ttl",
     "lock/token",
     "lock/watchdog",
     "lock/fenced",
+    "lock/fair",
     "lock/redlock",
 ];
 

@@ -14,7 +14,9 @@ use crate::support::assert_problem;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_started_after_the_sale_sold_out_refuses_and_sees_units_come_back() {
-    for strategy in ["lock/local", "lock/setnx", "lock/token", "lock/watchdog", "lock/fenced"] {
+    for strategy in
+        ["lock/local", "lock/setnx", "lock/token", "lock/watchdog", "lock/fenced", "lock/fair"]
+    {
         let prefix = unique_prefix();
         let a = spawn(&prefix, 1000).await;
         let sale = a.sale(strategy, 1).await;

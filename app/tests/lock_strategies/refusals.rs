@@ -3,12 +3,13 @@
 //! `lock/before-write` failpoint), the test takes its lock away (the keys
 //! deleted, as a lease that ran out while the holder stalled), and then
 //! - the fence alone must refuse it, when the holder has not heard of the
-//!   loss and a newer holder has sold meanwhile (`lock/fenced`,
+//!   loss and a newer holder has sold meanwhile (`lock/fenced`, `lock/fair`,
 //!   `lock/redlock`): this fails if the strategy is built unfenced, or if the
 //!   claim is taken but not checked at write time;
 //! - the loss signal alone must refuse it, when its watchdog has told it and
 //!   nobody else claimed the sale (`lock/watchdog`, `lock/fenced`,
-//!   `lock/redlock`): this fails if the check before the write is removed.
+//!   `lock/fair`, `lock/redlock`): this fails if the check before the write
+//!   is removed.
 //!
 //! The failpoint, not a timer, decides the order of every step.
 
@@ -171,6 +172,11 @@ async fn fenced_lock_refuses_a_holder_unaware_of_its_loss_by_the_fence_alone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_lock_refuses_a_holder_unaware_of_its_loss_by_the_fence_alone() {
+    fence_alone_refuses("lock/fair").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_refuses_a_holder_unaware_of_its_loss_by_the_fence_alone() {
     fence_alone_refuses("lock/redlock").await;
 }
@@ -183,6 +189,11 @@ async fn watchdog_lock_holder_told_of_its_loss_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_lock_holder_told_of_its_loss_writes_nothing_while_its_claim_stands() {
     loss_signal_alone_refuses("lock/fenced").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_lock_holder_told_of_its_loss_writes_nothing_while_its_claim_stands() {
+    loss_signal_alone_refuses("lock/fair").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

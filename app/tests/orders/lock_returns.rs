@@ -20,13 +20,14 @@ use super::harness::{bought, cancel, pay_pending, reaches, remaining, status_of}
 use crate::support::{TestApp, assert_problem};
 
 /// Every lock strategy.
-const LOCKS: [&str; 7] = [
+const LOCKS: [&str; 8] = [
     "lock/local",
     "lock/setnx",
     "lock/ttl",
     "lock/token",
     "lock/watchdog",
     "lock/fenced",
+    "lock/fair",
     "lock/redlock",
 ];
 

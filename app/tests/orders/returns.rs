@@ -29,6 +29,7 @@ pub(super) const RETURNING: &[&str] = &[
     "lock/token",
     "lock/watchdog",
     "lock/fenced",
+    "lock/fair",
 ];
 
 #[tokio::test]

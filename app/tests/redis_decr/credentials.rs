@@ -71,6 +71,9 @@ async fn sales_run_as_a_redis_acl_user_limited_to_the_services_prefix() {
     assert_sells_exactly_its_stock(&app, "redis-decr").await;
     assert_sells_exactly_its_stock(&app, "lock/watchdog").await;
     assert_sells_exactly_its_stock(&app, "lock/fenced").await;
+    // Its script names the fair lock's line and waiters' deadlines besides
+    // the lock: keys under the prefix too, which the ACL must let it name.
+    assert_sells_exactly_its_stock(&app, "lock/fair").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +130,7 @@ async fn an_acl_that_does_not_cover_the_services_prefix_is_a_503_misconfigured()
     add_the_services_user(&server, &test_support::unique_prefix()).await;
     let url = format!("redis://seckill:{PASSWORD}@127.0.0.1:{}", server.port);
     let app = TestApp::spawn_with(move |config| config.backends.redis_url = url).await;
-    for strategy in ["redis-decr", "lock/watchdog", "lock/fenced"] {
+    for strategy in ["redis-decr", "lock/watchdog", "lock/fenced", "lock/fair"] {
         let body = serde_json::json!({ "name": "narrow ACL", "stock": 3, "strategy": strategy });
         let sale = crate::support::create_sale_at(&app.base, ADMIN_TOKEN, body).await;
         for user in [1, 2] {

@@ -17,6 +17,10 @@
 //!
 //! Leases below the library's minimum for a renewed lock
 //! (`redis_lock::MIN_WATCHDOG_LEASE`) are raised to it.
+//!
+//! `lock/fair` (`super::library_fair`) is `lock/fenced` taken through the
+//! library's fair lock; it reuses this lock's client, options, release and
+//! error mapping.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,6 +112,33 @@ impl WatchdogLock {
     pub fn lock_name(&self, sale: &Sale) -> Result<LockName, StrategyError> {
         sale_lock_name(&self.prefix, sale)
     }
+
+    /// The client the lock is taken through (`lock/fair` takes its
+    /// `FairLock` through it too, so that its round trips are counted the
+    /// same way).
+    pub(super) fn client(&self) -> &LockClient {
+        &self.client
+    }
+
+    /// One hold of `sale`'s lock: wait at most `wait`, the sale's lease
+    /// raised to the watchdog's minimum, renewed for at most `max_hold`.
+    pub(super) fn options(&self, sale: &Sale, wait: Duration) -> LockOptions {
+        let lease = Duration::from_millis(lease(sale)).max(MIN_WATCHDOG_LEASE);
+        LockOptions::new(wait, lease).with_watchdog().with_max_hold(self.max_hold)
+    }
+}
+
+/// What an acquisition of the library's lock (reentrant or fair) means to
+/// [`SaleLock::acquire`]: a guard, `None` when the wait ran out, or the
+/// error mapped by [`lock_error`].
+pub(super) fn granted(
+    acquired: Result<LockGuard, LockError>,
+) -> Result<Option<LockGuard>, StrategyError> {
+    match acquired {
+        Ok(guard) => Ok(Some(guard)),
+        Err(LockError::Timeout { .. }) => Ok(None),
+        Err(err) => Err(lock_error(err)),
+    }
 }
 
 /// `PREFIX:{sale:ID}:lock`.
@@ -150,13 +181,7 @@ impl SaleLock for WatchdogLock {
         wait: Duration,
     ) -> Result<Option<Self::Held>, StrategyError> {
         let name = self.lock_name(sale)?;
-        let lease = Duration::from_millis(lease(sale)).max(MIN_WATCHDOG_LEASE);
-        let options = LockOptions::new(wait, lease).with_watchdog().with_max_hold(self.max_hold);
-        match self.client.try_lock_with(&name, options).await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(LockError::Timeout { .. }) => Ok(None),
-            Err(err) => Err(lock_error(err)),
-        }
+        granted(self.client.try_lock_with(&name, self.options(sale, wait)).await)
     }
 
     fn lost<'a>(&self, held: &'a Self::Held) -> Option<&'a CancellationToken> {

@@ -10,6 +10,7 @@
 //! | `lock/token` | `SET NX PX` + owner token, Lua compare-and-delete | a holder past its lease: two holders |
 //! | `lock/watchdog` | `redis_lock`, renewed, loss signalled | a whole-process pause (SIGSTOP, GC) past the lease |
 //! | `lock/fenced` | `lock/watchdog` + fencing token checked by Postgres | nothing known: stale writes are refused |
+//! | `lock/fair` | `lock/fenced` through the library's fair lock: waiters served in arrival order | nothing known (the fence, as `lock/fenced`) |
 //! | `lock/redlock` | `redis_lock` over N nodes + the same fencing | nothing known (fencing, not Redlock, keeps it safe) |
 //!
 //! Every variant shares the same driver ([`Locked`]): answer `SoldOut` at once
@@ -160,6 +161,7 @@ impl std::fmt::Debug for Settings {
 
 pub mod fence;
 pub mod intervals;
+pub mod library_fair;
 pub mod library_lock;
 pub mod library_redlock;
 mod poll;
