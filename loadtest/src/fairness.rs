@@ -184,7 +184,8 @@ mod tests {
             SaleArrivals { arrivals: &[11, 12, 13, 14], stock: 3, orders: &b },
         ]);
         assert_eq!(fair.first_served, Some(5.0 / 6.0));
-        assert!((fair.kendall_tau.unwrap() - (3.0 * 1.0 + 2.0 * -1.0) / 5.0).abs() < 1e-12);
+        // Sale a: 3 winners in order (τ = 1); sale b: 2 reversed (τ = −1).
+        assert!((fair.kendall_tau.unwrap() - (3.0 - 2.0) / 5.0).abs() < 1e-12);
         assert_eq!(fair.winners, 5);
     }
 

@@ -95,10 +95,10 @@ pub struct PlanFlags {
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub arrival_rate: u64,
 
-    /// `arrival`: most purchases in flight at once (one connection each).
-    /// An arrival that finds all of them busy is sent late, and its latency
-    /// still counts from its schedule.
-    #[arg(long, default_value_t = 4_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    /// `arrival`: most purchases in flight at once (one connection each;
+    /// mind the open-file limit). An arrival that finds all of them busy is
+    /// sent late, and its latency still counts from its schedule.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub arrival_cap: u64,
 }
 
@@ -423,7 +423,10 @@ mod tests {
     fn the_arrival_profile_takes_its_schedule_from_the_shape_it_names() {
         use crate::scenario::arrival::Shape;
         let spike = Profile::Arrival.plan(&plan_flags(&["--arrival-peak", "2500"]));
-        assert_eq!(spike.arrival, Some(Arrival { shape: Shape::Spike, per_s: 2500.0, cap: 4000 }));
+        assert_eq!(
+            spike.arrival,
+            Some(Arrival { shape: Shape::Spike, per_s: 2500.0, cap: 10_000 })
+        );
         assert_eq!((spike.stock, spike.resubmit), (2000, 0.0));
         let flags = ["--arrival-shape", "constant", "--arrival-rate", "700", "--arrival-cap", "9"];
         let constant = Profile::Arrival.plan(&plan_flags(&flags));
