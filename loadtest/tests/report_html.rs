@@ -21,8 +21,9 @@ use serde_json::{Value, json};
 /// Charts with one mark per run.
 const CHARTS: &[&str] =
     &["oversold", "undersold", "drift", "sell-through", "rejections", "latency", "sold-per-second"];
-/// Charts with one mark per (strategy, profile): the ratios' intervals.
-const INTERVAL_CHARTS: &[&str] = &["vs-sql", "vs-http-rps"];
+/// Charts with one mark per (strategy, profile): the ratios' intervals, and
+/// the fairness scores' (reports without fairness figures have none).
+const INTERVAL_CHARTS: &[&str] = &["vs-sql", "vs-http-rps", "first-served", "kendall-tau"];
 
 const STRATEGIES: [&str; 4] = ["naive", "sql", "sql/for-update", "redis-decr"];
 
@@ -76,6 +77,10 @@ fn run_v2(strategy: &str, profile: &str, repeat: u64, i: u64) -> Value {
     // How the sale unfolded: the units sold, second by second.
     let sold = run["units_sold"].as_i64().unwrap();
     run["sold_per_second"] = json!([sold / 4, sold / 2, sold - sold / 4 - sold / 2]);
+    // Who got the units (added in schema 3, read by any version).
+    let served = if strategy == "naive" { 0.5 } else { 0.9 + 0.01 * repeat as f64 };
+    run["fairness"] =
+        json!({ "first_served": served, "kendall_tau": served - 0.2, "winners": 1000 });
     run
 }
 

@@ -325,16 +325,22 @@ pub fn charts(report: &Report) -> Vec<Chart> {
             .intervals(&ratio_rows(report, VS_SQL), &one(REFERENCE.as_str())),
         spec("vs-http-rps", "Rejections × http_rps", "× http_rps", VS_HTTP_CAPTION.to_owned())
             .intervals(&ratio_rows(report, "ratio.rejection_vs_http_rps"), &one("http_rps")),
-        spec("first-served", "First served", "share", FIRST_SERVED.to_owned()).intervals(
-            &interval_rows(report, "fairness.first_served", |s| format!("{} runs", s.runs)),
-            &Reference { label: "first come, first served".to_owned(), value: 1.0 },
-        ),
-        spec("kendall-tau", "Arrival order kept (Kendall's τ)", "τ", KENDALL_TAU.to_owned())
-            .intervals(
-                &interval_rows(report, "fairness.kendall_tau", |s| format!("{} runs", s.runs)),
-                &Reference { label: "in arrival order".to_owned(), value: 1.0 },
-            ),
     ];
+    // Reports written before the fairness figures have none to draw.
+    let served = interval_rows(report, "fairness.first_served", |s| format!("{} runs", s.runs));
+    if !served.is_empty() {
+        let tau = interval_rows(report, "fairness.kendall_tau", |s| format!("{} runs", s.runs));
+        let first = Reference { label: "first come, first served".to_owned(), value: 1.0 };
+        let ordered = Reference { label: "in arrival order".to_owned(), value: 1.0 };
+        charts.push(
+            spec("first-served", "First served", "share", FIRST_SERVED.to_owned())
+                .intervals(&served, &first),
+        );
+        charts.push(
+            spec("kendall-tau", "Arrival order kept (Kendall's τ)", "τ", KENDALL_TAU.to_owned())
+                .intervals(&tau, &ordered),
+        );
+    }
     let arrival = arrival_latencies(report, &runs);
     if !arrival.is_empty() {
         charts.push(
