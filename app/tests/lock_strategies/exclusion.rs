@@ -2,14 +2,12 @@
 //! most one buyer is inside a sale's critical section at any instant, over
 //! every instance (`max_concurrency` = 1), and the books are exact.
 
-use std::time::Duration;
-
-use reqwest::StatusCode;
 use serde_json::{Value, json};
 use test_support::RedisServer;
 
 use super::harness::{
-    REDIS_URL, lock_stats_of_all, sale_with, spawn, spawn_on, spawn_on_nodes, unique_prefix,
+    REDIS_URL, buy_until_decided, lock_stats_of_all, sale_with, spawn, spawn_on, spawn_on_nodes,
+    unique_prefix,
 };
 use crate::support::TestApp;
 
@@ -30,8 +28,10 @@ pub async fn one_holder_at_a_time_across_two_instances_on(url: &str, strategy: &
 /// time.
 pub async fn exclusive_on(one: &TestApp, two: &TestApp, strategy: &str, stock: i64, knobs: Value) {
     let sale = sale_with(one, strategy, stock, knobs).await;
-    let (first, second) =
-        tokio::join!(buyers(one, sale, 1, stock + 2), buyers(two, sale, 101, stock + 2));
+    let (first, second) = tokio::join!(
+        buy_until_decided(one, sale, 1, stock + 2),
+        buy_until_decided(two, sale, 101, stock + 2)
+    );
     let audit = one.audit(sale).await;
     let books = (audit.oversold, audit.ledger_drift, audit.units_sold);
     assert_eq!(books, (0, 0, stock), "{audit:?}; answers {first:?} {second:?}");
@@ -39,30 +39,6 @@ pub async fn exclusive_on(one: &TestApp, two: &TestApp, strategy: &str, stock: i
     assert_eq!(stats.max_concurrency, 1, "{stats:?}");
     assert!(stats.critical_sections >= stock, "{stats:?}");
 }
-
-/// `n` buyers from `first` on, all at once, each buying from `app` until it
-/// gets an answer other than `503` (at most [`ATTEMPTS`] tries, 200 ms
-/// apart), as a buyer told `busy` retries: the books then say whether every
-/// unit sold, and a lock that stalls or is answered late under a loaded
-/// machine (other tests' servers failing over beside it) is not mistaken for
-/// one that strands stock. Returns each buyer's last answer.
-async fn buyers(app: &TestApp, sale: i64, first: i64, n: i64) -> Vec<StatusCode> {
-    let buying = (first..first + n).map(|user| async move {
-        let mut status = app.buy(sale, user).await.status();
-        for _ in 1..ATTEMPTS {
-            if status != StatusCode::SERVICE_UNAVAILABLE {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            status = app.buy(sale, user).await.status();
-        }
-        status
-    });
-    futures_util::future::join_all(buying).await
-}
-
-/// Tries per buyer in [`buyers`].
-const ATTEMPTS: usize = 5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn setnx_lock_admits_one_holder_at_a_time_across_instances() {

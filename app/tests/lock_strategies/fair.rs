@@ -22,7 +22,9 @@ use seckill::failpoints::{self, LOCK_BEFORE_WRITE};
 use seckill::strategy::lock::BeforeWrite;
 use serde_json::json;
 
-use super::harness::{REDIS_URL, lock_stats_of_all, redis_conn, sale_with, wait_until};
+use super::harness::{
+    REDIS_URL, buy_until_decided, lock_stats_of_all, redis_conn, sale_with, wait_until,
+};
 use crate::support::{TestApp, unique_prefix};
 
 const FAIR: &str = "lock/fair";
@@ -112,7 +114,10 @@ async fn fair_lock_never_oversells_under_200_concurrent_buyers_over_two_instance
     let (one, two) = (service(&prefix).await, service(&prefix).await);
     let sale = sale_with(&one, FAIR, STOCK, json!({})).await;
 
-    let (first, second) = tokio::join!(one.burst(sale, 1, 100), two.burst(sale, 101, 100));
+    let (first, second) = tokio::join!(
+        buy_until_decided(&one, sale, 1, 100),
+        buy_until_decided(&two, sale, 101, 100)
+    );
     let statuses: Vec<StatusCode> = first.into_iter().chain(second).collect();
     let sold = statuses.iter().filter(|&&s| s == StatusCode::CREATED).count();
     let refused = statuses.iter().filter(|&&s| s == StatusCode::CONFLICT).count();

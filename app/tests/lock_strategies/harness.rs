@@ -264,3 +264,27 @@ impl Drop for BlockingProxy {
         self.task.abort();
     }
 }
+
+/// `n` buyers from `first` on, all at once, each buying from `app` until it
+/// gets an answer other than `503` (at most [`ATTEMPTS`] tries, 200 ms
+/// apart), as a buyer told `busy` retries: the books then say whether every
+/// unit sold, and a lock that stalls or is answered late under a loaded
+/// machine (other tests' servers failing over beside it) is not mistaken for
+/// one that strands stock. Returns each buyer's last answer.
+pub async fn buy_until_decided(app: &TestApp, sale: i64, first: i64, n: i64) -> Vec<StatusCode> {
+    let buying = (first..first + n).map(|user| async move {
+        let mut status = app.buy(sale, user).await.status();
+        for _ in 1..ATTEMPTS {
+            if status != StatusCode::SERVICE_UNAVAILABLE {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            status = app.buy(sale, user).await.status();
+        }
+        status
+    });
+    futures_util::future::join_all(buying).await
+}
+
+/// Tries per buyer in [`buy_until_decided`].
+const ATTEMPTS: usize = 5;
