@@ -36,7 +36,8 @@ if ! command -v oha >/dev/null 2>&1; then
 fi
 bash scripts/services.sh up >&2
 release_build
-export SECKILL_ADMIN_TOKEN=dev-admin-token
+# Development mode (loopback only), where the short development token is accepted.
+export SECKILL_DEV=1 SECKILL_ADMIN_TOKEN=dev-admin-token
 bash scripts/serve.sh
 trap 'bash scripts/serve.sh stop' EXIT
 base=http://127.0.0.1:8080
