@@ -13,6 +13,8 @@
 -- KEYS[2]  the fencing counter
 -- KEYS[3]  the line {owner token -> arrival, server microseconds}
 -- KEYS[4]  the waiters' deadlines {owner token -> server ms}
+-- KEYS[5]  the line's pace {last -> server ms of the last grant, pace -> the
+--          smoothed ms between two grants to waiters in line}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner token (one per acquisition)
 -- ARGV[3]  "try" (take it only if free and nobody waits), "wait" (take it
@@ -24,6 +26,7 @@
 -- ARGV[5]  the prefix of each waiter's own wake-up channel (`<name>:turn:`)
 -- ARGV[6]  "1" to issue fencing tokens from KEYS[2], "0" not to (the token
 --          is then 0 and KEYS[2] is never written)
+-- ARGV[7]  "wait": what is left of the caller's wait, in ms
 --
 -- Returns
 --   {1, fencing token, hold count}  ours (a retry whose reply was lost gets
@@ -32,6 +35,9 @@
 --                                   remaining lease (-2: free, someone else
 --                                   is first in line)
 --   {-1, 0}                         "leave": out of the line
+--   {-2, predicted wait ms}         "wait": not let into the line, whose
+--                                   waiters ahead would take more than half
+--                                   of what is left of the caller's wait
 --
 -- Races closed
 --   * Barging: a newcomer never takes a free lock while others wait; only
@@ -42,6 +48,16 @@
 --     not taken it, every other waiter's call tells it again.
 --   * Retried acquire (T9): an owner already holding the lock gets its grant
 --     back, with the same fencing token and hold count.
+--   * A line longer than a wait can serve: under a spike, a line that lets
+--     everyone in is served from its head, the oldest waiter, whose wait is
+--     about to end; by the time its turn reaches it, it has given up, and so
+--     has the next, and the lock stays free while the line is full. A
+--     newcomer is let in only if the waiters ahead of it, at the line's
+--     pace, would be served within half of its wait, so that whoever reaches
+--     the head still has time to take the lock; the other half is the margin
+--     for hand-overs slower than the pace. The pace is the time between two
+--     grants to waiters in line, smoothed as TCP smooths its round-trip time
+--     (RFC 6298: new = 7/8 old + 1/8 sample), and forgotten with the line.
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 for _, dead in ipairs(redis.call('zrangebyscore', KEYS[4], '-inf', now)) do
@@ -69,6 +85,21 @@ if holds then
 end
 local first = redis.call('zrange', KEYS[3], 0, 0)[1]
 if free and (first == nil or first == ARGV[2]) then
+    -- The pace: sampled at each grant to the first in line, from the grant
+    -- before it; a grant with nobody in line only moves the start of the next
+    -- sample, and writes nothing where no line has formed.
+    if first then
+        local last = tonumber(redis.call('hget', KEYS[5], 'last'))
+        if last then
+            local pace = tonumber(redis.call('hget', KEYS[5], 'pace'))
+            local sample = now - last
+            redis.call('hset', KEYS[5], 'pace', pace and (7 * pace + sample) / 8 or sample)
+        end
+        redis.call('hset', KEYS[5], 'last', now)
+        redis.call('pexpire', KEYS[5], ARGV[4])
+    elseif redis.call('exists', KEYS[5]) == 1 then
+        redis.call('hset', KEYS[5], 'last', now)
+    end
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     redis.call('zrem', KEYS[3], ARGV[2])
@@ -80,11 +111,16 @@ if free then
 end
 if ARGV[3] == 'wait' then
     if not redis.call('zscore', KEYS[3], ARGV[2]) then
+        local ahead = redis.call('zcard', KEYS[3])
+        local pace = tonumber(redis.call('hget', KEYS[5], 'pace'))
+        if pace and ahead > 0 and (ahead + 1) * pace > tonumber(ARGV[7]) / 2 then
+            return {-2, math.ceil((ahead + 1) * pace)}
+        end
         redis.call('zadd', KEYS[3], tonumber(time[1]) * 1000000 + tonumber(time[2]), ARGV[2])
     end
     local timeout = tonumber(ARGV[4])
     redis.call('zadd', KEYS[4], now + timeout, ARGV[2])
-    for _, key in ipairs({KEYS[3], KEYS[4]}) do
+    for _, key in ipairs({KEYS[3], KEYS[4], KEYS[5]}) do
         if redis.call('pttl', key) < timeout then
             redis.call('pexpire', key, timeout)
         end

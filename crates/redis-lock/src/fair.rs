@@ -12,6 +12,10 @@
 //! deadline, so a dead waiter delays the others by at most the waiter
 //! timeout plus one renewal period.
 //!
+//! A newcomer is let into the line only if the line can serve it within
+//! half of its wait: under a spike, a line that lets everyone in is served
+//! from a head that is always about to give up, and stalls.
+//!
 //! Unlike [`LockClient::try_lock`], every task is its own waiter in line:
 //! tasks of one process are not merged into one contender, so the order
 //! holds between tasks as well as between processes.
@@ -32,8 +36,9 @@ pub struct FairLock {
 
 impl FairLock {
     /// The fair lock `name`. Its keys: the lock hash `<name>`, the fencing
-    /// counter `<name>:fence`, the line `<name>:queue` and the deadlines
-    /// `<name>:waiters`; all keep the name's hash tag.
+    /// counter `<name>:fence`, the line `<name>:queue`, the deadlines
+    /// `<name>:waiters` and the line's pace `<name>:pace`; all keep the
+    /// name's hash tag.
     pub fn new(client: &LockClient, name: LockName) -> Self {
         Self { client: client.clone(), name }
     }
@@ -45,7 +50,12 @@ impl FairLock {
 
     /// Takes the lock when it is this caller's turn, waiting in line at most
     /// `options.wait`. A zero wait takes it only if it is free and nobody is
-    /// waiting, and never joins the line. The guard is the reentrant lock's:
+    /// waiting, and never joins the line. A caller is let into the line only
+    /// if the waiters ahead of it would be served, at the line's pace (the
+    /// smoothed time between two grants to waiters in line), within half of
+    /// its wait; otherwise it gets [`LockError::Timeout`] at once, with
+    /// `retry_after` the wait the line predicted (`fair.lua`, "A line longer
+    /// than a wait can serve"). The guard is the reentrant lock's:
     /// fencing token, `lost()`, re-entry, watchdog; its release hands the
     /// lock to the next waiter in line.
     ///
@@ -63,6 +73,7 @@ impl FairLock {
             let kind = ClaimKind::Fair {
                 enqueue: !options.wait.is_zero(),
                 waiter_timeout_ms: duration_ms_ceil(waiter_timeout),
+                until: deadline,
             };
             let owner = super::new_owner_token();
             let channel = format!("{}{owner}", turn_channel_prefix(&this.name));

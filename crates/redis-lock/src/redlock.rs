@@ -336,7 +336,10 @@ impl Redlock {
             .map(|reply| match reply {
                 Some(AcquireReply::Acquired { .. }) => Vote::Yes,
                 Some(AcquireReply::Held { pttl_ms }) => Vote::No { pttl_ms },
-                Some(AcquireReply::NotOwner | AcquireReply::Expired) | None => Vote::Unknown,
+                Some(
+                    AcquireReply::NotOwner | AcquireReply::Expired | AcquireReply::LineFull { .. },
+                )
+                | None => Vote::Unknown,
             })
             .collect()
     }

@@ -254,12 +254,12 @@ impl Scheduler {
             PeriodClaim::Lock(AcquireReply::Held { pttl_ms }) => {
                 Ok(Claimed::Busy(u64::try_from(pttl_ms).ok().map(Duration::from_millis)))
             }
-            PeriodClaim::Lock(AcquireReply::NotOwner | AcquireReply::Expired) => {
-                Err(LockError::Redis(redis::RedisError::from((
-                    redis::ErrorKind::UnexpectedReturnType,
-                    "schedule_claim.lua answered with a re-entry reply",
-                ))))
-            }
+            PeriodClaim::Lock(
+                AcquireReply::NotOwner | AcquireReply::Expired | AcquireReply::LineFull { .. },
+            ) => Err(LockError::Redis(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "schedule_claim.lua answered with a re-entry reply",
+            )))),
         }
     }
 

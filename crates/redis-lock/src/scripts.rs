@@ -8,11 +8,12 @@
 //! the one round trip of the invocation it belongs to.
 
 use std::sync::LazyLock;
+use std::time::Instant;
 
 use redis::Script;
 use redis::aio::ConnectionLike;
 
-use super::LockName;
+use super::{LockName, duration_ms_ceil};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| fencing(include_str!("acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
@@ -60,8 +61,10 @@ pub(crate) enum ClaimKind {
     /// The reentrant lock (`acquire.lua`).
     Reentrant,
     /// A fair lock's turn (`fair.lua`); waits in line when `enqueue`, where
-    /// a waiter is dropped `waiter_timeout_ms` after its last attempt.
-    Fair { enqueue: bool, waiter_timeout_ms: u64 },
+    /// a waiter is dropped `waiter_timeout_ms` after its last attempt, and
+    /// is let in only if the line can serve it well before `until` (the end
+    /// of its wait).
+    Fair { enqueue: bool, waiter_timeout_ms: u64, until: Instant },
     /// A read-write lock's writer (`rwlock_write.lua`); a waiting writer
     /// keeps new readers out for `waiter_timeout_ms` after each attempt (0:
     /// a single attempt, readers not kept out).
@@ -123,9 +126,10 @@ pub(crate) async fn claim(
         ClaimKind::Reentrant => {
             return acquire(conn, name, owner, lease, AcquireMode::Acquire, fenced).await;
         }
-        ClaimKind::Fair { enqueue, waiter_timeout_ms } => {
+        ClaimKind::Fair { enqueue, waiter_timeout_ms, until } => {
             let mode = if enqueue { "wait" } else { "try" };
-            fair(name, owner, lease, mode, waiter_timeout_ms, fenced)
+            let left_ms = duration_ms_ceil(until.saturating_duration_since(Instant::now()));
+            fair(name, owner, lease, mode, [waiter_timeout_ms, left_ms], fenced)
         }
         ClaimKind::Write { waiter_timeout_ms } => {
             write(name, owner, lease, waiter_timeout_ms, "take", fenced)
@@ -162,20 +166,21 @@ fn write(
     invocation
 }
 
-/// `fair.lua` in `mode` (`try`, `wait`, `leave`).
+/// `fair.lua` in `mode` (`try`, `wait`, `leave`), with the waiter timeout
+/// and what is left of the caller's wait (`[timeout_ms, left_ms]`).
 fn fair(
     name: &LockName,
     owner: &str,
     lease_ms: u64,
     mode: &str,
-    waiter_timeout_ms: u64,
+    [waiter_timeout_ms, left_ms]: [u64; 2],
     fenced: bool,
 ) -> redis::ScriptInvocation<'static> {
     let [line, deadlines] = fair_keys(name);
     let mut invocation = FAIR.key(name.key());
-    invocation.key(name.fence_key()).key(line).key(deadlines);
+    invocation.key(name.fence_key()).key(line).key(deadlines).key(derived(name, "pace"));
     invocation.arg(lease_ms).arg(owner).arg(mode).arg(waiter_timeout_ms);
-    invocation.arg(turn_channel_prefix(name)).arg(flag(fenced));
+    invocation.arg(turn_channel_prefix(name)).arg(flag(fenced)).arg(left_ms);
     invocation
 }
 
@@ -199,7 +204,7 @@ pub(crate) async fn abandon(
             leave.invoke_async::<Vec<i64>>(conn).await.map(drop)
         }
         ClaimKind::Fair { waiter_timeout_ms, .. } => {
-            let leave = fair(name, owner, 1, "leave", waiter_timeout_ms, false);
+            let leave = fair(name, owner, 1, "leave", [waiter_timeout_ms, 0], false);
             leave.invoke_async::<Vec<i64>>(conn).await.map(drop)
         }
         ClaimKind::Read | ClaimKind::Permit { .. } => {
@@ -226,6 +231,9 @@ pub(crate) enum AcquireReply {
     NotOwner,
     /// Re-entry refused: nobody holds it.
     Expired,
+    /// Fair lock: not let into a line that would take about `wait_ms` to
+    /// serve the caller, more than half of what is left of its wait.
+    LineFull { wait_ms: u64 },
 }
 
 pub(crate) async fn acquire(
@@ -262,6 +270,7 @@ fn acquire_reply(script: &'static str, reply: &[i64]) -> redis::RedisResult<Acqu
         [0, pttl] => Ok(AcquireReply::Held { pttl_ms: *pttl }),
         [-1, 1] => Ok(AcquireReply::NotOwner),
         [-1, 0] => Ok(AcquireReply::Expired),
+        [-2, wait] => Ok(AcquireReply::LineFull { wait_ms: u64::try_from(*wait).unwrap_or(0) }),
         other => Err(unexpected(script, other)),
     }
 }

@@ -273,6 +273,10 @@ impl LockClient {
                     return Err(given_up(answered, budget)
                         .unwrap_or_else(|| self.inner.telemetry.timeout(name, started, None)));
                 }
+                Decision::Refused { retry_after } => {
+                    let retry_after = Some(retry_after);
+                    return Err(self.inner.telemetry.timeout(name, started, retry_after));
+                }
                 Decision::Unexpected => return Err(reentry_reply_to_an_acquisition()),
             }
         }
@@ -582,7 +586,7 @@ impl LockGuard {
                 held.guards.fetch_add(1, Ordering::Relaxed);
                 Ok(LockGuard { held: held.clone(), released: false })
             }
-            AcquireReply::NotOwner | AcquireReply::Held { .. } => {
+            AcquireReply::NotOwner | AcquireReply::Held { .. } | AcquireReply::LineFull { .. } => {
                 Err(self.lost_with(LossReason::NotOwner))
             }
             AcquireReply::Expired => Err(self.lost_with(LossReason::Expired)),
@@ -781,6 +785,10 @@ enum Decision {
     TooLate { elapsed: Duration, give_up: bool },
     /// Held by another owner past the deadline: [`LockError::Timeout`].
     TimedOut { retry_after: Option<Duration> },
+    /// Not let into a fair lock's line, which would take about
+    /// `retry_after` to serve this waiter, more than half of its wait:
+    /// [`LockError::Timeout`] at once, nothing left in line.
+    Refused { retry_after: Duration },
     /// Held, first contention: subscribe, then try again at once (the
     /// release may have happened in between).
     Subscribe,
@@ -823,6 +831,9 @@ fn decide(reply: Option<AcquireReply>, round: &Round) -> Decision {
                 let round_max = round.deadline - round.now;
                 Decision::Wait { round: remaining.unwrap_or(NO_LEASE_ROUND).min(round_max) }
             }
+        }
+        Some(AcquireReply::LineFull { wait_ms }) => {
+            Decision::Refused { retry_after: Duration::from_millis(wait_ms) }
         }
         Some(AcquireReply::NotOwner | AcquireReply::Expired) => Decision::Unexpected,
         None if past_deadline => Decision::GiveUp,

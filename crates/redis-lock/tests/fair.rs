@@ -1,6 +1,7 @@
 //! Fair lock: waiters served in arrival order across processes, no barging
 //! by a newcomer, a dead waiter skipped once its deadline passed, a dead
-//! holder's lease, and bounded waits that leave the line.
+//! holder's lease, bounded waits that leave the line, and a line that lets
+//! in only whom it can serve within half of their wait.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,7 +30,7 @@ async fn until_in_line(name: &LockName, n: usize) {
 }
 
 async fn cleanup_fair(name: &LockName) {
-    cleanup_keys(&[name], &["", ":fence", ":queue", ":waiters"]).await;
+    cleanup_keys(&[name], &["", ":fence", ":queue", ":waiters", ":pace"]).await;
 }
 
 /// A waiter of its own process (its heartbeat every second): takes the lock
@@ -160,5 +161,54 @@ async fn a_fair_wait_is_bounded_and_the_waiter_leaves_the_line() {
     assert!(!renewed.lost().is_cancelled(), "lost: {:?}", renewed.loss());
     renewed.release().await.unwrap();
     assert!(!exists(&mut raw(&SHARED_REDIS).await, name.key()).await);
+    cleanup_fair(&name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_the_line_cannot_serve_within_half_its_wait_is_refused_at_once() {
+    const HOLD: Duration = Duration::from_millis(200);
+    let name = unique_name("fair-admission");
+    let lock = FairLock::new(&shared_client(), name.clone());
+    let wait_in_line = |lock: &FairLock| {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock(LockOptions::new(LONG, LONG)).await })
+    };
+
+    // The line learns its pace from two grants to waiters in line: the
+    // first of them keeps the lock HOLD, so they are at least HOLD apart.
+    let first = lock.try_lock(LockOptions::new(Duration::ZERO, LONG)).await.unwrap();
+    let second = wait_in_line(&lock);
+    until_in_line(&name, 1).await;
+    let third = wait_in_line(&lock);
+    until_in_line(&name, 2).await;
+    first.release().await.unwrap();
+    let second = second.await.unwrap().expect("served from the line");
+    tokio::time::sleep(HOLD).await;
+    second.release().await.unwrap();
+    let holder = third.await.unwrap().expect("served from the line");
+    // Two more are let in: with 5 s to wait, a line of two at that pace is
+    // well within half of it.
+    let ahead = wait_in_line(&lock);
+    until_in_line(&name, 1).await;
+    let behind = [ahead, wait_in_line(&lock)];
+    until_in_line(&name, 2).await;
+
+    // With 1 s to wait, the two ahead and the holder would take at least
+    // 3 × HOLD, more than half of it: refused at once, never in line.
+    let wait = Duration::from_secs(1);
+    let started = Instant::now();
+    let refused = lock.try_lock(LockOptions::new(wait, LONG)).await;
+    let elapsed = started.elapsed();
+    let Err(LockError::Timeout { retry_after: Some(predicted), .. }) = refused else {
+        panic!("refused with the wait the line predicted: {refused:?}");
+    };
+    assert!(predicted >= HOLD * 3, "predicted {predicted:?}");
+    assert!(elapsed < wait, "refused after {elapsed:?}: it waited instead of being refused");
+    assert_eq!(in_line(&name).await, 2, "the refused newcomer never joined the line");
+
+    holder.release().await.unwrap();
+    for waiter in behind {
+        waiter.await.unwrap().expect("a waiter let in is served").release().await.unwrap();
+    }
     cleanup_fair(&name).await;
 }
