@@ -32,6 +32,11 @@
 //! waiter whose wait runs out leaves the line (the library's `leave`, which
 //! also wakes the next waiter if the lock is free) and is answered `busy`,
 //! counted in `seckill_lock_timeouts_total`; its retry joins at the back.
+//! A buyer that the line could not serve within half of its wait, at the
+//! line's pace, is not let in: it is answered `busy` at once, counted the
+//! same way (the library's admission; a line that lets everyone in under a
+//! spike is served from a head that is always about to give up, and
+//! stalls — docs/locks.md, `lock/fair`).
 //!
 //! **The cost** over `lock/fenced`, all counted in
 //! `seckill_redis_round_trips_total`: besides the lock hash
