@@ -161,12 +161,20 @@ struct Measured {
     undersold: i64,
     counted: Counted,
     fault: Option<FaultRecord>,
-    /// Expiry → resale of every resold unit, milliseconds (`payment`).
+    /// The returns' and resales' delays (`payment`; empty otherwise).
+    delays: LifecycleDelays,
+}
+
+/// The delays of a `payment` run's returned units, milliseconds, from the
+/// orders in Postgres.
+#[derive(Debug, Default)]
+struct LifecycleDelays {
+    /// Expiry → resale of every resold unit.
     resale_ms: Vec<f64>,
-    /// The part of each resale beyond the sale's line, milliseconds
-    /// (`payment`; `seckill::audit::resale_waits_ms`).
+    /// The part of each resale beyond the sale's line
+    /// (`seckill::audit::resale_waits_ms`).
     resale_wait_ms: Vec<f64>,
-    /// Expiry → return of every expired order, milliseconds (`payment`).
+    /// Expiry → return of every expired order.
     return_ms: Vec<f64>,
 }
 
@@ -193,9 +201,9 @@ pub async fn run_one(
     // The pairing of returns with resales assumes exact books: with an
     // oversell or drift, placements beyond the stock are not resales.
     let exact = audits.iter().all(|a| a.oversold == 0 && a.ledger_drift == 0);
-    let (resale_ms, resale_wait_ms, return_ms) = match &phases.payment {
+    let delays = match &phases.payment {
         Some(_) => lifecycle_delays(bench.db, &audits, exact).await?,
-        None => (Vec::new(), Vec::new(), Vec::new()),
+        None => LifecycleDelays::default(),
     };
     let mut counted = Counted::of(key.strategy, &phases.counters)?;
     if let Some(lock) = &mut counted.lock {
@@ -216,9 +224,7 @@ pub async fn run_one(
         undersold,
         counted,
         fault,
-        resale_ms,
-        resale_wait_ms,
-        return_ms,
+        delays,
     };
     Ok(assemble(measured, bench.round, bench.args.steady_window_s))
 }
@@ -330,18 +336,19 @@ async fn lifecycle_delays(
     db: &sqlx::PgPool,
     audits: &[Audit],
     exact: bool,
-) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+) -> anyhow::Result<LifecycleDelays> {
     let mut conn = db.acquire().await?;
-    let (mut resales, mut waits, mut returns) = (Vec::new(), Vec::new(), Vec::new());
+    let mut delays = LifecycleDelays::default();
     for audit in audits {
         let orders = seckill::audit::order_times(&mut conn, audit.sale_id).await?;
         if exact {
-            resales.extend(seckill::audit::resale_delays_ms(audit.total_stock, &orders));
-            waits.extend(seckill::audit::resale_waits_ms(audit.total_stock, &orders));
+            delays.resale_ms.extend(seckill::audit::resale_delays_ms(audit.total_stock, &orders));
+            let waits = seckill::audit::resale_waits_ms(audit.total_stock, &orders);
+            delays.resale_wait_ms.extend(waits);
         }
-        returns.extend(seckill::audit::return_delays_ms(&orders));
+        delays.return_ms.extend(seckill::audit::return_delays_ms(&orders));
     }
-    Ok((resales, waits, returns))
+    Ok(delays)
 }
 
 /// How often a `payment` run looks at the books while it waits.
@@ -1040,16 +1047,12 @@ fn assemble(m: Measured, round: &Round, min_window_s: f64) -> Run {
         undersold,
         counted,
         fault,
-        resale_ms,
-        resale_wait_ms,
-        return_ms,
+        delays,
     } = m;
     let later = phases.payment.as_ref().map_or(0, |p| p.outcome.later_buyers);
     let demanded_units = demand(&prepared, phases.payment.as_ref());
-    let payment = phases.payment.as_ref().map(|phase| {
-        let delays = [&resale_ms[..], &resale_wait_ms, &return_ms];
-        payment_record(&prepared.plan, phase, audit.units_pending, delays)
-    });
+    let payment = (phases.payment.as_ref())
+        .map(|phase| payment_record(&prepared.plan, phase, audit.units_pending, &delays));
     let rates = Rates::of(key, &audit, &phases, round);
     let (sale, rejection) = (phases.sale, phases.rejection);
     let outcomes = settled_outcomes(sale.outcomes, phases.queue_stats.as_deref());
@@ -1176,7 +1179,7 @@ fn payment_record(
     plan: &Plan,
     phase: &PaymentPhase,
     units_pending: i64,
-    [resale_ms, resale_wait_ms, return_ms]: [&[f64]; 3],
+    delays: &LifecycleDelays,
 ) -> report::PaymentRecord {
     let settings =
         plan.payment.unwrap_or(crate::profile::Payment { unpaid_share: 0.0, sale_window_s: 0 });
@@ -1185,9 +1188,9 @@ fn payment_record(
         unpaid_share: settings.unpaid_share,
         sale_window_s: settings.sale_window_s,
         units_pending,
-        expiry_to_resale_ms: report::ResaleDelays::of(resale_ms),
-        resale_beyond_line_ms: report::ResaleDelays::of(resale_wait_ms),
-        expiry_to_return_ms: report::ResaleDelays::of(return_ms),
+        expiry_to_resale_ms: report::ResaleDelays::of(&delays.resale_ms),
+        resale_beyond_line_ms: report::ResaleDelays::of(&delays.resale_wait_ms),
+        expiry_to_return_ms: report::ResaleDelays::of(&delays.return_ms),
         return_bound_ms: report::RETURN_BOUND_MS,
         later_buyers: phase.outcome.later_buyers,
         paying_buyers: phase.outcome.paying_buyers,
@@ -1448,9 +1451,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             audit: total,
             counted: Counted { redis_round_trips: Some(250.0), ..Counted::default() },
             fault: None,
-            resale_ms: Vec::new(),
-            resale_wait_ms: Vec::new(),
-            return_ms: Vec::new(),
+            delays: LifecycleDelays::default(),
         }
     }
 
@@ -1559,7 +1560,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         m.phases.payment = Some(paid_out(40, 250));
         m.audit.units_returned = 45;
         m.audit.units_resold = 45;
-        m.resale_ms = vec![900.0, 500.0, 700.0];
+        m.delays.resale_ms = vec![900.0, 500.0, 700.0];
         let run = assemble(m, &ceilings(), 1.0);
         assert_eq!((run.buyers, run.demanded_units), (340, 250));
         assert_eq!((run.units_returned, run.units_resold), (45, 45));
@@ -1580,7 +1581,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
                 Some(crate::profile::Payment { unpaid_share: 0.3, sale_window_s: 120 });
             m.phases.payment = Some(paid_out(0, 300));
             (m.audit.units_returned, m.audit.units_resold) = (100, 100);
-            (m.return_ms, m.resale_wait_ms) = (return_ms, resale_wait_ms);
+            (m.delays.return_ms, m.delays.resale_wait_ms) = (return_ms, resale_wait_ms);
             assemble(m, &ceilings(), 1.0)
         };
         let bound = report::RETURN_BOUND_MS as f64;
