@@ -111,6 +111,7 @@ if free then
 end
 if ARGV[3] == 'wait' then
     if not redis.call('zscore', KEYS[3], ARGV[2]) then
+        -- Predicted wait: the waiters ahead, and the holder, one pace each.
         local ahead = redis.call('zcard', KEYS[3])
         local pace = tonumber(redis.call('hget', KEYS[5], 'pace'))
         if pace and ahead > 0 and (ahead + 1) * pace > tonumber(ARGV[7]) / 2 then
