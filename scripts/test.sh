@@ -9,6 +9,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/tools.sh test
 bash scripts/services.sh up >&2
 if [ ! -x target/debug/loadtest ] || [ ! -x target/debug/seckill ]; then
-  echo "building the test binaries for the first time (16 to 19 minutes on a 2-core machine, then about 12 of tests; cargo's progress follows)" >&2
+  echo "building the test binaries for the first time (about 8 minutes on a 2-core machine, then about 14 of tests; cargo's progress follows)" >&2
 fi
 cargo test --workspace --no-fail-fast "$@"
