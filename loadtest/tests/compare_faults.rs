@@ -77,11 +77,6 @@ fn a_killed_setnx_holder_sticks_the_sale_and_sql_loses_nothing() {
         "500",
         "--settle-s",
         "3",
-        // Once the sale is stuck, every purchase waits out the lock's
-        // acquire timeout; retrying each of those 503s only lengthens the
-        // test, not what it shows.
-        "--retries",
-        "0",
     ];
     let report = crate::support::compare_on(1, &out, &args);
     let setnx = run(&report, "lock/setnx", "kill-instance");
