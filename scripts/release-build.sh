@@ -5,10 +5,10 @@
 # about a second; a first build says how long it takes and shows cargo's
 # progress (--quiet is ignored then: a silent build of minutes looks hung).
 
-# A first release build on a 2-core machine (README: 12 min 01 s measured on
+# A first release build on a 2-core machine (README: 6 min 52 s measured on
 # an idle one, crates already downloaded); the line printed before it quotes
 # this figure.
-FIRST_RELEASE_BUILD="about 12 minutes on a 2-core machine, more while crates download"
+FIRST_RELEASE_BUILD="about 7 minutes on a 2-core machine, more while crates download"
 
 release_build() {
   if [ ! -x target/release/seckill ] || [ ! -x target/release/loadtest ]; then

@@ -157,8 +157,8 @@ pub struct SqlCeiling {
     pub connections: u32,
     pub duration_s: f64,
     /// The scan before the first round: transactions per second at each
-    /// number of connections tried, in the order tried; empty in reports
-    /// before it.
+    /// number of connections tried, in the order tried; empty with
+    /// `--sql-tps-connections` and in reports before the scan.
     #[serde(default)]
     pub scan: Vec<ScanPoint>,
 }

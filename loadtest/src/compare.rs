@@ -353,8 +353,7 @@ async fn compare(
         };
         size_sales(&bench, progress).await?
     };
-    progress.stage("scanning sql_tps over the number of connections");
-    scan_sql_tps(args, instances, &admin, &mut ceilings.sql_tps).await?;
+    scan_sql_tps(args, instances, &admin, &mut ceilings.sql_tps, progress).await?;
     // `http_rps` is measured by each run, right before its rejection phase;
     // the round's sample is their median.
     let before: Vec<Kind> = ceilings.kinds().into_iter().filter(|k| *k != Kind::HttpRps).collect();
@@ -481,13 +480,20 @@ async fn size_sales(
 
 /// `sql_tps` at each of [`ceilings::scan_counts`] connections, for half of
 /// `--ceiling-duration` each (at least a second), kept as `ceiling.scan`;
-/// `ceiling.connections` becomes its peak, where the rounds measure.
+/// `ceiling.connections` becomes its peak, where the rounds measure. With
+/// `--sql-tps-connections`, no scan: the rounds measure there.
 async fn scan_sql_tps(
     args: &CompareArgs,
     instances: &Instances,
     admin: &Admin,
     ceiling: &mut SqlCeiling,
+    progress: &mut Progress,
 ) -> anyhow::Result<()> {
+    if let Some(connections) = args.sql_tps_connections {
+        ceiling.connections = connections;
+        return Ok(());
+    }
+    progress.stage("scanning sql_tps over the number of connections");
     let seconds = (args.ceiling_duration as f64 / 2.0).max(1.0);
     let mut scan = Vec::new();
     for connections in ceilings::scan_counts(instances.pool_connections) {

@@ -198,6 +198,13 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub ceiling_duration: u64,
 
+    /// Connections at which `sql_tps` is measured, for a Postgres whose peak
+    /// is known. Unset: a scan before the first round tries 1, 2, 4, …
+    /// connections up to the instances' pools, each for half of
+    /// --ceiling-duration (at least 1 s), and measures at the peak.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub sql_tps_connections: Option<u32>,
+
     /// Rounds: every (strategy, profile) runs once per round, after the
     /// round's own ceilings; from 3 on, every ratio gets a 95 % confidence
     /// interval.

@@ -122,7 +122,7 @@ fn three_rounds_give_per_round_ceilings_intervals_and_cpu_accounting() {
     let (stock, rounds) = (STOCK.to_string(), ROUNDS.to_string());
     let args = ["--strategies", "sql,redis-decr", "--stock", &stock, "--repeat", &rounds];
     let args = [&args[..], &["--reference-runs", "2"]].concat();
-    let report = crate::support::compare(&out, &args);
+    let report = crate::support::compare_scanning(&out, &args);
     assert_eq!(report["schema_version"], 3);
     assert_eq!(report["pilots"], serde_json::json!([]), "--stock: no pilot sales");
     check_ceilings(&report["ceilings"]);
