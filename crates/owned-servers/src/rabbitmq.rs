@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// The longest one readiness try (an AMQP connection and its close) may take.
+const CONNECT_TRY: Duration = Duration::from_secs(5);
+
 use crate::{die_with_parent, free_port};
 
 /// A `rabbitmq-server` child (see the module documentation). Stopping and
@@ -212,8 +215,12 @@ impl RabbitMqNode {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             let props = lapin::ConnectionProperties::default();
-            if let Ok(conn) = lapin::Connection::connect(&url, props).await {
-                let _ = conn.close(200, "ready".into()).await;
+            // Each try is bounded too: a starting node can accept the TCP
+            // connection and never finish the AMQP handshake, which held a
+            // comparison for over 300 s once.
+            let attempt = lapin::Connection::connect(&url, props);
+            if let Ok(Ok(conn)) = tokio::time::timeout(CONNECT_TRY, attempt).await {
+                let _ = tokio::time::timeout(CONNECT_TRY, conn.close(200, "ready".into())).await;
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
