@@ -171,10 +171,16 @@ pub fn run(first: &Path, second: &Path) -> ExitCode {
     }
 }
 
+/// The report at `path`, its summaries computed again from its runs (as
+/// `loadtest render` does), so that two reports are compared under this
+/// version's intervals whichever version wrote them.
 fn read(path: &Path) -> anyhow::Result<Report> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not a report.json", path.display()))
+    let mut report: Report = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a report.json", path.display()))?;
+    report.summary = crate::report::summary::summarize(&report.runs);
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -71,9 +71,9 @@ enum Command {
     /// comparison): for each strategy in both, the 95 % intervals of
     /// `× sql` and of `rejections × http_rps` overlap, no strategy is
     /// `faster` than `sql` in one and `slower` in the other, and the
-    /// medians differ by at most 25 %. Prints one line per strategy and
-    /// figure; exits 1 when any rule fails (docs/report-format.md,
-    /// "Agreement").
+    /// medians differ by at most 25 %, each summary computed again from
+    /// its report's runs. Prints one line per strategy and figure; exits 1
+    /// when any rule fails (docs/report-format.md, "Agreement").
     Agree(AgreeArgs),
 }
 

@@ -12,6 +12,12 @@
 //! is what three repeats can say. A bootstrap over three values would draw
 //! from at most ten distinct resamples and understate the spread; a
 //! sign-based interval cannot reach 95 % below six values.
+//!
+//! A strategy's sell-through against `sql` is the exception
+//! ([`welch_ratio_ci95`]): its interval compares the logarithms of the two
+//! strategies' rates over the same rounds, unpaired, with Welch's degrees
+//! of freedom (docs/report-format.md, "Intervals", gives the measurements
+//! that chose it).
 
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
@@ -22,7 +28,60 @@ pub const MIN_REPEATS: usize = 3;
 /// The two-sided 95 % quantile of Student's t for `df ≥ 1` degrees of
 /// freedom (`statrs`; 4.303 for 2, 1.96 in the limit).
 fn t_975(df: usize) -> f64 {
-    StudentsT::new(0.0, 1.0, df as f64).map_or(f64::NAN, |t| t.inverse_cdf(0.975))
+    t_975_of(df as f64)
+}
+
+/// [`t_975`] for fractional degrees of freedom (`df > 0`; NaN otherwise).
+fn t_975_of(df: f64) -> f64 {
+    StudentsT::new(0.0, 1.0, df).map_or(f64::NAN, |t| t.inverse_cdf(0.975))
+}
+
+/// The logarithms of the positive finite `values`; `None` when any value
+/// is not (a rate of 0 or below means nothing was measured).
+fn logs(values: &[f64]) -> Option<Vec<f64>> {
+    values.iter().map(|&v| (v.is_finite() && v > 0.0).then(|| v.ln())).collect()
+}
+
+/// Mean and sample variance (`n − 1`) of at least two values.
+fn mean_variance(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    (mean, values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0))
+}
+
+/// The 95 % interval `[lo, hi]` of the ratio of the geometric means of
+/// `numerator` and `denominator` (rates measured in the same rounds, any
+/// number of each per round): Welch's unequal-variances t-interval on their
+/// logarithms, `exp(Δ ± t₀.₉₇₅,ν × √(s₁²/n₁ + s₂²/n₂))`, with ν from the
+/// Welch–Satterthwaite equation (Welch 1947, "The generalization of
+/// 'Student's' problem when several different population variances are
+/// involved", Biometrika 34).
+///
+/// Unpaired, so that all of the reference's runs count (six for the three
+/// rounds of a default comparison, where a paired interval has two
+/// degrees of freedom) and the noise of one reference run is not carried
+/// into one round's ratio. Where rounds share a factor (the machine busier
+/// for the whole round), the factor cancels in Δ, since both sides ran in
+/// the same rounds, while each side's spread still contains it: the
+/// interval is then wider than it needs to be, never narrower.
+///
+/// `None` with fewer than [`MIN_REPEATS`] numerator values, fewer than two
+/// denominator values, or any value that is not positive and finite.
+pub fn welch_ratio_ci95(numerator: &[f64], denominator: &[f64]) -> Option<[f64; 2]> {
+    let (a, b) = (logs(numerator)?, logs(denominator)?);
+    if a.len() < MIN_REPEATS || b.len() < 2 {
+        return None;
+    }
+    let ((mean_a, var_a), (mean_b, var_b)) = (mean_variance(&a), mean_variance(&b));
+    let (sa, sb) = (var_a / a.len() as f64, var_b / b.len() as f64);
+    let delta = mean_a - mean_b;
+    let se2 = sa + sb;
+    if se2 == 0.0 {
+        return Some([delta.exp(), delta.exp()]);
+    }
+    let df = se2.powi(2) / (sa.powi(2) / (a.len() - 1) as f64 + sb.powi(2) / (b.len() - 1) as f64);
+    let half = t_975_of(df) * se2.sqrt();
+    Some([(delta - half).exp(), (delta + half).exp()])
 }
 
 /// The middle value of the finite `values`; the mean of the two middle ones
@@ -116,6 +175,34 @@ mod tests {
     /// Within 0.1 %: the tables give t to three decimals.
     fn near(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-3 * b.abs()
+    }
+
+    #[test]
+    fn the_welch_interval_matches_a_worked_example_and_needs_enough_values() {
+        // Logs 0, 0.1, 0.2 against 0, 0.2, 0, 0.2, 0, 0.2: Δ = 0.1 − 0.1 = 0;
+        // s₁²/3 = 0.01/3, s₂²/6 = 0.012/6, standard error √0.005333 =
+        // 0.07303; ν = 0.005333² / (0.003333²/2 + 0.002²/5) = 4.475.
+        let (e, f) = (std::f64::consts::E, |x: f64| x.exp());
+        let a = [1.0, f(0.1), f(0.2)];
+        let b = [1.0, f(0.2), 1.0, f(0.2), 1.0, f(0.2)];
+        let [lo, hi] = welch_ratio_ci95(&a, &b).unwrap();
+        let half = t_975_of(4.475) * 0.07303;
+        assert!((2.66..2.67).contains(&t_975_of(4.475)), "between t(4) 2.776 and t(5) 2.571");
+        assert!(near(hi.ln(), half) && near(lo.ln(), -half), "[{lo}, {hi}]");
+        // A pure factor: twice as fast in every round, no spread.
+        assert_eq!(welch_ratio_ci95(&[2.0, 2.0, 2.0], &[1.0, 1.0]), Some([2.0, 2.0]));
+        assert_eq!(welch_ratio_ci95(&[e, e], &[1.0, 1.0]), None, "two repeats");
+        assert_eq!(welch_ratio_ci95(&[e, e, e], &[1.0]), None, "one reference run");
+        assert_eq!(welch_ratio_ci95(&[e, 0.0, e], &[1.0, 1.0]), None, "a rate of 0");
+    }
+
+    #[test]
+    fn a_round_factor_cancels_in_the_welch_ratio_and_only_widens_it() {
+        // Both sides 1.3 times faster in round 2: the ratio stays 2.
+        let (a, b) = ([2.0, 2.6, 2.0], [1.0, 1.3, 1.0]);
+        let [lo, hi] = welch_ratio_ci95(&a, &b).unwrap();
+        assert!(lo < 2.0 && hi > 2.0, "[{lo}, {hi}]");
+        assert!(ratio_ci95(&[2.0, 2.0, 2.0]) == Some([2.0, 2.0]), "paired: a point");
     }
 
     #[test]

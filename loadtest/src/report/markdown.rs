@@ -90,11 +90,15 @@ pub fn warning_lines(report: &Report) -> Vec<String> {
 }
 
 /// "note: lock/fenced (burst): × sql 0.61 [0.40–0.93] is wider than
-/// −25 %/+33 % of its median: its own sell-through varied by a factor 1.52
+/// −25 %/+33 % of its centre: its own sell-through varied by a factor 1.52
 /// over the runs (590–898 units/s), sql's by 1.21", for a strategy expected
-/// to be correct whose interval against `sql` does not decide.
+/// to be correct whose interval against `sql` does not decide (not for
+/// `sql`, whose interval against itself only says how far its runs spread).
 fn undecided_line(summary: &Summary, sql: Option<&Summary>) -> Option<String> {
-    if summary.expected != crate::expectation::Expectation::Correct || summary.too_short_to_rank {
+    if summary.expected != crate::expectation::Expectation::Correct
+        || summary.too_short_to_rank
+        || summary.strategy == seckill::strategy::REFERENCE.as_str()
+    {
         return None;
     }
     let spread = summary.figures.get(VS_SQL).copied().flatten()?;
@@ -109,7 +113,7 @@ fn undecided_line(summary: &Summary, sql: Option<&Summary>) -> Option<String> {
     let reference =
         sql.and_then(rate).map_or(String::new(), |s| format!(", sql's by {:.2}", factor(s)));
     Some(format!(
-        "note: {} ({}): × sql {:.2} [{lo:.2}–{hi:.2}] is wider than −25 %/+33 % of its median: \
+        "note: {} ({}): × sql {:.2} [{lo:.2}–{hi:.2}] is wider than −25 %/+33 % of its centre: \
          its own sell-through varied by a factor {:.2} over the runs ({:.0}–{:.0} units/s){reference}",
         summary.strategy,
         summary.profile,
@@ -432,7 +436,32 @@ pub fn render(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::report::fixture;
+    use crate::report::summary::Spread;
     use crate::scenario::{Flood, Latency};
+
+    #[test]
+    fn a_correct_strategy_whose_interval_does_not_decide_is_named_but_not_sql() {
+        let mut summaries = fixture::report().summary;
+        let wide = Spread { median: 2.0, min: 1.5, max: 3.0, n: 3, ci95: Some([1.2, 3.3]) };
+        let narrow = Spread { ci95: Some([1.8, 2.2]), ..wide };
+        let rate = Spread { median: 900.0, min: 800.0, max: 1000.0, n: 3, ci95: None };
+        for summary in &mut summaries {
+            summary.figures.insert(VS_SQL.to_owned(), Some(wide));
+            summary.figures.insert("sell_through_per_s".to_owned(), Some(rate));
+            summary.too_short_to_rank = false;
+        }
+        let sql = summaries.iter().find(|s| s.strategy == "sql").unwrap().clone();
+        assert_eq!(undecided_line(&sql, Some(&sql)), None, "sql is the reference");
+        let mut queue = summaries.iter().find(|s| s.strategy == "queue").unwrap().clone();
+        let line = undecided_line(&queue, Some(&sql)).expect("a wide interval is named");
+        assert!(line.contains("× sql 2.00 [1.20–3.30] is wider than"), "{line}");
+        assert!(
+            line.contains("varied by a factor 1.25 over the runs (800–1000 units/s)"),
+            "{line}"
+        );
+        queue.figures.insert(VS_SQL.to_owned(), Some(narrow));
+        assert_eq!(undecided_line(&queue, Some(&sql)), None, "a narrow one is not");
+    }
 
     #[test]
     fn a_flood_run_is_set_beside_the_burst_run_of_its_strategy_and_round() {

@@ -9,10 +9,12 @@
 //! repeat is `null` here too.
 //!
 //! Every ratio (`ratio.*`) also gets a 95 % confidence interval over its
-//! per-round values ([`crate::stats::ratio_ci95`]), and each strategy a
-//! verdict against `sql` from the interval of its paired sell-through ratio,
-//! unless a steady window of its runs or of the `sql` runs they are paired
-//! with was too short to rank.
+//! per-round values ([`crate::stats::ratio_ci95`]) — except the
+//! sell-through against `sql`, whose interval compares the strategy's rates
+//! with every `sql` run of the same rounds ([`crate::stats::welch_ratio_ci95`])
+//! — and each strategy a verdict against `sql` from that interval, unless a
+//! steady window of its runs or of the `sql` runs of its rounds was too
+//! short to rank.
 
 use std::collections::BTreeMap;
 
@@ -89,8 +91,8 @@ pub struct Spread {
     pub ci95: Option<[f64; 2]>,
 }
 
-/// The bounds of an interval that decides, as factors of its median: at
-/// most 25 % below and 33 % above it (a factor 1.66 from end to end), the
+/// The bounds of an interval that decides, as factors of its centre: at
+/// most 25 % below and 33 % above it (a factor 16/9 from end to end), the
 /// precision a ranking needs to tell a strategy 1.5 times as fast from one
 /// as fast.
 pub const DECIDING_BOUNDS: (f64, f64) = (0.75, 4.0 / 3.0);
@@ -112,14 +114,21 @@ pub fn has_mean_interval(path: &str) -> bool {
 }
 
 impl Spread {
-    /// Whether the interval lies within [`DECIDING_BOUNDS`] of the median;
-    /// `None` without an interval.
+    /// Whether the interval lies within [`DECIDING_BOUNDS`] of its centre,
+    /// the geometric mean `√(lo × hi)` it is built around (the intervals of
+    /// ratios are symmetric on the logarithms): a test of its width alone,
+    /// not of where the median of the runs fell in it. `None` without an
+    /// interval or with a bound that is not positive.
     pub fn decides(&self) -> Option<bool> {
         let [lo, hi] = self.ci95?;
+        if lo <= 0.0 || hi <= 0.0 {
+            return None;
+        }
+        let centre = (lo * hi).sqrt();
         let (below, above) = DECIDING_BOUNDS;
-        // A relative tolerance: the bounds are printed to two decimals.
-        let slack = 1e-9 * self.median.abs();
-        Some(lo >= self.median * below - slack && hi <= self.median * above + slack)
+        // A relative tolerance for bounds that sit exactly on the limits.
+        let slack = 1e-9 * centre;
+        Some(lo >= centre * below - slack && hi <= centre * above + slack)
     }
 
     /// `None` for no values; `ci95` only when `interval` is asked.
@@ -179,6 +188,9 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
                 .collect();
             group.sort_by_key(|r| r.repeat);
             let mut summary = summarize_group(&group);
+            if let Some(Some(figure)) = summary.figures.get_mut(VS_SQL) {
+                figure.ci95 = vs_sql_ci95(&group, runs);
+            }
             summary.too_short_to_rank = group.iter().any(|run| {
                 run.too_short_to_rank
                     || runs.iter().any(|sql| {
@@ -200,6 +212,27 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
             summary
         })
         .collect()
+}
+
+/// The interval of `group`'s sell-through against `sql`: its runs' rates
+/// against those of every `sql` run of the same profile, fault and rounds
+/// ([`stats::welch_ratio_ci95`]).
+fn vs_sql_ci95(group: &[&Run], runs: &[Run]) -> Option<[f64; 2]> {
+    // A run without a rate (no steady window) is left out, as its ratio is.
+    let rates: Vec<f64> = group.iter().filter_map(|run| run.sell_through_per_s).collect();
+    let sql: Vec<f64> = runs
+        .iter()
+        .filter(|sql| sql.strategy == REFERENCE.as_str())
+        .filter(|sql| {
+            group.iter().any(|run| {
+                sql.profile == run.profile
+                    && sql.fault_name() == run.fault_name()
+                    && sql.repeat == run.repeat
+            })
+        })
+        .filter_map(|sql| sql.sell_through_per_s)
+        .collect();
+    stats::welch_ratio_ci95(&rates, &sql)
 }
 
 fn summarize_group(group: &[&Run]) -> Summary {
@@ -290,8 +323,18 @@ mod tests {
             r.repeat = 3;
             r
         }));
-        for run in runs.iter_mut().filter(|r| r.strategy == "queue") {
-            run.ratio.sell_through_vs_sql_strategy = Some(ratios[run.repeat as usize - 1]);
+        // sql sells 1000, 1100 and 900 units a second in the three rounds.
+        let sql_rate = |repeat: u64| [1000.0, 1100.0, 900.0][repeat as usize - 1];
+        for run in runs.iter_mut() {
+            let ratio = ratios[run.repeat as usize - 1];
+            match run.strategy.as_str() {
+                "queue" => {
+                    run.ratio.sell_through_vs_sql_strategy = Some(ratio);
+                    run.sell_through_per_s = Some(ratio * sql_rate(run.repeat));
+                }
+                "sql" => run.sell_through_per_s = Some(sql_rate(run.repeat)),
+                _ => {}
+            }
         }
         runs
     }
@@ -323,10 +366,14 @@ mod tests {
         assert!(has_interval("cost.cpu_ms_per_unit") && has_interval("ratio.x"));
         assert!(!has_interval("cost.pg_xacts_per_unit") && !has_interval("latency_ms.p99"));
         let spread = |median, ci95| Spread { median, min: 0.0, max: 0.0, n: 5, ci95 };
-        assert_eq!(spread(2.0, Some([1.5, 2.66])).decides(), Some(true), "−25 %, +33 %");
-        assert_eq!(spread(2.0, Some([1.49, 2.5])).decides(), Some(false), "below −25 %");
-        assert_eq!(spread(2.0, Some([1.8, 2.7])).decides(), Some(false), "above +33 %");
+        // Centre √(1.5 × 8/3) = 2: exactly −25 % and +33 %.
+        assert_eq!(spread(2.0, Some([1.5, 8.0 / 3.0])).decides(), Some(true), "−25 %, +33 %");
+        assert_eq!(spread(2.0, Some([1.49, 2.7])).decides(), Some(false), "too wide");
+        // The width decides, not where the median fell: the same interval
+        // around a median near its lower bound.
+        assert_eq!(spread(1.55, Some([1.5, 8.0 / 3.0])).decides(), Some(true));
         assert_eq!(spread(2.0, None).decides(), None);
+        assert_eq!(spread(2.0, Some([0.0, 2.0])).decides(), None);
         let mut runs = three_rounds([2.05, 2.3, 2.21]);
         for (i, run) in runs.iter_mut().enumerate() {
             run.cost.cpu_ms_per_unit = Some(1.0 + i as f64 / 10.0);
