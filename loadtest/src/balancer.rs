@@ -55,6 +55,7 @@ impl Balancer {
         let log = std::fs::File::create(out.join("haproxy.log"))?;
         let mut command = Command::new("haproxy");
         owned_servers::die_with_parent(command.as_std_mut());
+        owned_servers::cpu_group::start_outside(command.as_std_mut());
         let child = command
             .arg("-db") // in the foreground: it ends with this process
             .arg("-f")

@@ -70,6 +70,7 @@ impl Launch {
             .open(self.out.join(format!("instance-{i}.log")))?;
         let mut command = Command::new(&self.bin);
         owned_servers::die_with_parent(command.as_std_mut());
+        owned_servers::cpu_group::start_outside(command.as_std_mut());
         command
             .arg("serve")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -107,6 +108,7 @@ impl RedlockNodes {
             let log = std::fs::File::create(out.join(format!("redlock-node-{i}.log")))?;
             let mut command = Command::new("redis-server");
             owned_servers::die_with_parent(command.as_std_mut());
+            owned_servers::cpu_group::start_outside(command.as_std_mut());
             let child = command
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
                 .args(["--appendonly", "no", "--daemonize", "no"])

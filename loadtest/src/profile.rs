@@ -100,6 +100,15 @@ pub struct PlanFlags {
     /// sent late, and its latency still counts from its schedule.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub arrival_cap: u64,
+
+    /// `arrival`: the `cpu.shares` of a cgroup v1 `cpu` group the load
+    /// generator enters for the sale phase, the service's processes staying
+    /// outside it, so that it sends on schedule while the service keeps the
+    /// cores busy (every other group weighs 1024; 0: no group). Needs root
+    /// and the cgroup v1 `cpu` controller; without them the run says so
+    /// (`runs[].arrival.generator_cpu_shares` null) and goes on.
+    #[arg(long, default_value_t = 10_240, value_parser = clap::value_parser!(u64).range(0..=262_144))]
+    pub generator_cpu_shares: u64,
 }
 
 /// A load profile for `--profile`.
@@ -218,6 +227,8 @@ pub struct Arrival {
     pub per_s: f64,
     /// Most purchases in flight.
     pub cap: u64,
+    /// `cpu.shares` of the generator's group during the phase (0: none).
+    pub generator_cpu_shares: u64,
 }
 
 /// How the buyers of a `payment` run pay, and how long its sale is open.
@@ -322,7 +333,12 @@ impl Profile {
                 crate::scenario::arrival::Shape::Spike => args.arrival_peak,
                 crate::scenario::arrival::Shape::Constant => args.arrival_rate,
             };
-            Arrival { shape: args.arrival_shape, per_s: per_s as f64, cap: args.arrival_cap }
+            Arrival {
+                shape: args.arrival_shape,
+                per_s: per_s as f64,
+                cap: args.arrival_cap,
+                generator_cpu_shares: args.generator_cpu_shares,
+            }
         });
         Plan { stock, sales, submissions, resubmit, flood, knobs, payment, arrival }
     }
@@ -425,14 +441,28 @@ mod tests {
         let spike = Profile::Arrival.plan(&plan_flags(&["--arrival-peak", "2500"]));
         assert_eq!(
             spike.arrival,
-            Some(Arrival { shape: Shape::Spike, per_s: 2500.0, cap: 10_000 })
+            Some(Arrival {
+                shape: Shape::Spike,
+                per_s: 2500.0,
+                cap: 10_000,
+                generator_cpu_shares: 10_240
+            })
         );
         assert_eq!((spike.stock, spike.resubmit), (2000, 0.0));
-        let flags = ["--arrival-shape", "constant", "--arrival-rate", "700", "--arrival-cap", "9"];
+        let flags = [
+            "--arrival-shape",
+            "constant",
+            "--arrival-rate",
+            "700",
+            "--arrival-cap",
+            "9",
+            "--generator-cpu-shares",
+            "0",
+        ];
         let constant = Profile::Arrival.plan(&plan_flags(&flags));
         assert_eq!(
             constant.arrival,
-            Some(Arrival { shape: Shape::Constant, per_s: 700.0, cap: 9 })
+            Some(Arrival { shape: Shape::Constant, per_s: 700.0, cap: 9, generator_cpu_shares: 0 })
         );
         assert_eq!(Profile::Burst.plan(&plan_flags(&[])).arrival, None);
     }

@@ -19,6 +19,8 @@ use seckill::strategy::descriptor::{BatchStats, QueueStats};
 use seckill::strategy::{Settles, StrategyName, registration};
 use serde_json::{Value, json};
 
+use owned_servers::cpu_group::Weighted;
+
 use crate::CompareArgs;
 use crate::admin::Admin;
 use crate::ceilings::{Kind, Round};
@@ -730,9 +732,12 @@ async fn buyers_phase(
     let (users, retries) = (args.users, args.retries);
     if let Some(arrival) = prepared.plan.arrival {
         let schedule = (arrival.shape, arrival.per_s, arrival.cap);
+        let weighted = generator_weight(arrival.generator_cpu_shares);
         let phase =
             arrival::arrival_phase(urls, ids, schedule, retries, buyers, report, tally, tokens);
-        let (sale, arrival) = phase.await?;
+        let (sale, mut arrival) = phase.await?;
+        arrival.generator_cpu_shares = weighted.as_ref().map(Weighted::shares);
+        drop(weighted);
         return Ok((sale, ProfileExtras { arrival: Some(arrival), ..ProfileExtras::default() }));
     }
     let Some(plan) = prepared.plan.payment else {
@@ -761,6 +766,20 @@ async fn buyers_phase(
     let (sale, outcome) = phase?;
     let payment = Some(PaymentPhase { outcome, settled_s: settled_s? });
     Ok((sale, ProfileExtras { payment, ..ProfileExtras::default() }))
+}
+
+/// The generator in a `cpu` group of `shares` for an `arrival` phase
+/// (`--generator-cpu-shares`; 0: none); when none can be made, a warning
+/// says why and the phase runs at the default weight.
+fn generator_weight(shares: u64) -> Option<Weighted> {
+    if shares == 0 {
+        return None;
+    }
+    Weighted::enter(shares)
+        .inspect_err(|why| {
+            tracing::warn!("the generator sends at the default CPU weight: {why}");
+        })
+        .ok()
 }
 
 /// How long a `payment` buyer refused waits before the next one comes: an

@@ -11,7 +11,10 @@
 //!   join_cluster`), one of which may be killed ([`QueuePlacement`] says
 //!   which node leads a quorum queue);
 //! - [`free_port`], [`eventually`], [`resume`]: what starting them needs;
-//! - [`die_with_parent`]: what keeps them from outliving their owner.
+//! - [`die_with_parent`]: what keeps them from outliving their owner;
+//! - [`cpu_group`]: an owner weighted above its neighbours on the CPU (a
+//!   load generator keeping a schedule), whose servers start outside its
+//!   weight ([`cpu_group::start_outside`]).
 //!
 //! The tests use them through `test-support` (which re-exports them), and the
 //! load test's fault runs restart them (`loadtest compare --faults`). Each
@@ -22,6 +25,7 @@
 //! thread that started it ends ([`die_with_parent`]), so that an owner
 //! killed with `SIGKILL`, whose destructors never run, leaves none behind.
 
+pub mod cpu_group;
 mod rabbitmq;
 mod rabbitmq_cluster;
 mod redis_cluster;

@@ -193,6 +193,7 @@ impl RabbitMqNode {
     /// Starts the node and waits (up to 60 s) until it accepts AMQP.
     async fn launch(&mut self) -> Result<(), String> {
         let mut command = server_command();
+        crate::cpu_group::start_outside(&mut command);
         let child = die_with_parent(&mut command)
             .env("RUNNING_UNDER_SYSTEMD", "true")
             .env_remove("NOTIFY_SOCKET")

@@ -137,7 +137,9 @@ impl RedisServer {
     }
 
     async fn launch(&mut self) -> Result<(), String> {
-        let child = die_with_parent(&mut Command::new("redis-server"))
+        let mut command = Command::new("redis-server");
+        crate::cpu_group::start_outside(&mut command);
+        let child = die_with_parent(&mut command)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")

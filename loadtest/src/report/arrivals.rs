@@ -17,7 +17,7 @@ over the repeats with the 95 % interval of the mean (from 3 repeats on); docs/re
 pub const ARRIVAL_NOTE: &str = "Buyers arrive on a schedule fixed in advance, whatever the \
 service answers; latency counts from each buyer's intended arrival (HDR histogram), so a stall \
 shows in full. Late: arrivals sent more than `on_time_ms` after their schedule (all `cap` \
-purchases in flight, or the generator itself behind); never dropped. The closed-loop p99 beside \
+purchases in flight, or the generator itself behind: it sends from a CPU group weighted above the service's unless the line says otherwise); never dropped. The closed-loop p99 beside \
 it is goose's, from each request's send. docs/report-format.md, \"Open arrivals\".";
 
 /// `0.83 [0.71–0.95]`, or `0.83` without an interval; `–` without a value.
@@ -69,6 +69,10 @@ pub fn arrival_lines(report: &Report) -> Vec<String> {
                 }
                 _ => format!("a spike of {:.0} buyers in the first second", a.per_s),
             };
+            let weight = match a.generator_cpu_shares {
+                Some(shares) => format!("generator at cpu.shares {shares}"),
+                None => "generator at the default CPU weight".to_owned(),
+            };
             let l = &a.latency_from_arrival_ms;
             let result = a.result_from_arrival_ms.as_ref().map_or(String::new(), |r| {
                 format!(
@@ -77,7 +81,7 @@ pub fn arrival_lines(report: &Report) -> Vec<String> {
                 )
             });
             format!(
-                "{} #{}: {} arrivals ({shape}), {} late (lateness p99 {:.1} ms, max {:.1} ms), \
+                "{} #{}: {} arrivals ({shape}; {weight}), {} late (lateness p99 {:.1} ms, max {:.1} ms), \
                  at most {} of {} in flight; from arrival p50 {:.0}, p90 {:.0}, p99 {:.0}, \
                  p99.9 {:.0}, max {:.0} ms{result}; closed-loop p99 {:.0} ms",
                 run.strategy,
@@ -136,9 +140,12 @@ mod tests {
                 count: 6000,
             },
             result_from_arrival_ms: None,
+            generator_cpu_shares: Some(10_240),
         });
         let line = &arrival_lines(&report)[0];
-        assert!(line.contains("6000 arrivals (a spike of 3000 buyers in the first second)"));
+        let schedule = "6000 arrivals (a spike of 3000 buyers in the first second; generator at";
+        assert!(line.contains(schedule), "{line}");
         assert!(line.contains("12 late") && line.contains("p99.9 2400"), "{line}");
+        assert!(line.contains("generator at cpu.shares 10240"), "{line}");
     }
 }

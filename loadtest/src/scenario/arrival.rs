@@ -140,6 +140,11 @@ pub struct ArrivalRecord {
     /// From each arrival to its result: the answer, or for a `202` the
     /// moment its request was resolved; `None` when no answer was a `202`.
     pub result_from_arrival_ms: Option<Percentiles>,
+    /// `cpu.shares` of the cgroup the generator sent from (`--generator-cpu-shares`);
+    /// `None`: it shared the default weight (none asked, or none could be
+    /// made: not root, no cgroup v1 `cpu` controller).
+    #[serde(default)]
+    pub generator_cpu_shares: Option<u64>,
 }
 
 /// The schedule of a phase and what it measured, shared by its users.
@@ -228,6 +233,8 @@ pub struct ArrivalPhase {
     pub shape: Shape,
     pub per_s: f64,
     pub cap: u64,
+    /// `cpu.shares` of the generator's group during the phase, if it had one.
+    pub generator_cpu_shares: Option<u64>,
     arrivals: Arc<Arrivals>,
 }
 
@@ -261,6 +268,7 @@ impl ArrivalPhase {
             lateness_ms: Percentiles::of(&lock(&a.lateness_us)),
             latency_from_arrival_ms: Percentiles::of(&answers),
             result_from_arrival_ms,
+            generator_cpu_shares: self.generator_cpu_shares,
         })
     }
 }
@@ -335,7 +343,8 @@ pub async fn arrival_phase(
     config.iterations = Some(1);
     config.report_file = vec![report.display().to_string()];
     let result = execute_shared_client(config, transaction, &attack).await?;
-    Ok((result, ArrivalPhase { shape, per_s, cap, arrivals }))
+    let generator_cpu_shares = None;
+    Ok((result, ArrivalPhase { shape, per_s, cap, generator_cpu_shares, arrivals }))
 }
 
 #[cfg(test)]
@@ -390,6 +399,7 @@ mod tests {
             shape: Shape::Constant,
             per_s: 100.0,
             cap: 1,
+            generator_cpu_shares: None,
             arrivals: Arc::new(arrivals),
         };
         let record = phase.record(&[]).await.unwrap();

@@ -1,0 +1,215 @@
+//! [`Weighted`]: this process in a group of the cgroup v1 `cpu` controller
+//! of its own, weighted above its neighbours, and [`start_outside`]: the
+//! processes it starts stay where it was.
+//!
+//! A load generator that must send on a schedule shares the cores with the
+//! service it measures; when the service keeps them busy, the generator's
+//! threads wait for a core and its arrivals leave late. The scheduler
+//! divides a busy core between groups by their `cpu.shares` (1024 for a
+//! group at the default, and for each session's autogroup): a generator in
+//! a group of, say, 10 240 shares gets a core within its next scheduling
+//! slice whenever it has work, and takes no more than the work it has.
+//! That is the nearest a shared machine comes to the generator's own cores
+//! (Linux, `Documentation/admin-guide/cgroup-v1/cgroups.rst` and
+//! `scheduler/sched-design-CFS.rst`).
+//!
+//! Kept by hand rather than with a cgroup crate: it is three file writes,
+//! and the one in [`start_outside`] runs between `fork` and `exec`, where a
+//! library's allocations may not.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The `cgroup.procs` of the group this process left for its weighted one,
+/// read by [`start_outside`] in the child between `fork` and `exec`.
+static HOME_PROCS: OnceLock<CString> = OnceLock::new();
+
+/// This process inside a `cpu` group of its own; dropping it moves the
+/// process back and removes the group.
+#[derive(Debug)]
+pub struct Weighted {
+    dir: PathBuf,
+    home: PathBuf,
+    shares: u64,
+}
+
+impl Weighted {
+    /// Moves this process (every thread) into a new group
+    /// `seckill-generator-<pid>` below its current `cpu` group, with
+    /// `shares` (2 to 262 144; 1024 is the default weight).
+    ///
+    /// Errors: no cgroup v1 `cpu` controller mounted (a cgroup v2 host, a
+    /// container without it), or no permission to create a group (not
+    /// root): the message says which, and the process stays where it was.
+    pub fn enter(shares: u64) -> Result<Weighted, String> {
+        let home = own_cpu_group()?;
+        let dir = home.join(format!("seckill-generator-{}", std::process::id()));
+        let fail = |what: &str, err: std::io::Error| format!("{what} {}: {err}", dir.display());
+        match std::fs::create_dir(&dir) {
+            Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(fail("creating the cpu group", err));
+            }
+            _ => {}
+        }
+        let weighted = Weighted { dir: dir.clone(), home: home.clone(), shares };
+        std::fs::write(dir.join("cpu.shares"), shares.to_string())
+            .map_err(|err| fail("setting cpu.shares of", err))?;
+        let procs = home.join("cgroup.procs");
+        if let Ok(path) = CString::new(procs.as_os_str().as_encoded_bytes()) {
+            let _ = HOME_PROCS.set(path);
+        }
+        std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
+            .map_err(|err| fail("moving this process into", err))?;
+        Ok(weighted)
+    }
+
+    /// The group's `cpu.shares`.
+    pub fn shares(&self) -> u64 {
+        self.shares
+    }
+}
+
+impl Drop for Weighted {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.home.join("cgroup.procs"), std::process::id().to_string());
+        // Empty now: the children started meanwhile went home at their start.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Has the process `command` starts begin in the `cpu` group its owner was
+/// in before [`Weighted::enter`] (nothing when the owner never entered
+/// one): a server or an instance the owner starts is weighed as before,
+/// not with the generator's weight.
+pub fn start_outside(command: &mut Command) -> &mut Command {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt as _;
+        // SAFETY: between fork and exec the closure reads a `OnceLock` (an
+        // atomic load) and calls only open, write and close, which are
+        // async-signal-safe; it allocates nothing.
+        unsafe {
+            command.pre_exec(|| {
+                if let Some(procs) = HOME_PROCS.get() {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd >= 0 {
+                        // "0": the writing process itself.
+                        let _ = libc::write(fd, c"0".as_ptr().cast(), 1);
+                        libc::close(fd);
+                    }
+                }
+                Ok(())
+            })
+        };
+    }
+    command
+}
+
+/// The directory of this process's `cpu` group: the mount point of the
+/// cgroup v1 hierarchy with the `cpu` controller (`/proc/self/mountinfo`)
+/// joined with the process's path in it (`/proc/self/cgroup`).
+fn own_cpu_group() -> Result<PathBuf, String> {
+    let read = |path: &str| std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"));
+    let (mountinfo, cgroup) = (read("/proc/self/mountinfo")?, read("/proc/self/cgroup")?);
+    let (mount, root) =
+        cpu_mount(&mountinfo).ok_or("no cgroup v1 hierarchy with the cpu controller is mounted")?;
+    let path = cpu_path(&cgroup).ok_or("this process is in no cgroup v1 cpu group")?;
+    let inside = path.strip_prefix(root).unwrap_or(path).trim_start_matches('/');
+    let dir = Path::new(mount).join(inside);
+    if dir.join("cpu.shares").exists() {
+        Ok(dir)
+    } else {
+        Err(format!("{} has no cpu.shares", dir.display()))
+    }
+}
+
+/// The mount point and root of the cgroup v1 hierarchy that carries the
+/// `cpu` controller, from `/proc/self/mountinfo` (`proc(5)`: fields 4 and 5
+/// are the root and the mount point; after ` - `, the type and the source,
+/// then the super options, which name the controllers).
+fn cpu_mount(mountinfo: &str) -> Option<(&str, &str)> {
+    mountinfo.lines().find_map(|line| {
+        let (mount, fs) = line.split_once(" - ")?;
+        let mut fs = fs.split(' ');
+        let (kind, _source, options) = (fs.next()?, fs.next()?, fs.next()?);
+        let controls_cpu = options.split(',').any(|option| option == "cpu");
+        if kind != "cgroup" || !controls_cpu {
+            return None;
+        }
+        let fields: Vec<&str> = mount.split(' ').collect();
+        Some((*fields.get(4)?, *fields.get(3)?))
+    })
+}
+
+/// The process's path in the `cpu` hierarchy, from `/proc/self/cgroup`
+/// (`id:controllers:path` lines).
+fn cpu_path(cgroup: &str) -> Option<&str> {
+    cgroup.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == "cpu").then_some(path)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+25 30 0:23 / /sys rw,nosuid shared:7 - sysfs sysfs rw
+33 26 0:28 / /sys/fs/cgroup/cpuset rw,nosuid shared:9 - cgroup cgroup rw,cpuset
+34 26 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:10 - cgroup cgroup rw,cpu,cpuacct
+35 26 0:30 / /sys/fs/cgroup/cpuacct rw,nosuid shared:11 - cgroup cgroup rw,cpuacct";
+
+    #[test]
+    fn the_cpu_hierarchy_is_found_by_its_controller_not_its_name() {
+        assert_eq!(cpu_mount(MOUNTINFO), Some(("/sys/fs/cgroup/cpu,cpuacct", "/")));
+        // cpuset and cpuacct are not cpu.
+        assert_eq!(cpu_mount(&MOUNTINFO.lines().take(2).collect::<Vec<_>>().join("\n")), None);
+    }
+
+    #[test]
+    fn the_path_comes_from_the_line_that_names_cpu() {
+        let cgroup = "3:cpuset:/\n2:cpuacct:/other\n1:cpu,cpuacct:/user.slice/x\n0::/v2";
+        assert_eq!(cpu_path(cgroup), Some("/user.slice/x"));
+        assert_eq!(cpu_path("0::/only-v2"), None);
+    }
+
+    /// Where `pid` is in the `cpu` hierarchy.
+    fn group_of(pid: u32) -> String {
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        cpu_path(&cgroup).unwrap().to_owned()
+    }
+
+    /// Moves the whole test process: the one test here that does.
+    #[test]
+    fn a_weighted_process_starts_its_children_outside_and_comes_back_home() {
+        let home = match cpu_path(&std::fs::read_to_string("/proc/self/cgroup").unwrap()) {
+            Some(path) => path.to_owned(),
+            None => return eprintln!("no cgroup v1 cpu controller here: nothing to test"),
+        };
+        let weighted = match Weighted::enter(4096) {
+            Ok(weighted) => weighted,
+            // Not root: the error must say what failed.
+            Err(err) => return assert!(err.contains("cpu group"), "{err}"),
+        };
+        let me = std::process::id();
+        assert!(group_of(me).ends_with(&format!("seckill-generator-{me}")), "{}", group_of(me));
+        let shares = std::fs::read_to_string(weighted.dir.join("cpu.shares")).unwrap();
+        assert_eq!(shares.trim(), "4096");
+        let mut child = start_outside(Command::new("sleep").arg("5")).spawn().unwrap();
+        let mut plain = Command::new("sleep").arg("5").spawn().unwrap();
+        assert_eq!(group_of(child.id()), home, "a child started outside");
+        assert_eq!(group_of(plain.id()), group_of(me), "a child started plainly inherits");
+        plain.kill().unwrap();
+        plain.wait().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let dir = weighted.dir.clone();
+        drop(weighted);
+        assert_eq!(group_of(me), home);
+        assert!(!dir.exists(), "the group is removed");
+    }
+}
