@@ -16,7 +16,7 @@ fn compare_writes_a_schema_v3_report_and_judges_every_profile() {
     let mut args = vec!["--strategies", "naive,sql", "--stock", &stock, "--repeat", "1"];
     args.extend(profiles);
     let report = crate::support::compare(&out, &args);
-    assert_eq!(report["schema_version"], 3);
+    assert_eq!(report["schema_version"], 4);
     for key in ["generated_at", "machine", "config", "ceilings", "runs", "summary"] {
         assert!(!report[key].is_null(), "report.{key} is missing");
     }

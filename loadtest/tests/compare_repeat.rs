@@ -125,7 +125,7 @@ fn three_rounds_give_per_round_ceilings_intervals_and_cpu_accounting() {
     let args = ["--strategies", "sql,redis-decr", "--stock", &stock, "--repeat", &rounds];
     let args = [&args[..], &["--reference-runs", "2"]].concat();
     let report = crate::support::compare_scanning(&out, &args);
-    assert_eq!(report["schema_version"], 3);
+    assert_eq!(report["schema_version"], 4);
     assert_eq!(report["pilots"], serde_json::json!([]), "--stock: no pilot sales");
     check_ceilings(&report["ceilings"]);
     let runs = report["runs"].as_array().unwrap();

@@ -26,12 +26,14 @@ use crate::scenario::{Flood, Latency, Outcomes};
 use crate::sizing::Pilot;
 pub use seckill::strategy::descriptor::BatchSizes;
 
-/// 3: sized sales and their pilots, reference runs, the CPU of the steady
-/// window, the `sql_tps` scan (2: steady-state rates, ceilings per round,
-/// intervals, CPU accounting; docs/report-format.md lists the changes).
-/// `loadtest render` still reads versions 1 and 2: every field added since
-/// defaults to `null`, empty or `false`.
-pub const SCHEMA_VERSION: u32 = 3;
+/// 4: the unpaired interval of `× sql` in the summary and the generator's
+/// CPU weight of `arrival` runs (3: sized sales and their pilots, reference
+/// runs, the CPU of the steady window, the `sql_tps` scan; 2: steady-state
+/// rates, ceilings per round, intervals, CPU accounting;
+/// docs/report-format.md lists the changes). `loadtest render` still reads
+/// versions 1 to 3: every field added since defaults to `null`, empty or
+/// `false`, and the summary is computed again from the runs.
+pub const SCHEMA_VERSION: u32 = 4;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
