@@ -325,9 +325,11 @@ mod tests {
         std::thread::sleep(SAMPLE_PERIOD * 3);
         let (cpu, readings) = sampler.stop();
         assert!(readings.len() >= 2, "{readings:?}");
-        assert!(
-            readings.windows(2).all(|w| w[0].at <= w[1].at && w[0].service_s <= w[1].service_s)
-        );
+        // In time order. The service's CPU may fall between two readings: a
+        // server process that ends (a Postgres backend of another test's
+        // connection) takes its time with it.
+        assert!(readings.windows(2).all(|w| w[0].at <= w[1].at), "{readings:?}");
+        assert!(readings.iter().all(|r| r.service_s.is_finite() && r.service_s >= 0.0));
         assert!(cpu.machine_share_loadgen.is_some(), "{cpu:?}");
     }
 
