@@ -20,14 +20,22 @@
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// The `cgroup.procs` of the group this process left for its weighted one,
 /// read by [`start_outside`] in the child between `fork` and `exec`.
 static HOME_PROCS: OnceLock<CString> = OnceLock::new();
 
-/// This process inside a `cpu` group of its own; dropping it moves the
-/// process back and removes the group.
+/// The directory of that group.
+static HOME: OnceLock<PathBuf> = OnceLock::new();
+
+/// How many [`Weighted`] are alive: the process leaves its group when the
+/// last one is dropped, so that two phases that overlap (two tests of one
+/// test binary) both run weighted to their end.
+static HOLDERS: Mutex<usize> = Mutex::new(0);
+
+/// This process inside a `cpu` group of its own; dropping the last one
+/// alive moves the process back and removes the group.
 #[derive(Debug)]
 pub struct Weighted {
     dir: PathBuf,
@@ -40,29 +48,60 @@ impl Weighted {
     /// `seckill-generator-<pid>` below its current `cpu` group, with
     /// `shares` (2 to 262 144; 1024 is the default weight).
     ///
+    /// While another `Weighted` is alive the process is in its group
+    /// already: this one shares that group and its weight ([`shares`]
+    /// answers the weight in effect).
+    ///
     /// Errors: no cgroup v1 `cpu` controller mounted (a cgroup v2 host, a
     /// container without it), or no permission to create a group (not
     /// root): the message says which, and the process stays where it was.
+    ///
+    /// [`shares`]: Self::shares
     pub fn enter(shares: u64) -> Result<Weighted, String> {
-        let home = own_cpu_group()?;
+        let mut holders = HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        let weighted = Self::move_in(shares, *holders > 0)?;
+        *holders += 1;
+        Ok(weighted)
+    }
+
+    /// Creates the group and moves this process into it, or, when it is
+    /// `inside` one already, reads that group's shares. On a failure after
+    /// the group was made, the group is removed again.
+    fn move_in(shares: u64, inside: bool) -> Result<Weighted, String> {
+        let home = match (inside, HOME.get()) {
+            (true, Some(home)) => home.clone(),
+            _ => own_cpu_group()?,
+        };
         let dir = home.join(format!("seckill-generator-{}", std::process::id()));
         let fail = |what: &str, err: std::io::Error| format!("{what} {}: {err}", dir.display());
+        if inside {
+            let read = std::fs::read_to_string(dir.join("cpu.shares"))
+                .map_err(|err| fail("reading cpu.shares of", err))?;
+            let shares = read.trim().parse().map_err(|_| format!("cpu.shares {read}"))?;
+            return Ok(Weighted { dir, home, shares });
+        }
         match std::fs::create_dir(&dir) {
             Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
                 return Err(fail("creating the cpu group", err));
             }
             _ => {}
         }
-        let weighted = Weighted { dir: dir.clone(), home: home.clone(), shares };
-        std::fs::write(dir.join("cpu.shares"), shares.to_string())
-            .map_err(|err| fail("setting cpu.shares of", err))?;
         let procs = home.join("cgroup.procs");
         if let Ok(path) = CString::new(procs.as_os_str().as_encoded_bytes()) {
             let _ = HOME_PROCS.set(path);
+            let _ = HOME.set(home.clone());
         }
-        std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
-            .map_err(|err| fail("moving this process into", err))?;
-        Ok(weighted)
+        let moved = std::fs::write(dir.join("cpu.shares"), shares.to_string())
+            .map_err(|err| fail("setting cpu.shares of", err))
+            .and_then(|()| {
+                std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
+                    .map_err(|err| fail("moving this process into", err))
+            });
+        if let Err(err) = moved {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(err);
+        }
+        Ok(Weighted { dir, home, shares })
     }
 
     /// The group's `cpu.shares`.
@@ -73,6 +112,11 @@ impl Weighted {
 
 impl Drop for Weighted {
     fn drop(&mut self) {
+        let mut holders = HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        *holders = holders.saturating_sub(1);
+        if *holders > 0 {
+            return;
+        }
         let _ = std::fs::write(self.home.join("cgroup.procs"), std::process::id().to_string());
         // Empty now: the children started meanwhile went home at their start.
         let _ = std::fs::remove_dir(&self.dir);
@@ -207,8 +251,14 @@ mod tests {
         plain.wait().unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
+        // A second phase that overlaps the first shares its group and weight,
+        // and the process stays in it until both have ended.
+        let second = Weighted::enter(8192).unwrap();
+        assert_eq!(second.shares(), 4096);
         let dir = weighted.dir.clone();
         drop(weighted);
+        assert!(group_of(me).ends_with(&format!("seckill-generator-{me}")), "still weighted");
+        drop(second);
         assert_eq!(group_of(me), home);
         assert!(!dir.exists(), "the group is removed");
     }
