@@ -14,9 +14,9 @@
 //! sign-based interval cannot reach 95 % below six values.
 //!
 //! A strategy's sell-through against `sql` is the exception
-//! ([`welch_ratio_ci95`]): its interval compares the logarithms of the two
-//! strategies' rates over the same rounds, unpaired, with Welch's degrees
-//! of freedom (docs/report-format.md, "Intervals", gives the measurements
+//! ([`welch_ratio_ci95`]): its interval compares the logarithms of the
+//! strategy's rates and of `sql`'s per-round means over the same rounds,
+//! unpaired, with Welch's degrees of freedom (docs/report-format.md, "Intervals", gives the measurements
 //! that chose it).
 
 use serde::{Deserialize, Serialize};
@@ -50,20 +50,20 @@ fn mean_variance(values: &[f64]) -> (f64, f64) {
 }
 
 /// The 95 % interval `[lo, hi]` of the ratio of the geometric means of
-/// `numerator` and `denominator` (rates measured in the same rounds, any
-/// number of each per round): Welch's unequal-variances t-interval on their
+/// `numerator` and `denominator` (one rate per round on each side, from the
+/// same rounds): Welch's unequal-variances t-interval on their
 /// logarithms, `exp(Δ ± t₀.₉₇₅,ν × √(s₁²/n₁ + s₂²/n₂))`, with ν from the
 /// Welch–Satterthwaite equation (Welch 1947, "The generalization of
 /// 'Student's' problem when several different population variances are
 /// involved", Biometrika 34).
 ///
-/// Unpaired, so that all of the reference's runs count (six for the three
-/// rounds of a default comparison, where a paired interval has two
-/// degrees of freedom) and the noise of one reference run is not carried
-/// into one round's ratio. Where rounds share a factor (the machine busier
-/// for the whole round), the factor cancels in Δ, since both sides ran in
-/// the same rounds, while each side's spread still contains it: the
-/// interval is then wider than it needs to be, never narrower.
+/// Unpaired: where a round's factor is shared by both sides (the machine
+/// busier for the whole round), it cancels in Δ, since both sides come from
+/// the same rounds, while each side's spread still contains it — the
+/// interval is then wider than the paired one would need, and in exchange
+/// has up to 2(n − 1) degrees of freedom instead of n − 1 (4 instead of 2
+/// for three rounds). Where a round's factor is one side's own, it is in
+/// that side's spread, as it would be in the paired differences.
 ///
 /// `None` with fewer than [`MIN_REPEATS`] numerator values, fewer than two
 /// denominator values, or any value that is not positive and finite.
@@ -179,9 +179,10 @@ mod tests {
 
     #[test]
     fn the_welch_interval_matches_a_worked_example_and_needs_enough_values() {
-        // Logs 0, 0.1, 0.2 against 0, 0.2, 0, 0.2, 0, 0.2: Δ = 0.1 − 0.1 = 0;
-        // s₁²/3 = 0.01/3, s₂²/6 = 0.012/6, standard error √0.005333 =
-        // 0.07303; ν = 0.005333² / (0.003333²/2 + 0.002²/5) = 4.475.
+        // Unequal counts, as the formula allows. Logs 0, 0.1, 0.2 against 0,
+        // 0.2, 0, 0.2, 0, 0.2: Δ = 0.1 − 0.1 = 0; s₁²/3 = 0.01/3, s₂²/6 =
+        // 0.012/6, standard error √0.005333 = 0.07303; ν = 0.005333² /
+        // (0.003333²/2 + 0.002²/5) = 4.475.
         let (e, f) = (std::f64::consts::E, |x: f64| x.exp());
         let a = [1.0, f(0.1), f(0.2)];
         let b = [1.0, f(0.2), 1.0, f(0.2), 1.0, f(0.2)];

@@ -317,7 +317,7 @@ fn bullets(lines: &[String]) -> String {
 /// What the summary's cells mean.
 pub const SUMMARY_NOTE: &str = "Median (min–max) over each strategy's repeats; ratios also \
 give their 95 % confidence interval (CI from 3 repeats on: a t-interval over the per-round ratios; \
-for × sql, Welch's interval between the strategy's rates and every sql run's of the same rounds). \
+for × sql, Welch's interval between the strategy's rates and each round's mean of its sql runs). \
 The verdict against sql is faster or slower when the interval of × sql excludes 1, else \
 indistinguishable; a strategy with a run whose steady window was too short is not ranked.";
 

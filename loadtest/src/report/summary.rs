@@ -214,25 +214,40 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
         .collect()
 }
 
-/// The interval of `group`'s sell-through against `sql`: its runs' rates
-/// against those of every `sql` run of the same profile, fault and rounds
-/// ([`stats::welch_ratio_ci95`]).
+/// The interval of `group`'s sell-through against `sql`
+/// ([`stats::welch_ratio_ci95`]): its rates against the geometric mean of
+/// the `sql` runs of each of the same rounds (profile and fault alike), over
+/// the rounds where the strategy and every `sql` run have a rate — as the
+/// per-run ratio is. One value per round on each side: the takes of one
+/// round share that round's own `sql` state, so they are not independent
+/// of each other. For `sql` itself, the interval of its takes over their
+/// rounds' means ([`stats::ratio_ci95`] of its per-run ratios): how far the
+/// takes of a round differed.
 fn vs_sql_ci95(group: &[&Run], runs: &[Run]) -> Option<[f64; 2]> {
-    // A run without a rate (no steady window) is left out, as its ratio is.
-    let rates: Vec<f64> = group.iter().filter_map(|run| run.sell_through_per_s).collect();
-    let sql: Vec<f64> = runs
-        .iter()
-        .filter(|sql| sql.strategy == REFERENCE.as_str())
-        .filter(|sql| {
-            group.iter().any(|run| {
-                sql.profile == run.profile
-                    && sql.fault_name() == run.fault_name()
-                    && sql.repeat == run.repeat
-            })
-        })
-        .filter_map(|sql| sql.sell_through_per_s)
-        .collect();
-    stats::welch_ratio_ci95(&rates, &sql)
+    if group.first()?.strategy == REFERENCE.as_str() {
+        let ratios: Vec<f64> =
+            group.iter().filter_map(|run| run.ratio.sell_through_vs_sql_strategy).collect();
+        return stats::ratio_ci95(&ratios);
+    }
+    let (mut rates, mut references) = (Vec::new(), Vec::new());
+    for run in group {
+        let takes: Vec<Option<f64>> = runs
+            .iter()
+            .filter(|sql| sql.strategy == REFERENCE.as_str())
+            .filter(|sql| sql.profile == run.profile && sql.fault_name() == run.fault_name())
+            .filter(|sql| sql.repeat == run.repeat)
+            .map(|sql| sql.sell_through_per_s.filter(|rate| *rate > 0.0))
+            .collect();
+        let takes: Option<Vec<f64>> = takes.into_iter().collect();
+        let (Some(rate), Some(takes)) = (run.sell_through_per_s, takes) else { continue };
+        if takes.is_empty() {
+            continue;
+        }
+        let mean_log = takes.iter().map(|t| t.ln()).sum::<f64>() / takes.len() as f64;
+        rates.push(rate);
+        references.push(mean_log.exp());
+    }
+    stats::welch_ratio_ci95(&rates, &references)
 }
 
 fn summarize_group(group: &[&Run]) -> Summary {
@@ -380,6 +395,22 @@ mod tests {
         }
         let summaries = summarize(&runs);
         assert!(queue(&summaries).figures["cost.cpu_ms_per_unit"].unwrap().ci95.is_some());
+    }
+
+    #[test]
+    fn the_sql_interval_takes_one_mean_a_round_and_only_rounds_with_every_rate() {
+        let runs = three_rounds([2.0, 2.0, 2.0]);
+        // queue is exactly twice sql's mean in every round: the interval is
+        // centred on 2, and wide, since unpaired it keeps the rounds' spread
+        // (1000, 1100, 900 units/s) on both sides.
+        let [lo, hi] = queue(&summarize(&runs)).figures[VS_SQL].unwrap().ci95.unwrap();
+        assert!(((lo * hi).sqrt() - 2.0).abs() < 1e-9 && lo < 1.9 && hi > 2.1, "[{lo}, {hi}]");
+        // A round whose sql run has no rate leaves that round out on both
+        // sides: two rounds are too few for an interval.
+        let mut runs = runs;
+        let sql = runs.iter_mut().find(|r| r.strategy == "sql" && r.repeat == 2).unwrap();
+        sql.sell_through_per_s = None;
+        assert_eq!(queue(&summarize(&runs)).figures[VS_SQL].unwrap().ci95, None);
     }
 
     #[test]
