@@ -127,6 +127,10 @@ impl Drop for Weighted {
 /// in before [`Weighted::enter`] (nothing when the owner never entered
 /// one): a server or an instance the owner starts is weighed as before,
 /// not with the generator's weight.
+///
+/// The hook runs after the child has taken a `Command::uid` of its own, and
+/// a user other than root may not move itself: such a child is moved by its
+/// owner instead, right after the start ([`move_outside`]).
 pub fn start_outside(command: &mut Command) -> &mut Command {
     #[cfg(target_os = "linux")]
     {
@@ -149,6 +153,16 @@ pub fn start_outside(command: &mut Command) -> &mut Command {
         };
     }
     command
+}
+
+/// Moves the started process `pid` (every thread) to the group its owner was
+/// in before [`Weighted::enter`], while one is alive; nothing otherwise. For
+/// a child started as another user, whose own [`start_outside`] could not.
+pub fn move_outside(pid: u32) {
+    let holders = HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+    if let (true, Some(home)) = (*holders > 0, HOME.get()) {
+        let _ = std::fs::write(home.join("cgroup.procs"), pid.to_string());
+    }
 }
 
 /// The directory of this process's `cpu` group: the mount point of the
@@ -247,6 +261,8 @@ mod tests {
         let mut plain = Command::new("sleep").arg("5").spawn().unwrap();
         assert_eq!(group_of(child.id()), home, "a child started outside");
         assert_eq!(group_of(plain.id()), group_of(me), "a child started plainly inherits");
+        move_outside(plain.id());
+        assert_eq!(group_of(plain.id()), home, "moved out by its owner");
         plain.kill().unwrap();
         plain.wait().unwrap();
         child.kill().unwrap();

@@ -211,6 +211,9 @@ impl RabbitMqNode {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("starting rabbitmq-server: {e}"))?;
+        // Started as the `rabbitmq` user, it could not leave a weighted
+        // group of its owner by itself.
+        crate::cpu_group::move_outside(child.id());
         self.child = Some(child);
         let url = self.url();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
