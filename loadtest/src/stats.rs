@@ -16,8 +16,8 @@
 //! A strategy's sell-through against `sql` is the exception
 //! ([`welch_ratio_ci95`]): its interval compares the logarithms of the
 //! strategy's rates and of `sql`'s per-round means over the same rounds,
-//! unpaired, with Welch's degrees of freedom (docs/report-format.md, "Intervals", gives the measurements
-//! that chose it).
+//! unpaired, with Welch's degrees of freedom (docs/report-format.md,
+//! "Intervals", gives the measurements that chose it).
 
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
@@ -101,16 +101,8 @@ pub fn median(values: &[f64]) -> Option<f64> {
 /// positive finite values (a ratio of 0 or below has no logarithm, and
 /// means that nothing was measured).
 pub fn ratio_ci95(ratios: &[f64]) -> Option<[f64; 2]> {
-    let logs: Vec<f64> =
-        ratios.iter().filter(|r| r.is_finite() && **r > 0.0).map(|r| r.ln()).collect();
-    let n = logs.len();
-    if n < MIN_REPEATS || n < ratios.len() {
-        return None;
-    }
-    let mean = logs.iter().sum::<f64>() / n as f64;
-    let variance = logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-    let half = t_975(n - 1) * (variance / n as f64).sqrt();
-    Some([(mean - half).exp(), (mean + half).exp()])
+    let [lo, hi] = mean_ci95(&logs(ratios)?)?;
+    Some([lo.exp(), hi.exp()])
 }
 
 /// The 95 % interval `[lo, hi]` of the mean of `values` on their own scale:
@@ -124,8 +116,7 @@ pub fn mean_ci95(values: &[f64]) -> Option<[f64; 2]> {
     if n < MIN_REPEATS || values.iter().any(|v| !v.is_finite()) {
         return None;
     }
-    let mean = values.iter().sum::<f64>() / n as f64;
-    let variance = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let (mean, variance) = mean_variance(values);
     let half = t_975(n - 1) * (variance / n as f64).sqrt();
     Some([mean - half, mean + half])
 }

@@ -11,8 +11,8 @@
 //! Every ratio (`ratio.*`) also gets a 95 % confidence interval over its
 //! per-round values ([`crate::stats::ratio_ci95`]) — except the
 //! sell-through against `sql`, whose interval compares the strategy's rates
-//! with every `sql` run of the same rounds ([`crate::stats::welch_ratio_ci95`])
-//! — and each strategy a verdict against `sql` from that interval, unless a
+//! with its rounds' `sql` references, unpaired
+//! ([`crate::stats::welch_ratio_ci95`]) — and each strategy a verdict against `sql` from that interval, unless a
 //! steady window of its runs or of the `sql` runs of its rounds was too
 //! short to rank.
 
@@ -188,8 +188,12 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
                 .collect();
             group.sort_by_key(|r| r.repeat);
             let mut summary = summarize_group(&group);
-            if let Some(Some(figure)) = summary.figures.get_mut(VS_SQL) {
-                figure.ci95 = vs_sql_ci95(&group, runs);
+            // sql's own stays the paired interval of its takes: how far the
+            // takes of a round differed.
+            if strategy != REFERENCE.as_str()
+                && let Some(Some(figure)) = summary.figures.get_mut(VS_SQL)
+            {
+                figure.ci95 = vs_sql_ci95(&group);
             }
             summary.too_short_to_rank = group.iter().any(|run| {
                 run.too_short_to_rank
@@ -215,38 +219,20 @@ pub fn summarize(runs: &[Run]) -> Vec<Summary> {
 }
 
 /// The interval of `group`'s sell-through against `sql`
-/// ([`stats::welch_ratio_ci95`]): its rates against the geometric mean of
-/// the `sql` runs of each of the same rounds (profile and fault alike), over
-/// the rounds where the strategy and every `sql` run have a rate — as the
-/// per-run ratio is. One value per round on each side: the takes of one
-/// round share that round's own `sql` state, so they are not independent
-/// of each other. For `sql` itself, the interval of its takes over their
-/// rounds' means ([`stats::ratio_ci95`] of its per-run ratios): how far the
-/// takes of a round differed.
-fn vs_sql_ci95(group: &[&Run], runs: &[Run]) -> Option<[f64; 2]> {
-    if group.first()?.strategy == REFERENCE.as_str() {
-        let ratios: Vec<f64> =
-            group.iter().filter_map(|run| run.ratio.sell_through_vs_sql_strategy).collect();
-        return stats::ratio_ci95(&ratios);
-    }
-    let (mut rates, mut references) = (Vec::new(), Vec::new());
-    for run in group {
-        let takes: Vec<Option<f64>> = runs
-            .iter()
-            .filter(|sql| sql.strategy == REFERENCE.as_str())
-            .filter(|sql| sql.profile == run.profile && sql.fault_name() == run.fault_name())
-            .filter(|sql| sql.repeat == run.repeat)
-            .map(|sql| sql.sell_through_per_s.filter(|rate| *rate > 0.0))
-            .collect();
-        let takes: Option<Vec<f64>> = takes.into_iter().collect();
-        let (Some(rate), Some(takes)) = (run.sell_through_per_s, takes) else { continue };
-        if takes.is_empty() {
-            continue;
-        }
-        let mean_log = takes.iter().map(|t| t.ln()).sum::<f64>() / takes.len() as f64;
-        rates.push(rate);
-        references.push(mean_log.exp());
-    }
+/// ([`stats::welch_ratio_ci95`]): each run's rate against the `sql`
+/// reference of its round — the geometric mean of that round's `sql` runs
+/// that its ratio divides by ([`super::relate_to_sql`]), read back as rate ÷
+/// ratio —, over the runs that have both. One value per round on each side:
+/// the takes of one round share that round's own `sql` state, so they are
+/// not independent of each other.
+fn vs_sql_ci95(group: &[&Run]) -> Option<[f64; 2]> {
+    let (rates, references): (Vec<f64>, Vec<f64>) = group
+        .iter()
+        .filter_map(|run| {
+            let (rate, ratio) = (run.sell_through_per_s?, run.ratio.sell_through_vs_sql_strategy?);
+            (ratio > 0.0).then(|| (rate, rate / ratio))
+        })
+        .unzip();
     stats::welch_ratio_ci95(&rates, &references)
 }
 
@@ -405,11 +391,12 @@ mod tests {
         // (1000, 1100, 900 units/s) on both sides.
         let [lo, hi] = queue(&summarize(&runs)).figures[VS_SQL].unwrap().ci95.unwrap();
         assert!(((lo * hi).sqrt() - 2.0).abs() < 1e-9 && lo < 1.9 && hi > 2.1, "[{lo}, {hi}]");
-        // A round whose sql run has no rate leaves that round out on both
-        // sides: two rounds are too few for an interval.
+        // A round whose sql run has no rate gives no ratio, and is left out
+        // on both sides: two rounds are too few for an interval.
         let mut runs = runs;
         let sql = runs.iter_mut().find(|r| r.strategy == "sql" && r.repeat == 2).unwrap();
         sql.sell_through_per_s = None;
+        crate::report::relate_to_sql(&mut runs);
         assert_eq!(queue(&summarize(&runs)).figures[VS_SQL].unwrap().ci95, None);
     }
 
