@@ -26,20 +26,25 @@ use std::sync::{Mutex, OnceLock};
 /// read by [`start_outside`] in the child between `fork` and `exec`.
 static HOME_PROCS: OnceLock<CString> = OnceLock::new();
 
-/// The directory of that group.
-static HOME: OnceLock<PathBuf> = OnceLock::new();
+/// The weighted group while a [`Weighted`] is alive: the process leaves it
+/// when the last one is dropped, so that two phases that overlap (two tests
+/// of one test binary) both run weighted to their end.
+static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
 
-/// How many [`Weighted`] are alive: the process leaves its group when the
-/// last one is dropped, so that two phases that overlap (two tests of one
-/// test binary) both run weighted to their end.
-static HOLDERS: Mutex<usize> = Mutex::new(0);
+struct Active {
+    /// The group's directory, and the one the process came from.
+    dir: PathBuf,
+    home: PathBuf,
+    /// Its `cpu.shares` as the kernel took them.
+    shares: u64,
+    /// The [`Weighted`] alive.
+    holders: usize,
+}
 
 /// This process inside a `cpu` group of its own; dropping the last one
 /// alive moves the process back and removes the group.
 #[derive(Debug)]
 pub struct Weighted {
-    dir: PathBuf,
-    home: PathBuf,
     shares: u64,
 }
 
@@ -58,53 +63,19 @@ impl Weighted {
     ///
     /// [`shares`]: Self::shares
     pub fn enter(shares: u64) -> Result<Weighted, String> {
-        let mut holders = HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
-        let weighted = Self::move_in(shares, *holders > 0)?;
-        *holders += 1;
-        Ok(weighted)
+        let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(active) = active.as_mut() {
+            active.holders += 1;
+            return Ok(Weighted { shares: active.shares });
+        }
+        let entered = move_in(shares)?;
+        let shares = entered.shares;
+        *active = Some(entered);
+        Ok(Weighted { shares })
     }
 
-    /// Creates the group and moves this process into it, or, when it is
-    /// `inside` one already, reads that group's shares. On a failure after
-    /// the group was made, the group is removed again.
-    fn move_in(shares: u64, inside: bool) -> Result<Weighted, String> {
-        let home = match (inside, HOME.get()) {
-            (true, Some(home)) => home.clone(),
-            _ => own_cpu_group()?,
-        };
-        let dir = home.join(format!("seckill-generator-{}", std::process::id()));
-        let fail = |what: &str, err: std::io::Error| format!("{what} {}: {err}", dir.display());
-        if inside {
-            let read = std::fs::read_to_string(dir.join("cpu.shares"))
-                .map_err(|err| fail("reading cpu.shares of", err))?;
-            let shares = read.trim().parse().map_err(|_| format!("cpu.shares {read}"))?;
-            return Ok(Weighted { dir, home, shares });
-        }
-        match std::fs::create_dir(&dir) {
-            Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(fail("creating the cpu group", err));
-            }
-            _ => {}
-        }
-        let procs = home.join("cgroup.procs");
-        if let Ok(path) = CString::new(procs.as_os_str().as_encoded_bytes()) {
-            let _ = HOME_PROCS.set(path);
-            let _ = HOME.set(home.clone());
-        }
-        let moved = std::fs::write(dir.join("cpu.shares"), shares.to_string())
-            .map_err(|err| fail("setting cpu.shares of", err))
-            .and_then(|()| {
-                std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
-                    .map_err(|err| fail("moving this process into", err))
-            });
-        if let Err(err) = moved {
-            let _ = std::fs::remove_dir(&dir);
-            return Err(err);
-        }
-        Ok(Weighted { dir, home, shares })
-    }
-
-    /// The group's `cpu.shares`.
+    /// The group's `cpu.shares`, as the kernel took them (it raises 0 and 1
+    /// to 2).
     pub fn shares(&self) -> u64 {
         self.shares
     }
@@ -112,14 +83,51 @@ impl Weighted {
 
 impl Drop for Weighted {
     fn drop(&mut self) {
-        let mut holders = HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
-        *holders = holders.saturating_sub(1);
-        if *holders > 0 {
+        let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entered) = active.as_mut() else { return };
+        entered.holders -= 1;
+        if entered.holders > 0 {
             return;
         }
-        let _ = std::fs::write(self.home.join("cgroup.procs"), std::process::id().to_string());
+        let pid = std::process::id().to_string();
+        let _ = std::fs::write(entered.home.join("cgroup.procs"), pid);
         // Empty now: the children started meanwhile went home at their start.
-        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_dir(&entered.dir);
+        *active = None;
+    }
+}
+
+/// Creates the group, sets its shares and moves this process into it; on a
+/// failure after the group was made, removes it again.
+fn move_in(shares: u64) -> Result<Active, String> {
+    let home = own_cpu_group()?;
+    let dir = home.join(format!("seckill-generator-{}", std::process::id()));
+    let fail = |what: &str, err: std::io::Error| format!("{what} {}: {err}", dir.display());
+    match std::fs::create_dir(&dir) {
+        Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(fail("creating the cpu group", err));
+        }
+        _ => {}
+    }
+    let procs = home.join("cgroup.procs");
+    if let Ok(path) = CString::new(procs.as_os_str().as_encoded_bytes()) {
+        let _ = HOME_PROCS.set(path);
+    }
+    let moved = std::fs::write(dir.join("cpu.shares"), shares.to_string())
+        .and_then(|()| std::fs::read_to_string(dir.join("cpu.shares")))
+        .map_err(|err| fail("setting cpu.shares of", err))
+        .and_then(|taken| taken.trim().parse().map_err(|_| format!("cpu.shares {taken}")))
+        .and_then(|taken| {
+            std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string())
+                .map(|()| taken)
+                .map_err(|err| fail("moving this process into", err))
+        });
+    match moved {
+        Ok(shares) => Ok(Active { dir, home, shares, holders: 1 }),
+        Err(err) => {
+            let _ = std::fs::remove_dir(&dir);
+            Err(err)
+        }
     }
 }
 
@@ -159,9 +167,9 @@ pub fn start_outside(command: &mut Command) -> &mut Command {
 /// in before [`Weighted::enter`], while one is alive; nothing otherwise. For
 /// a child started as another user, whose own [`start_outside`] could not.
 pub fn move_outside(pid: u32) {
-    let holders = HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
-    if let (true, Some(home)) = (*holders > 0, HOME.get()) {
-        let _ = std::fs::write(home.join("cgroup.procs"), pid.to_string());
+    let active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(active) = active.as_ref() {
+        let _ = std::fs::write(active.home.join("cgroup.procs"), pid.to_string());
     }
 }
 
@@ -255,8 +263,9 @@ mod tests {
         };
         let me = std::process::id();
         assert!(group_of(me).ends_with(&format!("seckill-generator-{me}")), "{}", group_of(me));
-        let shares = std::fs::read_to_string(weighted.dir.join("cpu.shares")).unwrap();
-        assert_eq!(shares.trim(), "4096");
+        let dir = ACTIVE.lock().unwrap().as_ref().unwrap().dir.clone();
+        let shares = std::fs::read_to_string(dir.join("cpu.shares")).unwrap();
+        assert_eq!((shares.trim(), weighted.shares()), ("4096", 4096));
         let mut child = start_outside(Command::new("sleep").arg("5")).spawn().unwrap();
         let mut plain = Command::new("sleep").arg("5").spawn().unwrap();
         assert_eq!(group_of(child.id()), home, "a child started outside");
@@ -271,11 +280,15 @@ mod tests {
         // and the process stays in it until both have ended.
         let second = Weighted::enter(8192).unwrap();
         assert_eq!(second.shares(), 4096);
-        let dir = weighted.dir.clone();
         drop(weighted);
         assert!(group_of(me).ends_with(&format!("seckill-generator-{me}")), "still weighted");
         drop(second);
         assert_eq!(group_of(me), home);
         assert!(!dir.exists(), "the group is removed");
+        // The weight recorded is the one the kernel took: it raises 1 to 2.
+        let least = Weighted::enter(1).unwrap();
+        assert_eq!(least.shares(), 2);
+        drop(least);
+        assert_eq!(group_of(me), home);
     }
 }

@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::{die_with_parent, free_port};
+
 /// The longest one readiness try (an AMQP connection and its close) may take.
 const CONNECT_TRY: Duration = Duration::from_secs(5);
-
-use crate::{die_with_parent, free_port};
 
 /// A `rabbitmq-server` child (see the module documentation). Stopping and
 /// restarting it keeps its messages: it is the same node, on the same ports
