@@ -134,3 +134,15 @@ pub const QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL: &str = "seckill_queue_consumer_sub
 /// fault drills only; absent otherwise). Labels: `failpoint` (its name, e.g.
 /// `queue-before-ack`). Lets a test tell that the fault it armed happened.
 pub const FAILPOINTS_FIRED_TOTAL: &str = "seckill_failpoints_fired_total";
+
+/// Histogram: seconds a purchase or batch held its sale's serial resource —
+/// the sale row's lock from the statement that took it to the commit, a
+/// bucket's share of it, or the sale's Redis lock from acquisition to
+/// release (`crate::strategy::serial` says how each is timed). Labels:
+/// `strategy`. Emitted by every strategy on each hold; the load test's
+/// `cost.serial_ms_per_unit` divides its `_sum` by units sold.
+pub const SERIAL_HOLD_DURATION_SECONDS: &str = "seckill_serial_hold_duration_seconds";
+
+/// The `_sum` series of [`SERIAL_HOLD_DURATION_SECONDS`] in the Prometheus
+/// exposition: the seconds of every hold added up.
+pub const SERIAL_HOLD_DURATION_SECONDS_SUM: &str = "seckill_serial_hold_duration_seconds_sum";

@@ -37,6 +37,7 @@ pub mod naive;
 pub mod queue;
 pub mod redis_decr;
 mod registry;
+pub mod serial;
 mod settings;
 pub mod sql;
 pub mod sql_batched;

@@ -22,6 +22,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::lock::fence::FenceToken;
@@ -66,9 +67,9 @@ impl Strategy for Naive {
         user: UserId,
         quantity: Quantity,
     ) -> Result<Outcome, StrategyError> {
-        match read_check_write(&self.db, sale, user, quantity, &Unguarded).await? {
+        match read_check_write(&self.db, sale, user, quantity, &OwnWrite).await? {
             Attempt::Done(outcome) => Ok(outcome),
-            Attempt::Refused => unreachable!("`Unguarded` admits every write"),
+            Attempt::Refused => unreachable!("`OwnWrite` admits every write"),
         }
     }
 
@@ -103,6 +104,28 @@ pub trait WriteGuard: Send + Sync {
     /// between the check and the commit (`super::lock::fence`).
     fn fence(&self) -> Option<FenceToken> {
         None
+    }
+
+    /// The strategy whose serial hold is the write statement's own row lock
+    /// (`super::serial`): `naive`, which nothing else serialises. `None`
+    /// (the default) inside a lock, whose holder records the lock's hold.
+    fn serial(&self) -> Option<StrategyName> {
+        None
+    }
+}
+
+/// The plain `naive` strategy's guard: admits every write, and records the
+/// write's row lock as its serial hold.
+struct OwnWrite;
+
+#[async_trait]
+impl WriteGuard for OwnWrite {
+    async fn admits(&self) -> bool {
+        true
+    }
+
+    fn serial(&self) -> Option<StrategyName> {
+        Some(NAME)
     }
 }
 
@@ -140,7 +163,9 @@ pub enum Attempt {
 /// and stays for sale. With a fencing token (`$5`), the stock row is written
 /// only while the sale is still claimed by that token, and the claim stays
 /// share-locked until the statement commits; with `$5` NULL the fence is not
-/// consulted. No row back means the fence refused the write.
+/// consulted. No row back means the fence refused the write; the row is the
+/// order id and its `created_at`, taken under the sale row's lock
+/// (`super::serial`).
 const WRITE: &str = "
     WITH fence AS (
         SELECT 1 FROM sale_fences WHERE sale_id = $1 AND token = $5 FOR SHARE
@@ -151,7 +176,7 @@ const WRITE: &str = "
     )
     INSERT INTO orders (sale_id, user_id, quantity)
     SELECT id, $3, $4 FROM stock
-    RETURNING id";
+    RETURNING id, created_at";
 
 /// The naive steps: read the units for sale ([`ForSale`]); answer `SoldOut`
 /// when fewer than `quantity` units remain; run the sale's simulated work
@@ -187,7 +212,7 @@ pub async fn read_check_write(
     if !guard.admits().await {
         return Ok(Attempt::Refused);
     }
-    let written = sqlx::query_scalar::<_, i64>(WRITE)
+    let written = sqlx::query_as::<_, (i64, DateTime<Utc>)>(WRITE)
         .bind(sale.id.0)
         .bind(written_stock)
         .bind(user.get())
@@ -198,7 +223,10 @@ pub async fn read_check_write(
         .fetch_optional(db)
         .await;
     match written {
-        Ok(Some(order_id)) => {
+        Ok(Some((order_id, locked_at))) => {
+            if let Some(strategy) = guard.serial() {
+                super::serial::held_since(strategy, locked_at, 1);
+            }
             Ok(Attempt::Done(Outcome::Placed { order_id, quantity: quantity.get() }))
         }
         Ok(None) => Ok(Attempt::Refused),

@@ -163,7 +163,7 @@ impl RedisDecr {
     pub fn new(deps: &Deps, settings: &Settings) -> Self {
         let core = Core {
             db: deps.db.clone(),
-            sql: Arc::new(Sql::new(deps.db.clone())),
+            sql: Arc::new(Sql::new(deps.db.clone(), NAME)),
             redis: deps.redis.clone(),
             flags: Arc::new(SoldOutFlags::new(deps.settings.sold_out_flag_ttl())),
             #[cfg(feature = "failpoints")]

@@ -21,11 +21,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
 
 use super::{
     Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
-    already_purchased_or,
+    already_purchased_or, serial,
 };
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
@@ -37,7 +38,7 @@ pub const REGISTRATION: Registration = Registration {
     name: NAME,
     about: "conditional UPDATE … WHERE remaining_stock >= qty and the order insert, one statement",
     needs: &[Backend::Postgres],
-    build: |deps| Ok(Arc::new(Sql::new(deps.db.clone()))),
+    build: |deps| Ok(Arc::new(Sql::new(deps.db.clone(), NAME))),
     // Expected correct everywhere (the default): one conditional statement,
     // and under READ COMMITTED a waiter re-evaluates `remaining_stock >= q`
     // on the newest row version.
@@ -47,8 +48,10 @@ pub const REGISTRATION: Registration = Registration {
     ..Registration::DEFAULTS
 };
 
-/// `$1` sale id, `$2` user id, `$3` quantity. Returns the order id, or no row
-/// when fewer than `$3` units remain.
+/// `$1` sale id, `$2` user id, `$3` quantity. Returns the order id and its
+/// `created_at` (`clock_timestamp()` under the row lock: where the serial
+/// hold begins, `super::serial`), or no row when fewer than `$3` units
+/// remain.
 const TAKE_AND_ORDER: &str = "\
 WITH taken AS (
     UPDATE sales SET remaining_stock = remaining_stock - $3
@@ -57,7 +60,7 @@ WITH taken AS (
 )
 INSERT INTO orders (sale_id, user_id, quantity)
 SELECT id, $2, $3 FROM taken
-RETURNING id";
+RETURNING id, created_at";
 
 /// `$1` sale id, `$2` units: units of an order that ended unpaid, back on
 /// the sale row.
@@ -81,11 +84,14 @@ pub async fn return_to_sale_row(claim: Claim) -> Result<Returned, StrategyError>
 
 pub struct Sql {
     db: PgPool,
+    /// The strategy whose serial holds this one records: `sql`, or a
+    /// strategy that runs the `sql` transaction as its own last step.
+    label: StrategyName,
 }
 
 impl Sql {
-    pub fn new(db: PgPool) -> Self {
-        Self { db }
+    pub fn new(db: PgPool, label: StrategyName) -> Self {
+        Self { db, label }
     }
 }
 
@@ -99,16 +105,29 @@ pub async fn take_and_order<'e>(
     user: UserId,
     quantity: Quantity,
 ) -> Result<Outcome, StrategyError> {
-    let row = sqlx::query_scalar::<_, i64>(TAKE_AND_ORDER)
+    Ok(take_and_order_locked(executor, sale, user, quantity).await?.0)
+}
+
+/// [`take_and_order`], with the moment (Postgres' clock) the statement held
+/// the sale row's lock when it placed an order.
+async fn take_and_order_locked<'e>(
+    executor: impl PgExecutor<'e>,
+    sale: SaleId,
+    user: UserId,
+    quantity: Quantity,
+) -> Result<(Outcome, Option<DateTime<Utc>>), StrategyError> {
+    let row = sqlx::query_as::<_, (i64, DateTime<Utc>)>(TAKE_AND_ORDER)
         .bind(sale.0)
         .bind(user.get())
         .bind(quantity.get())
         .fetch_optional(executor)
         .await;
     match row {
-        Ok(Some(order_id)) => Ok(Outcome::Placed { order_id, quantity: quantity.get() }),
-        Ok(None) => Ok(Outcome::SoldOut),
-        Err(err) => already_purchased_or(err),
+        Ok(Some((order_id, locked_at))) => {
+            Ok((Outcome::Placed { order_id, quantity: quantity.get() }, Some(locked_at)))
+        }
+        Ok(None) => Ok((Outcome::SoldOut, None)),
+        Err(err) => Ok((already_purchased_or(err)?, None)),
     }
 }
 
@@ -121,13 +140,19 @@ impl Strategy for Sql {
         quantity: Quantity,
     ) -> Result<Outcome, StrategyError> {
         if !sale.knobs.simulates_work() {
-            return take_and_order(&self.db, sale.id, user, quantity).await;
+            let (outcome, locked_at) =
+                take_and_order_locked(&self.db, sale.id, user, quantity).await?;
+            if let Some(locked_at) = locked_at {
+                serial::held_since(self.label, locked_at, 1);
+            }
+            return Ok(outcome);
         }
         let mut tx = self.db.begin().await?;
-        let outcome = take_and_order(&mut *tx, sale.id, user, quantity).await?;
-        if let Outcome::Placed { .. } = outcome {
+        let (outcome, locked_at) = take_and_order_locked(&mut *tx, sale.id, user, quantity).await?;
+        if let (Outcome::Placed { .. }, Some(locked_at)) = (&outcome, locked_at) {
             sale.knobs.simulate_work().await;
             tx.commit().await?;
+            serial::held_since(self.label, locked_at, 1);
         }
         Ok(outcome)
     }

@@ -58,11 +58,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::{Connection, PgPool, Row};
 
 use super::{
     Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
-    already_purchased_or,
+    already_purchased_or, serial,
 };
 use crate::sale::{InvalidInput, Quantity, Sale, UserId};
 
@@ -99,7 +100,8 @@ pub const MAX_BUCKETS: i32 = 1024;
 macro_rules! order_or_units_seen {
     () => {
         "
-SELECT (SELECT id FROM placed) AS order_id, seen.most, seen.total
+SELECT (SELECT id FROM placed) AS order_id, seen.most, seen.total,
+       (SELECT created_at FROM placed) AS locked_at
 FROM (SELECT max(remaining_stock) AS most, sum(remaining_stock)::bigint AS total
       FROM sale_buckets
       WHERE sale_id = $1 AND NOT EXISTS (SELECT 1 FROM placed)) seen"
@@ -118,7 +120,7 @@ WITH taken AS (
 ), placed AS (
     INSERT INTO orders (sale_id, user_id, quantity)
     SELECT sale_id, $2, $4 FROM taken
-    RETURNING id
+    RETURNING id, created_at
 )",
     order_or_units_seen!()
 );
@@ -143,7 +145,7 @@ WITH pick AS (
 ), placed AS (
     INSERT INTO orders (sale_id, user_id, quantity)
     SELECT sale_id, $2, $4 FROM taken
-    RETURNING id
+    RETURNING id, created_at
 )",
     order_or_units_seen!()
 );
@@ -189,7 +191,7 @@ WITH chosen AS (
 ), placed AS (
     INSERT INTO orders (sale_id, user_id, quantity)
     SELECT $1, $2, $4 WHERE (SELECT sum(units) FROM taken) = $4
-    RETURNING id
+    RETURNING id, created_at
 )",
     order_or_units_seen!()
 );
@@ -247,7 +249,7 @@ pub struct SqlBuckets {
 }
 
 /// `step`'s statement for one purchase from bucket `home`: the order id if
-/// one was placed, else what the statement's snapshot saw. When the sale
+/// one was placed (its serial hold recorded, `super::serial`), else what the statement's snapshot saw. When the sale
 /// simulates work, the statement runs in a transaction of its own that does
 /// the work and commits if it placed the order, and otherwise ends at once:
 /// a guarded update (or `FOR UPDATE`) that waited for a row and found it
@@ -262,19 +264,26 @@ async fn attempt(
     home: i32,
     quantity: Quantity,
 ) -> Result<Result<i64, Seen>, sqlx::Error> {
+    let lanes = sale.buckets.unwrap_or(DEFAULT_BUCKETS);
     if !sale.knobs.simulates_work() {
-        return run(conn, step, sale, user, home, quantity).await;
+        let result = run(conn, step, sale, user, home, quantity).await?;
+        return Ok(result.map(|(order_id, locked_at)| {
+            serial::held_since(NAME, locked_at, lanes);
+            order_id
+        }));
     }
     let mut tx = conn.begin().await?;
     let result = run(&mut tx, step, sale, user, home, quantity).await?;
-    if result.is_ok() {
+    if let Ok((_, locked_at)) = result {
         sale.knobs.simulate_work().await;
         tx.commit().await?;
+        serial::held_since(NAME, locked_at, lanes);
     }
-    Ok(result)
+    Ok(result.map(|(order_id, _)| order_id))
 }
 
-/// [`attempt`]'s statement on `conn`.
+/// [`attempt`]'s statement on `conn`: the order id and when it was written
+/// under the bucket's lock, or what the snapshot saw.
 async fn run(
     conn: &mut sqlx::PgConnection,
     step: Step,
@@ -282,7 +291,7 @@ async fn run(
     user: UserId,
     home: i32,
     quantity: Quantity,
-) -> Result<Result<i64, Seen>, sqlx::Error> {
+) -> Result<Result<(i64, DateTime<Utc>), Seen>, sqlx::Error> {
     let row = sqlx::query(step.statement())
         .bind(sale.id.0)
         .bind(user.get())
@@ -290,8 +299,9 @@ async fn run(
         .bind(quantity.get())
         .fetch_one(conn)
         .await?;
-    Ok(match row.get::<Option<i64>, _>(0) {
-        Some(order_id) => Ok(order_id),
+    let placed = row.get::<Option<i64>, _>(0).zip(row.get::<Option<DateTime<Utc>>, _>(3));
+    Ok(match placed {
+        Some(placed) => Ok(placed),
         None => Err(Seen {
             most: row.get::<Option<i64>, _>(1).unwrap_or(0),
             total: row.get::<Option<i64>, _>(2).unwrap_or(0),

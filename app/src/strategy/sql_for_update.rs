@@ -13,7 +13,7 @@ use sqlx::PgPool;
 
 use super::{
     Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
-    already_purchased_or,
+    already_purchased_or, serial,
 };
 use crate::sale::{Quantity, Sale, UserId};
 
@@ -55,6 +55,7 @@ impl Strategy for SqlForUpdate {
                 .bind(sale.id.0)
                 .fetch_one(&mut *tx)
                 .await?;
+        let hold = serial::Hold::start(NAME);
         let wanted = i64::from(quantity.get());
         if remaining < wanted {
             return Ok(Outcome::SoldOut);
@@ -78,6 +79,7 @@ impl Strategy for SqlForUpdate {
             Err(err) => return already_purchased_or(err),
         };
         tx.commit().await?;
+        hold.end();
         Ok(Outcome::Placed { order_id, quantity: quantity.get() })
     }
 

@@ -120,7 +120,7 @@ async fn mixed_sale(app: &TestApp, strategy: &str) -> i64 {
 
 /// `purchases` of `sale` through the `sql` strategy, one after the other.
 async fn sql_answers(direct: &Direct, sale: i64, purchases: &[(i64, i64)]) -> Vec<String> {
-    let sql = Sql::new(direct.db.clone());
+    let sql = Sql::new(direct.db.clone(), seckill::strategy::sql::NAME);
     let sale = direct.sale(sale).await;
     let mut answers = Vec::new();
     for &(user, units) in purchases {

@@ -9,6 +9,7 @@
 mod batched;
 mod batched_faults;
 mod buckets;
+mod serial;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

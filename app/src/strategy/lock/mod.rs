@@ -66,7 +66,7 @@ use tokio_util::sync::CancellationToken;
 use super::naive::{self, Attempt, WriteGuard};
 use super::{
     Claim, Conditions, Deps, Expectation, Fault, Outcome, Returned, Strategy, StrategyError,
-    StrategyName, StrategyRoutes,
+    StrategyName, StrategyRoutes, serial,
 };
 use crate::bounds::MAX_MS;
 use crate::sale::{Quantity, Sale, SaleId, UserId};
@@ -440,12 +440,14 @@ impl<L: SaleLock> Inner<L> {
             });
         };
         let started_at = Utc::now();
+        let hold = serial::Hold::start(self.name);
         let section = self.critical_section(sale, user, quantity, &held);
         let attempt = tokio::time::timeout(self.shared.hold, section)
             .await
             .unwrap_or(Ok(Err(Refusal::TooLong)));
         let ended_at = Utc::now();
         let released = self.lock.release(sale, held).await;
+        hold.end();
         self.shared.intervals.record(sale.id, started_at, ended_at);
         match released {
             Ok(Release::Released) => {}

@@ -41,7 +41,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use super::PurchaseMessage;
-use crate::strategy::batch;
+use crate::strategy::{batch, serial};
 
 /// The final result of one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,6 +208,9 @@ pub async fn settle(
         by_sale.entry(message.sale_id).or_default().push(i);
     }
     let mut tx = db.begin().await?;
+    // The partition's one active consumer settles its batches one after the
+    // other: the whole transaction is the serial hold.
+    let hold = serial::Hold::start(super::NAME);
     let mut sales = Vec::new();
     for (&sale_id, indices) in &by_sale {
         let after =
@@ -215,6 +218,7 @@ pub async fn settle(
         sales.extend(after);
     }
     tx.commit().await?;
+    hold.end();
     Ok(Settled {
         resolutions: resolutions.into_iter().map(|r| r.unwrap_or(Resolution::Rejected)).collect(),
         sales,

@@ -29,9 +29,10 @@ use std::collections::{HashMap, HashSet};
 
 use sqlx::PgPool;
 
+use super::NAME;
 use crate::outcome::{Outcome, StrategyError};
 use crate::sale::{Quantity, SaleId, UserId};
-use crate::strategy::{batch, sql};
+use crate::strategy::{batch, serial, sql};
 
 /// One purchase of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +135,7 @@ async fn together(
         // No such sale: the `sql` statement finds no row to take from.
         return Ok(vec![Outcome::SoldOut; purchases.len()]);
     };
+    let hold = serial::Hold::start(NAME);
     // Only the buyers whose quantity the stock covers can be refused for an
     // order they have; a sold-out sale reads none.
     let users: Vec<i64> = purchases
@@ -159,6 +161,7 @@ async fn together(
         locked.knobs.simulate_work().await;
     }
     tx.commit().await?;
+    hold.end();
     Ok(outcomes)
 }
 
@@ -198,6 +201,7 @@ async fn one_by_one(
 ) -> Result<Vec<Answer>, StrategyError> {
     let mut tx = db.begin().await?;
     let locked = batch::lock_sale(&mut tx, sale.0).await?;
+    let hold = serial::Hold::start(NAME);
     let mut answers = Vec::with_capacity(purchases.len());
     for purchase in purchases {
         let mut savepoint = sqlx::Connection::begin(&mut *tx).await?;
@@ -220,6 +224,7 @@ async fn one_by_one(
         locked.knobs.simulate_work().await;
     }
     tx.commit().await?;
+    hold.end();
     Ok(answers)
 }
 
