@@ -136,12 +136,17 @@ pub const QUEUE_CONSUMER_SUBSCRIPTIONS_TOTAL: &str = "seckill_queue_consumer_sub
 pub const FAILPOINTS_FIRED_TOTAL: &str = "seckill_failpoints_fired_total";
 
 /// Histogram: seconds a purchase or batch held its sale's serial resource —
-/// the sale row's lock from the statement that took it to the commit, a
-/// bucket's share of it, or the sale's Redis lock from acquisition to
-/// release (`crate::strategy::serial` says how each is timed). Labels:
-/// `strategy`. Emitted by every strategy on each hold; the load test's
-/// `cost.serial_ms_per_unit` divides its `_sum` by units sold.
+/// a stock row's lock (a bucket's counted as 1/N of it), a batch's
+/// transaction, or the sale's Redis lock (`crate::strategy::serial` says
+/// how each is timed, and which holds are recorded). Labels: `strategy`.
+/// Registered by every strategy when it is built; the load test's
+/// `cost.serial_ms_per_unit` divides its `_sum` by
+/// [`SERIAL_HOLD_UNITS_TOTAL`].
 pub const SERIAL_HOLD_DURATION_SECONDS: &str = "seckill_serial_hold_duration_seconds";
+
+/// Counter: units sold by the holds recorded in
+/// [`SERIAL_HOLD_DURATION_SECONDS`]. Labels: `strategy`.
+pub const SERIAL_HOLD_UNITS_TOTAL: &str = "seckill_serial_hold_units_total";
 
 /// The `_sum` series of [`SERIAL_HOLD_DURATION_SECONDS`] in the Prometheus
 /// exposition: the seconds of every hold added up.

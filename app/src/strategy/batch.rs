@@ -23,6 +23,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 
+use super::serial::Marks;
 use crate::sale::Knobs;
 
 /// The sale row, read under its lock.
@@ -39,6 +40,10 @@ pub struct LockedSale {
     /// The sale's simulated work, which a batch runs once, under the lock.
     #[sqlx(flatten)]
     pub knobs: Knobs,
+    /// When the locking statement began, by Postgres' clock: whether the
+    /// batch waited through the previous holder's hold
+    /// (`super::serial::Marks`).
+    pub began_at: DateTime<Utc>,
 }
 
 /// Locks the sale row (`SELECT … FOR UPDATE`) and reads its stock, limit,
@@ -49,7 +54,8 @@ pub async fn lock_sale(
 ) -> Result<Option<LockedSale>, sqlx::Error> {
     sqlx::query_as(
         "SELECT remaining_stock, per_user_limit, starts_at, ends_at,
-                lock_lease_ms, work_ms, pause_ms, pause_ratio
+                lock_lease_ms, work_ms, pause_ms, pause_ratio,
+                statement_timestamp() AS began_at
          FROM sales WHERE id = $1 FOR UPDATE",
     )
     .bind(sale_id)
@@ -83,20 +89,28 @@ pub async fn ordered_buyers(
 }
 
 /// `$1` sale id, `$2` units, `$3` buyers, `$4` their quantities. One order
-/// per buyer, or none at all when fewer than `$2` units remain.
+/// per buyer, or none at all when fewer than `$2` units remain; each row
+/// also carries the sale row's serial marks (`super::serial::Marks`).
 const TAKE_STOCK_AND_ORDER: &str = "\
 WITH taken AS (
-    UPDATE sales SET remaining_stock = remaining_stock - $2
+    UPDATE sales SET remaining_stock = remaining_stock - $2,
+                     held_before = held_at, held_at = clock_timestamp(),
+                     held_units_before = held_units, held_units = $2
     WHERE id = $1 AND remaining_stock >= $2
-    RETURNING id
+    RETURNING id, held_before, held_units_before, held_at
+), placed AS (
+    INSERT INTO orders (sale_id, user_id, quantity)
+    SELECT taken.id, t.u, t.q FROM taken, unnest($3::bigint[], $4::integer[]) AS t(u, q)
+    RETURNING user_id, id
 )
-INSERT INTO orders (sale_id, user_id, quantity)
-SELECT taken.id, t.u, t.q FROM taken, unnest($3::bigint[], $4::integer[]) AS t(u, q)
-RETURNING user_id, id";
+SELECT placed.user_id, placed.id, taken.held_before, taken.held_units_before, taken.held_at
+FROM placed, taken";
 
 /// Takes the units of the `granted` (buyer, quantity) pairs with one guarded
 /// `UPDATE` and writes their orders with one multi-row `INSERT`, in one
-/// statement; returns buyer → order id. Nothing when nothing is granted.
+/// statement; returns buyer → order id, and the sale row's serial marks of a
+/// batch whose lock was taken by a statement that began at `began_at`.
+/// Nothing when nothing is granted.
 ///
 /// Errors: Postgres errors (a quantity below 1 or a second order of a buyer
 /// fails the statement on the orders' checks), and a guarded update that
@@ -106,15 +120,17 @@ pub async fn take_stock_and_order(
     conn: &mut PgConnection,
     sale_id: i64,
     granted: &[(i64, i32)],
-) -> Result<HashMap<i64, i64>, sqlx::Error> {
+    began_at: DateTime<Utc>,
+) -> Result<(HashMap<i64, i64>, Option<Marks>), sqlx::Error> {
     #[cfg(feature = "failpoints")]
     crate::failpoints::reached::<()>(&crate::failpoints::BATCH_BEFORE_TAKE_STOCK, sale_id).await;
     if granted.is_empty() {
-        return Ok(HashMap::new());
+        return Ok((HashMap::new(), None));
     }
     let units: i64 = granted.iter().map(|&(_, quantity)| i64::from(quantity)).sum();
     let (users, quantities): (Vec<i64>, Vec<i32>) = granted.iter().copied().unzip();
-    let orders: Vec<(i64, i64)> = sqlx::query_as(TAKE_STOCK_AND_ORDER)
+    type Row = (i64, i64, Option<DateTime<Utc>>, Option<i32>, DateTime<Utc>);
+    let orders: Vec<Row> = sqlx::query_as(TAKE_STOCK_AND_ORDER)
         .bind(sale_id)
         .bind(units)
         .bind(&users)
@@ -126,7 +142,13 @@ pub async fn take_stock_and_order(
             "sale {sale_id}: the guarded update refused {units} units under the row lock"
         )));
     }
-    Ok(orders.into_iter().collect())
+    let marks = orders.first().map(|&(_, _, held_before, units_before, held_at)| Marks {
+        held_before,
+        units_before,
+        held_at,
+        began_at,
+    });
+    Ok((orders.into_iter().map(|(user, order, ..)| (user, order)).collect(), marks))
 }
 
 /// Sizes of the batches that settled a sale's purchases (purchases per

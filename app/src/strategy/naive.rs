@@ -164,19 +164,24 @@ pub enum Attempt {
 /// only while the sale is still claimed by that token, and the claim stays
 /// share-locked until the statement commits; with `$5` NULL the fence is not
 /// consulted. No row back means the fence refused the write; the row is the
-/// order id and its `created_at`, taken under the sale row's lock
-/// (`super::serial`).
+/// order id and the sale row's serial marks (`super::serial::Marks`).
 const WRITE: &str = "
     WITH fence AS (
         SELECT 1 FROM sale_fences WHERE sale_id = $1 AND token = $5 FOR SHARE
     ), stock AS (
-        UPDATE sales SET remaining_stock = $2 + (total_stock - $6), folded_stock = $7
+        UPDATE sales SET remaining_stock = $2 + (total_stock - $6), folded_stock = $7,
+                         held_before = held_at, held_at = clock_timestamp(),
+                         held_units_before = held_units, held_units = $4
         WHERE id = $1 AND ($5::bigint IS NULL OR EXISTS (SELECT 1 FROM fence))
+        RETURNING id, held_before, held_units_before, held_at
+    ), placed AS (
+        INSERT INTO orders (sale_id, user_id, quantity)
+        SELECT id, $3, $4 FROM stock
         RETURNING id
     )
-    INSERT INTO orders (sale_id, user_id, quantity)
-    SELECT id, $3, $4 FROM stock
-    RETURNING id, created_at";
+    SELECT placed.id, stock.held_before, stock.held_units_before, stock.held_at,
+           statement_timestamp()
+    FROM placed, stock";
 
 /// The naive steps: read the units for sale ([`ForSale`]); answer `SoldOut`
 /// when fewer than `quantity` units remain; run the sale's simulated work
@@ -212,7 +217,8 @@ pub async fn read_check_write(
     if !guard.admits().await {
         return Ok(Attempt::Refused);
     }
-    let written = sqlx::query_as::<_, (i64, DateTime<Utc>)>(WRITE)
+    type Row = (i64, Option<DateTime<Utc>>, Option<i32>, DateTime<Utc>, DateTime<Utc>);
+    let written = sqlx::query_as::<_, Row>(WRITE)
         .bind(sale.id.0)
         .bind(written_stock)
         .bind(user.get())
@@ -223,9 +229,10 @@ pub async fn read_check_write(
         .fetch_optional(db)
         .await;
     match written {
-        Ok(Some((order_id, locked_at))) => {
+        Ok(Some((order_id, held_before, units_before, held_at, began_at))) => {
             if let Some(strategy) = guard.serial() {
-                super::serial::held_since(strategy, locked_at, 1);
+                let marks = super::serial::Marks { held_before, units_before, held_at, began_at };
+                marks.record(strategy, 1);
             }
             Ok(Attempt::Done(Outcome::Placed { order_id, quantity: quantity.get() }))
         }

@@ -265,6 +265,7 @@ impl Strategies {
         for registration in REGISTRY {
             let strategy = (registration.build)(deps)
                 .with_context(|| format!("building the `{}` strategy", registration.name))?;
+            super::serial::register(registration.name);
             if let Some(own) = strategy.clone().routes(deps)
                 && !routes.iter().any(|known| known.key == own.key)
             {

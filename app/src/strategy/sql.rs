@@ -24,9 +24,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, PgPool};
 
+use super::serial::Marks;
 use super::{
     Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
-    already_purchased_or, serial,
+    already_purchased_or,
 };
 use crate::sale::{Quantity, Sale, SaleId, UserId};
 
@@ -48,19 +49,25 @@ pub const REGISTRATION: Registration = Registration {
     ..Registration::DEFAULTS
 };
 
-/// `$1` sale id, `$2` user id, `$3` quantity. Returns the order id and its
-/// `created_at` (`clock_timestamp()` under the row lock: where the serial
-/// hold begins, `super::serial`), or no row when fewer than `$3` units
+/// `$1` sale id, `$2` user id, `$3` quantity. Returns the order id and the
+/// row's serial marks (`super::serial::Marks`: the previous holder's, this
+/// one's, when the statement began), or no row when fewer than `$3` units
 /// remain.
 const TAKE_AND_ORDER: &str = "\
 WITH taken AS (
-    UPDATE sales SET remaining_stock = remaining_stock - $3
+    UPDATE sales SET remaining_stock = remaining_stock - $3,
+                     held_before = held_at, held_at = clock_timestamp(),
+                     held_units_before = held_units, held_units = $3
     WHERE id = $1 AND remaining_stock >= $3
+    RETURNING id, held_before, held_at, held_units_before
+), placed AS (
+    INSERT INTO orders (sale_id, user_id, quantity)
+    SELECT id, $2, $3 FROM taken
     RETURNING id
 )
-INSERT INTO orders (sale_id, user_id, quantity)
-SELECT id, $2, $3 FROM taken
-RETURNING id, created_at";
+SELECT placed.id, taken.held_before, taken.held_units_before, taken.held_at,
+       statement_timestamp()
+FROM placed, taken";
 
 /// `$1` sale id, `$2` units: units of an order that ended unpaid, back on
 /// the sale row.
@@ -105,27 +112,29 @@ pub async fn take_and_order<'e>(
     user: UserId,
     quantity: Quantity,
 ) -> Result<Outcome, StrategyError> {
-    Ok(take_and_order_locked(executor, sale, user, quantity).await?.0)
+    Ok(take_and_order_marked(executor, sale, user, quantity).await?.0)
 }
 
-/// [`take_and_order`], with the moment (Postgres' clock) the statement held
-/// the sale row's lock when it placed an order.
-async fn take_and_order_locked<'e>(
+/// [`take_and_order`], with the sale row's serial marks when it placed an
+/// order.
+async fn take_and_order_marked<'e>(
     executor: impl PgExecutor<'e>,
     sale: SaleId,
     user: UserId,
     quantity: Quantity,
-) -> Result<(Outcome, Option<DateTime<Utc>>), StrategyError> {
-    let row = sqlx::query_as::<_, (i64, DateTime<Utc>)>(TAKE_AND_ORDER)
+) -> Result<(Outcome, Option<Marks>), StrategyError> {
+    type Row = (i64, Option<DateTime<Utc>>, Option<i32>, DateTime<Utc>, DateTime<Utc>);
+    let row = sqlx::query_as::<_, Row>(TAKE_AND_ORDER)
         .bind(sale.0)
         .bind(user.get())
         .bind(quantity.get())
         .fetch_optional(executor)
         .await;
     match row {
-        Ok(Some((order_id, locked_at))) => {
-            Ok((Outcome::Placed { order_id, quantity: quantity.get() }, Some(locked_at)))
-        }
+        Ok(Some((order_id, held_before, units_before, held_at, began_at))) => Ok((
+            Outcome::Placed { order_id, quantity: quantity.get() },
+            Some(Marks { held_before, units_before, held_at, began_at }),
+        )),
         Ok(None) => Ok((Outcome::SoldOut, None)),
         Err(err) => Ok((already_purchased_or(err)?, None)),
     }
@@ -140,19 +149,18 @@ impl Strategy for Sql {
         quantity: Quantity,
     ) -> Result<Outcome, StrategyError> {
         if !sale.knobs.simulates_work() {
-            let (outcome, locked_at) =
-                take_and_order_locked(&self.db, sale.id, user, quantity).await?;
-            if let Some(locked_at) = locked_at {
-                serial::held_since(self.label, locked_at, 1);
+            let (outcome, marks) = take_and_order_marked(&self.db, sale.id, user, quantity).await?;
+            if let Some(marks) = marks {
+                marks.record(self.label, 1);
             }
             return Ok(outcome);
         }
         let mut tx = self.db.begin().await?;
-        let (outcome, locked_at) = take_and_order_locked(&mut *tx, sale.id, user, quantity).await?;
-        if let (Outcome::Placed { .. }, Some(locked_at)) = (&outcome, locked_at) {
+        let (outcome, marks) = take_and_order_marked(&mut *tx, sale.id, user, quantity).await?;
+        if let (Outcome::Placed { .. }, Some(marks)) = (&outcome, marks) {
             sale.knobs.simulate_work().await;
             tx.commit().await?;
-            serial::held_since(self.label, locked_at, 1);
+            marks.record(self.label, 1);
         }
         Ok(outcome)
     }

@@ -61,9 +61,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{Connection, PgPool, Row};
 
+use super::serial::Marks;
 use super::{
     Backend, Claim, Outcome, Registration, Returned, Strategy, StrategyError, StrategyName,
-    already_purchased_or, serial,
+    already_purchased_or,
 };
 use crate::sale::{InvalidInput, Quantity, Sale, UserId};
 
@@ -96,15 +97,25 @@ pub const MAX_BUCKETS: i32 = 1024;
 /// [`SPREAD`]), whose data-modifying steps end in `placed`: one row, the
 /// order id, or `NULL` when none was placed; and then, only when none was,
 /// the units of the fullest bucket and of all the buckets in the statement's
-/// snapshot (what [`next_step`] decides from).
+/// snapshot (what [`next_step`] decides from); then the bucket row's serial
+/// marks and when the statement began (`super::serial::Marks`), `NULL` for
+/// a statement that takes several rows.
 macro_rules! order_or_units_seen {
-    () => {
-        "
+    ($held_before:literal, $units_before:literal, $held_at:literal) => {
+        concat!(
+            "
 SELECT (SELECT id FROM placed) AS order_id, seen.most, seen.total,
-       (SELECT created_at FROM placed) AS locked_at
+       ",
+            $held_before,
+            " AS held_before, ",
+            $units_before,
+            " AS units_before, ",
+            $held_at,
+            " AS held_at, statement_timestamp() AS began_at
 FROM (SELECT max(remaining_stock) AS most, sum(remaining_stock)::bigint AS total
       FROM sale_buckets
       WHERE sale_id = $1 AND NOT EXISTS (SELECT 1 FROM placed)) seen"
+        )
     };
 }
 
@@ -114,15 +125,21 @@ FROM (SELECT max(remaining_stock) AS most, sum(remaining_stock)::bigint AS total
 pub const HOME: &str = concat!(
     "\
 WITH taken AS (
-    UPDATE sale_buckets SET remaining_stock = remaining_stock - $4
+    UPDATE sale_buckets SET remaining_stock = remaining_stock - $4,
+                            held_before = held_at, held_at = clock_timestamp(),
+                            held_units_before = held_units, held_units = $4
     WHERE sale_id = $1 AND bucket = $3 AND remaining_stock >= $4
-    RETURNING sale_id
+    RETURNING sale_id, held_before, held_units_before, held_at
 ), placed AS (
     INSERT INTO orders (sale_id, user_id, quantity)
     SELECT sale_id, $2, $4 FROM taken
-    RETURNING id, created_at
+    RETURNING id
 )",
-    order_or_units_seen!()
+    order_or_units_seen!(
+        "(SELECT held_before FROM taken)",
+        "(SELECT held_units_before FROM taken)",
+        "(SELECT held_at FROM taken)"
+    )
 );
 
 /// The same parameters. Picks the first bucket after the home one, going
@@ -138,16 +155,22 @@ WITH pick AS (
     ORDER BY bucket < $3, bucket
     LIMIT 1
 ), taken AS (
-    UPDATE sale_buckets b SET remaining_stock = b.remaining_stock - $4
+    UPDATE sale_buckets b SET remaining_stock = b.remaining_stock - $4,
+                              held_before = b.held_at, held_at = clock_timestamp(),
+                              held_units_before = b.held_units, held_units = $4
     FROM pick
     WHERE b.sale_id = $1 AND b.bucket = pick.bucket AND b.remaining_stock >= $4
-    RETURNING b.sale_id
+    RETURNING b.sale_id, b.held_before, b.held_units_before, b.held_at
 ), placed AS (
     INSERT INTO orders (sale_id, user_id, quantity)
     SELECT sale_id, $2, $4 FROM taken
-    RETURNING id, created_at
+    RETURNING id
 )",
-    order_or_units_seen!()
+    order_or_units_seen!(
+        "(SELECT held_before FROM taken)",
+        "(SELECT held_units_before FROM taken)",
+        "(SELECT held_at FROM taken)"
+    )
 );
 
 /// The same parameters, for `$4` units that no single bucket has. `chosen`:
@@ -191,9 +214,9 @@ WITH chosen AS (
 ), placed AS (
     INSERT INTO orders (sale_id, user_id, quantity)
     SELECT $1, $2, $4 WHERE (SELECT sum(units) FROM taken) = $4
-    RETURNING id, created_at
+    RETURNING id
 )",
-    order_or_units_seen!()
+    order_or_units_seen!("NULL::timestamptz", "NULL::integer", "NULL::timestamptz")
 );
 
 /// A purchase statement: [`HOME`], [`ELSEWHERE`] or [`SPREAD`].
@@ -249,13 +272,13 @@ pub struct SqlBuckets {
 }
 
 /// `step`'s statement for one purchase from bucket `home`: the order id if
-/// one was placed (its serial hold recorded, `super::serial`), else what the statement's snapshot saw. When the sale
-/// simulates work, the statement runs in a transaction of its own that does
-/// the work and commits if it placed the order, and otherwise ends at once:
-/// a guarded update (or `FOR UPDATE`) that waited for a row and found it
-/// emptied keeps that row locked until its transaction ends, and a purchase
-/// that carried such locks into its next statement would lock buckets out of
-/// order.
+/// one was placed (the bucket's serial hold recorded, `super::serial`),
+/// else what the statement's snapshot saw. When the sale simulates work,
+/// the statement runs in a transaction of its own that does the work and
+/// commits if it placed the order, and otherwise ends at once: a guarded
+/// update (or `FOR UPDATE`) that waited for a row and found it emptied keeps
+/// that row locked until its transaction ends, and a purchase that carried
+/// such locks into its next statement would lock buckets out of order.
 async fn attempt(
     conn: &mut sqlx::PgConnection,
     step: Step,
@@ -267,23 +290,26 @@ async fn attempt(
     let lanes = sale.buckets.unwrap_or(DEFAULT_BUCKETS);
     if !sale.knobs.simulates_work() {
         let result = run(conn, step, sale, user, home, quantity).await?;
-        return Ok(result.map(|(order_id, locked_at)| {
-            serial::held_since(NAME, locked_at, lanes);
-            order_id
-        }));
+        if let Ok((_, Some(marks))) = result {
+            marks.record(NAME, lanes);
+        }
+        return Ok(result.map(|(order_id, _)| order_id));
     }
     let mut tx = conn.begin().await?;
     let result = run(&mut tx, step, sale, user, home, quantity).await?;
-    if let Ok((_, locked_at)) = result {
+    if let Ok((_, marks)) = result {
         sale.knobs.simulate_work().await;
         tx.commit().await?;
-        serial::held_since(NAME, locked_at, lanes);
+        if let Some(marks) = marks {
+            marks.record(NAME, lanes);
+        }
     }
     Ok(result.map(|(order_id, _)| order_id))
 }
 
-/// [`attempt`]'s statement on `conn`: the order id and when it was written
-/// under the bucket's lock, or what the snapshot saw.
+/// [`attempt`]'s statement on `conn`: the order id and the bucket row's
+/// serial marks (none for a statement over several rows), or what the
+/// snapshot saw.
 async fn run(
     conn: &mut sqlx::PgConnection,
     step: Step,
@@ -291,7 +317,7 @@ async fn run(
     user: UserId,
     home: i32,
     quantity: Quantity,
-) -> Result<Result<(i64, DateTime<Utc>), Seen>, sqlx::Error> {
+) -> Result<Result<(i64, Option<Marks>), Seen>, sqlx::Error> {
     let row = sqlx::query(step.statement())
         .bind(sale.id.0)
         .bind(user.get())
@@ -299,9 +325,14 @@ async fn run(
         .bind(quantity.get())
         .fetch_one(conn)
         .await?;
-    let placed = row.get::<Option<i64>, _>(0).zip(row.get::<Option<DateTime<Utc>>, _>(3));
-    Ok(match placed {
-        Some(placed) => Ok(placed),
+    let marks = row.get::<Option<DateTime<Utc>>, _>(5).map(|held_at| Marks {
+        held_before: row.get(3),
+        units_before: row.get(4),
+        held_at,
+        began_at: row.get(6),
+    });
+    Ok(match row.get::<Option<i64>, _>(0) {
+        Some(order_id) => Ok((order_id, marks)),
         None => Err(Seen {
             most: row.get::<Option<i64>, _>(1).unwrap_or(0),
             total: row.get::<Option<i64>, _>(2).unwrap_or(0),

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::{
@@ -50,22 +51,30 @@ impl Strategy for SqlForUpdate {
         quantity: Quantity,
     ) -> Result<Outcome, StrategyError> {
         let mut tx = self.db.begin().await?;
-        let remaining: i64 =
-            sqlx::query_scalar("SELECT remaining_stock FROM sales WHERE id = $1 FOR UPDATE")
-                .bind(sale.id.0)
-                .fetch_one(&mut *tx)
-                .await?;
-        let hold = serial::Hold::start(NAME);
+        let (remaining, began_at): (i64, DateTime<Utc>) = sqlx::query_as(
+            "SELECT remaining_stock, statement_timestamp() FROM sales WHERE id = $1 FOR UPDATE",
+        )
+        .bind(sale.id.0)
+        .fetch_one(&mut *tx)
+        .await?;
         let wanted = i64::from(quantity.get());
         if remaining < wanted {
             return Ok(Outcome::SoldOut);
         }
         sale.knobs.simulate_work().await;
-        sqlx::query("UPDATE sales SET remaining_stock = remaining_stock - $2 WHERE id = $1")
-            .bind(sale.id.0)
-            .bind(wanted)
-            .execute(&mut *tx)
-            .await?;
+        // The serial marks (`super::serial`): this holder's lands at the
+        // update, the same point of every holder's critical section.
+        type Row = (Option<DateTime<Utc>>, Option<i32>, DateTime<Utc>);
+        let (held_before, units_before, held_at): Row = sqlx::query_as(
+            "UPDATE sales SET remaining_stock = remaining_stock - $2,
+                              held_before = held_at, held_at = clock_timestamp(),
+                              held_units_before = held_units, held_units = $2
+             WHERE id = $1 RETURNING held_before, held_units_before, held_at",
+        )
+        .bind(sale.id.0)
+        .bind(wanted)
+        .fetch_one(&mut *tx)
+        .await?;
         let order_id = match sqlx::query_scalar::<_, i64>(
             "INSERT INTO orders (sale_id, user_id, quantity) VALUES ($1, $2, $3) RETURNING id",
         )
@@ -79,7 +88,7 @@ impl Strategy for SqlForUpdate {
             Err(err) => return already_purchased_or(err),
         };
         tx.commit().await?;
-        hold.end();
+        serial::Marks { held_before, units_before, held_at, began_at }.record(NAME, 1);
         Ok(Outcome::Placed { order_id, quantity: quantity.get() })
     }
 

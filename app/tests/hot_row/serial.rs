@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
-use seckill::metric_names::SERIAL_HOLD_DURATION_SECONDS;
+use seckill::metric_names::{SERIAL_HOLD_DURATION_SECONDS, SERIAL_HOLD_UNITS_TOTAL};
 use seckill::sale::{Quantity, UserId};
 use seckill::strategy::Strategy;
 use seckill::strategy::sql::{NAME, Sql};
@@ -15,26 +15,36 @@ use serde_json::json;
 use super::Direct;
 use crate::support::TestApp;
 
-/// The `_sum` and `_count` of `sql`'s serial holds in `recorder`.
+/// `sql`'s serial holds in `recorder`: seconds held, and units they sold.
 fn holds(recorder: &PrometheusRecorder) -> (f64, f64) {
     let text = recorder.handle().render();
-    let read = |suffix: &str| {
-        let series = format!("{SERIAL_HOLD_DURATION_SECONDS}_{suffix}{{strategy=\"{}\"}}", NAME);
+    let read = |metric: String| {
+        let series = format!("{metric}{{strategy=\"{NAME}\"}}");
         text.lines()
             .find_map(|line| line.strip_prefix(&series))
             .map_or(0.0, |value| value.trim().parse().unwrap())
     };
-    (read("sum"), read("count"))
+    (read(format!("{SERIAL_HOLD_DURATION_SECONDS}_sum")), read(SERIAL_HOLD_UNITS_TOTAL.to_owned()))
 }
 
-/// One purchase of `sale` by `buyer` through `sql`, and how long it took.
-async fn purchase(direct: &Direct, sale: i64, buyer: i64) -> Duration {
-    let sql = Sql::new(direct.db.clone(), NAME);
+/// Buyers `buyers` buy one unit of `sale` each through `sql`, all at once;
+/// answers the longest purchase's latency.
+async fn purchases(sale: i64, buyers: std::ops::RangeInclusive<i64>) -> Duration {
+    let direct = Direct::new().await;
     let sale = direct.sale(sale).await;
-    let started = Instant::now();
-    let outcome = sql.purchase(&sale, UserId::parse(buyer).unwrap(), Quantity::ONE).await.unwrap();
-    assert!(matches!(outcome, seckill::outcome::Outcome::Placed { .. }), "{outcome:?}");
-    started.elapsed()
+    let sql = Sql::new(direct.db.clone(), NAME);
+    let buy = |buyer: i64| {
+        let (sale, sql) = (sale.clone(), &sql);
+        async move {
+            let started = Instant::now();
+            let outcome = sql.purchase(&sale, UserId::parse(buyer).unwrap(), Quantity::ONE).await;
+            let outcome = outcome.unwrap();
+            assert!(matches!(outcome, seckill::outcome::Outcome::Placed { .. }), "{outcome:?}");
+            started.elapsed()
+        }
+    };
+    let latencies = futures_util::future::join_all(buyers.map(buy)).await;
+    latencies.into_iter().max().unwrap()
 }
 
 // A current-thread runtime (the default): every task of the test runs on
@@ -47,7 +57,9 @@ async fn the_hold_grows_with_work_under_the_row_lock_and_not_with_waiting_for_it
     let app = TestApp::spawn().await;
     let direct = Direct::new().await;
 
-    // Waiting 300 ms for the row (a transaction holds it) before the lock.
+    // Four buyers queue 300 ms for the row, which a transaction holds: each
+    // after the first waited through the previous one's hold, and measures
+    // it — short, however long they all waited before.
     let sale = app.sale("sql", 10).await;
     let mut holder = direct.db.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM sales WHERE id = $1 FOR UPDATE")
@@ -55,24 +67,21 @@ async fn the_hold_grows_with_work_under_the_row_lock_and_not_with_waiting_for_it
         .execute(&mut *holder)
         .await
         .unwrap();
-    let buyer = Direct::new().await;
-    let waiting = tokio::spawn(async move { purchase(&buyer, sale, 1).await });
+    let queued = tokio::spawn(purchases(sale, 1..=4));
     tokio::time::sleep(Duration::from_millis(300)).await;
     holder.commit().await.unwrap();
-    let latency = waiting.await.unwrap();
-    let (sum, count) = holds(&recorder);
-    assert_eq!(count, 1.0);
-    assert!(latency >= Duration::from_millis(300), "it waited: {latency:?}");
-    assert!(sum < 0.1, "but held the row {sum} s: the wait is not the hold");
+    let latency = queued.await.unwrap();
+    let (waited, units) = holds(&recorder);
+    assert!(latency >= Duration::from_millis(300), "they waited: {latency:?}");
+    assert!(units >= 2.0, "the queued buyers measured the holds before theirs: {units}");
+    assert!(waited / units < 0.05, "but each hold was short: {} s", waited / units);
 
-    // 100 ms (± 50 %) of work while the row is locked.
+    // 100 ms (± 50 %) of work while the row is locked: the holds grow.
     let body = json!({ "name": "slow", "stock": 10, "strategy": "sql", "work_ms": 100 });
     let slow = app.create_sale(body).await["id"].as_i64().unwrap();
-    for buyer in 1..=3 {
-        purchase(&direct, slow, buyer).await;
-    }
-    let (slow_sum, slow_count) = holds(&recorder);
-    assert_eq!(slow_count, 4.0);
-    let held = (slow_sum - sum) / 3.0;
-    assert!(held >= 0.05, "work under the lock is held: {held} s a purchase");
+    purchases(slow, 1..=4).await;
+    let (sum, all) = holds(&recorder);
+    let held = (sum - waited) / (all - units);
+    assert!(all - units >= 2.0, "{all} units");
+    assert!(held >= 0.05, "work under the lock is held: {held} s a unit");
 }

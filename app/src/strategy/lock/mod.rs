@@ -447,7 +447,11 @@ impl<L: SaleLock> Inner<L> {
             .unwrap_or(Ok(Err(Refusal::TooLong)));
         let ended_at = Utc::now();
         let released = self.lock.release(sale, held).await;
-        hold.end();
+        let sold = match &attempt {
+            Ok(Ok(Outcome::Placed { quantity, .. })) => *quantity as u64,
+            _ => 0,
+        };
+        hold.end(sold);
         self.shared.intervals.record(sale.id, started_at, ended_at);
         match released {
             Ok(Release::Released) => {}

@@ -218,7 +218,10 @@ pub async fn settle(
         sales.extend(after);
     }
     tx.commit().await?;
-    hold.end();
+    let placed = batch.iter().zip(&resolutions).filter_map(|(message, resolution)| {
+        matches!(resolution, Some(Resolution::Placed { .. })).then_some(message.quantity as u64)
+    });
+    hold.end(placed.sum());
     Ok(Settled {
         resolutions: resolutions.into_iter().map(|r| r.unwrap_or(Resolution::Rejected)).collect(),
         sales,
@@ -403,7 +406,9 @@ async fn settle_sale(
         .filter(|(_, decision)| **decision == Decision::Grant)
         .map(|(message, _)| (message.user_id, message.quantity))
         .collect();
-    let order_of = batch::take_stock_and_order(tx, sale_id, &granted).await?;
+    // The consumer's transaction is its serial hold (`settle`): the row's
+    // marks, which no one waits for here, are left unread.
+    let (order_of, _) = batch::take_stock_and_order(tx, sale_id, &granted, locked.began_at).await?;
     let resolved = resolve(&messages, &allocation.decisions, &order_of);
     let recorded: Vec<(PurchaseMessage, Resolution)> = (0..messages.len())
         .filter(|&k| allocation.decisions[k].records())

@@ -135,7 +135,6 @@ async fn together(
         // No such sale: the `sql` statement finds no row to take from.
         return Ok(vec![Outcome::SoldOut; purchases.len()]);
     };
-    let hold = serial::Hold::start(NAME);
     // Only the buyers whose quantity the stock covers can be refused for an
     // order they have; a sold-out sale reads none.
     let users: Vec<i64> = purchases
@@ -155,13 +154,16 @@ async fn together(
         .filter(|(_, turn)| **turn == Turn::Grant)
         .map(|(p, _)| (p.user.get(), p.quantity.get()))
         .collect();
-    let order_of = batch::take_stock_and_order(&mut tx, sale.0, &granted).await?;
+    let (order_of, marks) =
+        batch::take_stock_and_order(&mut tx, sale.0, &granted, locked.began_at).await?;
     let outcomes = outcomes(purchases, &turns, &order_of)?;
     if !granted.is_empty() {
         locked.knobs.simulate_work().await;
     }
     tx.commit().await?;
-    hold.end();
+    if let Some(marks) = marks {
+        marks.record(NAME, 1);
+    }
     Ok(outcomes)
 }
 
@@ -224,7 +226,11 @@ async fn one_by_one(
         locked.knobs.simulate_work().await;
     }
     tx.commit().await?;
-    hold.end();
+    let placed = answers.iter().map(|answer| match answer {
+        Ok(Outcome::Placed { quantity, .. }) => *quantity as u64,
+        _ => 0,
+    });
+    hold.end(placed.sum());
     Ok(answers)
 }
 
