@@ -1,6 +1,7 @@
 //! [`Weighted`]: this process in a group of the cgroup v1 `cpu` controller
 //! of its own, weighted above its neighbours, and [`start_outside`]: the
-//! processes it starts stay where it was.
+//! processes it starts stay where it was. [`Budget`]: other processes in a
+//! group whose CPU time is capped at a number of cores.
 //!
 //! A load generator that must send on a schedule shares the cores with the
 //! service it measures; when the service keeps them busy, the generator's
@@ -173,6 +174,148 @@ pub fn move_outside(pid: u32) {
     }
 }
 
+/// The period of a [`Budget`]'s CFS quota, microseconds: the kernel's
+/// default (`cpu.cfs_period_us`, 100 ms).
+pub const BUDGET_PERIOD_US: u64 = 100_000;
+
+/// Processes in a `cpu` group of their own whose CPU time is capped by the
+/// CFS bandwidth controller at `cores` × the period per period
+/// (`cpu.cfs_quota_us`; Linux, `Documentation/scheduler/sched-bwc.rst`):
+/// together they run on at most that many cores' worth of time, whatever
+/// the machine has, while processes outside keep the rest.
+///
+/// Children a member forks later (a Postgres backend forked by the
+/// postmaster) start inside, as every child starts in its parent's group.
+/// Dropping the budget moves every process still inside back — each to the
+/// group it came from, a child born inside to the group the budget was made
+/// in — and removes the group. A budget whose owner died without dropping
+/// it (killed) is emptied the same way and removed by the next
+/// [`Budget::create`] on the machine, so that no server stays capped.
+#[derive(Debug)]
+pub struct Budget {
+    dir: PathBuf,
+    /// The group the budget was made in.
+    parent: PathBuf,
+    /// Each admitted process and the group it came from.
+    homes: Vec<(u32, PathBuf)>,
+    cores: f64,
+}
+
+impl Budget {
+    /// A new group `seckill-budget-<pid>` below this process's `cpu` group,
+    /// capped at `cores` (above 0; a quota below the kernel's 1 ms minimum
+    /// is refused). The cores the kernel took are [`Budget::cores`].
+    ///
+    /// Errors: as [`Weighted::enter`] (no cgroup v1 `cpu` controller, not
+    /// root), or a quota the kernel refused.
+    pub fn create(cores: f64) -> Result<Budget, String> {
+        if !(cores.is_finite() && cores > 0.0) {
+            return Err(format!("a CPU budget of {cores} cores: give a number above 0"));
+        }
+        let parent = own_cpu_group()?;
+        remove_orphans(&parent);
+        let dir = parent.join(format!("seckill-budget-{}", std::process::id()));
+        let fail = |what: &str, err: std::io::Error| format!("{what} {}: {err}", dir.display());
+        match std::fs::create_dir(&dir) {
+            Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(fail("creating the cpu group", err));
+            }
+            _ => {}
+        }
+        let quota = (cores * BUDGET_PERIOD_US as f64).round() as u64;
+        let written = std::fs::write(dir.join("cpu.cfs_period_us"), BUDGET_PERIOD_US.to_string())
+            .and_then(|()| std::fs::write(dir.join("cpu.cfs_quota_us"), quota.to_string()))
+            .and_then(|()| read_u64(&dir.join("cpu.cfs_quota_us")))
+            .and_then(|q| Ok((q, read_u64(&dir.join("cpu.cfs_period_us"))?)));
+        match written {
+            Ok((quota, period)) if period > 0 => {
+                let cores = quota as f64 / period as f64;
+                Ok(Budget { dir, parent, homes: Vec::new(), cores })
+            }
+            Ok(_) => Err(format!("{} has no CFS period", dir.display())),
+            Err(err) => {
+                let _ = std::fs::remove_dir(&dir);
+                Err(fail("setting the CPU quota of", err))
+            }
+        }
+    }
+
+    /// The cores the budget allows, as the kernel took them (quota ÷
+    /// period).
+    pub fn cores(&self) -> f64 {
+        self.cores
+    }
+
+    /// Moves process `pid` (every thread) into the budget, remembering the
+    /// group it was in. Errors: the process has ended, or the move was
+    /// refused.
+    pub fn admit(&mut self, pid: u32) -> Result<(), String> {
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .map_err(|err| format!("process {pid}: {err}"))?;
+        let home = self.group_dir(cpu_path(&cgroup).unwrap_or("/"));
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string())
+            .map_err(|err| format!("moving process {pid} into {}: {err}", self.dir.display()))?;
+        self.homes.push((pid, home));
+        Ok(())
+    }
+
+    /// Microseconds the kernel held the budget's processes back because
+    /// they had used their quota (`cpu.stat`'s `throttled_time`, in
+    /// nanoseconds there), since the budget was made.
+    pub fn throttled_us(&self) -> u64 {
+        let stat = std::fs::read_to_string(self.dir.join("cpu.stat")).unwrap_or_default();
+        let ns = stat.lines().find_map(|line| line.strip_prefix("throttled_time "));
+        ns.and_then(|ns| ns.trim().parse::<u64>().ok()).unwrap_or(0) / 1_000
+    }
+
+    /// The directory of the group at `path` of the `cpu` hierarchy.
+    fn group_dir(&self, path: &str) -> PathBuf {
+        let mount = self.parent.ancestors().find(|a| a.join("cgroup.sane_behavior").exists());
+        let mount = mount.unwrap_or(&self.parent);
+        mount.join(path.trim_start_matches('/'))
+    }
+}
+
+impl Drop for Budget {
+    fn drop(&mut self) {
+        for pid in procs(&self.dir) {
+            let home = self.homes.iter().find(|(p, _)| *p == pid).map(|(_, h)| h);
+            let home = home.filter(|h| h.is_dir()).unwrap_or(&self.parent);
+            let _ = std::fs::write(home.join("cgroup.procs"), pid.to_string());
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Empties and removes the budgets below `parent` whose owner has ended.
+fn remove_orphans(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(owner) = name.to_str().and_then(|n| n.strip_prefix("seckill-budget-")) else {
+            continue;
+        };
+        if Path::new("/proc").join(owner).exists() {
+            continue;
+        }
+        for pid in procs(&entry.path()) {
+            let _ = std::fs::write(parent.join("cgroup.procs"), pid.to_string());
+        }
+        let _ = std::fs::remove_dir(entry.path());
+    }
+}
+
+/// The processes of the group at `dir`.
+fn procs(dir: &Path) -> Vec<u32> {
+    let listed = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    listed.lines().filter_map(|line| line.trim().parse().ok()).collect()
+}
+
+fn read_u64(path: &Path) -> std::io::Result<u64> {
+    let text = std::fs::read_to_string(path)?;
+    text.trim().parse().map_err(|_| std::io::Error::other(format!("{}: {text}", path.display())))
+}
+
 /// The directory of this process's `cpu` group: the mount point of the
 /// cgroup v1 hierarchy with the `cpu` controller (`/proc/self/mountinfo`)
 /// joined with the process's path in it (`/proc/self/cgroup`).
@@ -290,5 +433,45 @@ mod tests {
         assert_eq!(least.shares(), 2);
         drop(least);
         assert_eq!(group_of(me), home);
+    }
+
+    /// CPU seconds process `pid` has used (`/proc/<pid>/stat` fields 14
+    /// and 15, in clock ticks of 1/100 s).
+    fn cpu_s(pid: u32) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after.split(' ').collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        ticks as f64 / 100.0
+    }
+
+    #[test]
+    fn a_budget_caps_its_processes_and_sends_them_home() {
+        if cpu_path(&std::fs::read_to_string("/proc/self/cgroup").unwrap()).is_none() {
+            return eprintln!("no cgroup v1 cpu controller here: nothing to test");
+        }
+        assert!(Budget::create(0.0).unwrap_err().contains("above 0"));
+        let mut budget = match Budget::create(0.25) {
+            Ok(budget) => budget,
+            Err(err) => return assert!(err.contains("cpu group"), "{err}"),
+        };
+        assert_eq!(budget.cores(), 0.25);
+        let mut spinner = Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap();
+        let home = group_of(spinner.id());
+        budget.admit(spinner.id()).unwrap();
+        assert!(group_of(spinner.id()).contains("seckill-budget-"), "{}", group_of(spinner.id()));
+        let before = cpu_s(spinner.id());
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let used = (cpu_s(spinner.id()) - before) / 2.0;
+        // A spinning process takes a whole core when it may; capped, a
+        // quarter (and a tick of rounding).
+        assert!(used <= 0.25 + 0.06, "used {used} cores under a budget of 0.25");
+        assert!(budget.throttled_us() > 0, "the kernel held it back");
+        let dir = budget.dir.clone();
+        drop(budget);
+        assert_eq!(group_of(spinner.id()), home, "back where it was");
+        assert!(!dir.exists(), "the group is removed");
+        spinner.kill().unwrap();
+        spinner.wait().unwrap();
     }
 }
