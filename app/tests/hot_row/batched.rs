@@ -17,7 +17,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::{Direct, assert_exact, burst, buy, orders, outcome, tally, two_instances};
-use crate::support::{TestApp, eventually, provoking};
+use crate::support::{TestApp, eventually, hold_sale_row, provoking};
 
 /// The batch statistics of `sale` over `apps`.
 async fn batch_stats(apps: &[&TestApp], sale: i64) -> BatchStats {
@@ -156,12 +156,7 @@ async fn batched_answers(
     purchases: &[(i64, i64)],
 ) -> (Vec<String>, BatchStats) {
     let record = direct.sale(sale).await;
-    let mut holder = direct.db.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM sales WHERE id = $1 FOR UPDATE")
-        .bind(sale)
-        .execute(&mut *holder)
-        .await
-        .unwrap();
+    let mut holder = hold_sale_row(&direct.db, sale).await;
     let holder_pid: i32 =
         sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *holder).await.unwrap();
     type Pending<'a> = Pin<Box<dyn Future<Output = Result<Outcome, StrategyError>> + Send + 'a>>;

@@ -13,7 +13,7 @@ use seckill::strategy::sql::{NAME, Sql};
 use serde_json::json;
 
 use super::Direct;
-use crate::support::TestApp;
+use crate::support::{TestApp, hold_sale_row};
 
 /// `sql`'s serial holds in `recorder`: seconds held, and units they sold.
 fn holds(recorder: &PrometheusRecorder) -> (f64, f64) {
@@ -61,12 +61,7 @@ async fn the_hold_grows_with_work_under_the_row_lock_and_not_with_waiting_for_it
     // after the first waited through the previous one's hold, and measures
     // it — short, however long they all waited before.
     let sale = app.sale("sql", 10).await;
-    let mut holder = direct.db.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM sales WHERE id = $1 FOR UPDATE")
-        .bind(sale)
-        .execute(&mut *holder)
-        .await
-        .unwrap();
+    let holder = hold_sale_row(&direct.db, sale).await;
     let queued = tokio::spawn(purchases(sale, 1..=4));
     tokio::time::sleep(Duration::from_millis(300)).await;
     holder.commit().await.unwrap();

@@ -11,7 +11,7 @@ use serde_json::json;
 use test_support::RedisServer;
 
 use super::harness::{REDIS_URL, sale_with, unique_prefix};
-use crate::support::{TestApp, eventually};
+use crate::support::{TestApp, eventually, hold_sale_row};
 
 /// The bound under test.
 const HOLD: Duration = Duration::from_millis(300);
@@ -106,12 +106,7 @@ async fn a_fenced_write_that_hung_on_postgres_past_the_bound_leaves_the_books_ex
     // Another transaction holds the sale's row: the next purchase claims
     // and reads, then its write waits on that lock, a Postgres call that
     // hangs, holding its share lock on the claim row.
-    let mut blocker = app.db.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM sales WHERE id = $1 FOR UPDATE")
-        .bind(sale)
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
+    let blocker = hold_sale_row(&app.db, sale).await;
     let took = cut_off(&app, sale, 2).await;
     assert!(took >= HOLD && took < WAIT / 2, "answered after {took:?}");
 

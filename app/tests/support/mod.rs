@@ -194,6 +194,19 @@ pub async fn buy(app: &TestApp, sale: i64, user: i64) -> (StatusCode, Value) {
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
+/// A transaction of its own holding `sale`'s row lock (`SELECT … FOR
+/// UPDATE`): every purchase that writes the row queues behind it until it
+/// commits or is dropped.
+pub async fn hold_sale_row(db: &PgPool, sale: i64) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut holder = db.begin().await.expect("a transaction");
+    sqlx::query("SELECT 1 FROM sales WHERE id = $1 FOR UPDATE")
+        .bind(sale)
+        .execute(&mut *holder)
+        .await
+        .expect("the sale row locked");
+    holder
+}
+
 /// The `type` of a problem+json answer, after checking its content type.
 pub async fn problem_type(response: Response) -> String {
     let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
