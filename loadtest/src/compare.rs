@@ -86,14 +86,31 @@ async fn run_to_end(mut args: CompareArgs, total: u64, sofar: &SoFar) -> anyhow:
         .map(|i| servers.links.instance_env(i, &args.database_url, &args.redis_url))
         .collect::<anyhow::Result<_>>()?;
     let instances = Instances::start(&settings, redlock.as_ref()).await?;
+    let budget = match args.service_cpu_budget {
+        Some(cores) => {
+            progress.stage(&format!("capping the service side at {cores} cores"));
+            let budget = crate::cpu::budget_service(cores, &instances.pids());
+            match budget {
+                Ok(budget) => Some(budget),
+                Err(err) => {
+                    stop(instances, &args).await;
+                    anyhow::bail!("--service-cpu-budget: {err}");
+                }
+            }
+        }
+        None => None,
+    };
     // On a broker of its own, the queues go with the node.
     if args.target.is_empty() && servers.broker.is_none() {
         sofar.queues_declared(&instances.amqp_prefix, &args.amqp_url);
     }
     let result = compare(&args, &instances, &servers, &mut progress, sofar).await;
     stop(instances, &args).await;
+    // The servers go back to their own groups before anything else runs.
+    let budget_cores = budget.map(|budget| budget.cores());
     progress.finish();
-    let report = result?;
+    let mut report = result?;
+    report.machine.service_cpu_budget_cores = budget_cores;
     write_reports(&report, &args.out)?;
     if let Some(live) = &live {
         live.done(&format!("finished: reports written in {}", args.out.display()));

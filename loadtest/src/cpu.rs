@@ -137,6 +137,37 @@ fn round(value: f64, digits: i32) -> f64 {
     (value * scale).round() / scale
 }
 
+/// Caps the service side at `cores` ([`owned_servers::cpu_group::Budget`]):
+/// the instances `instances` and every process of this machine that
+/// [`group_of`] puts in the Postgres, Redis or RabbitMQ group — the
+/// processes whose CPU the report calls the service's. The load generator
+/// stays outside. Errors: the budget could not be made, or a process could
+/// not be moved (one that ended meanwhile is skipped).
+pub fn budget_service(
+    cores: f64,
+    instances: &[u32],
+) -> Result<owned_servers::cpu_group::Budget, String> {
+    let mut budget = owned_servers::cpu_group::Budget::create(cores)?;
+    let mut system = System::new();
+    system.refresh_processes_specifics(ProcessesToUpdate::All, true, ProcessRefreshKind::nothing());
+    let loadgen = std::process::id();
+    let servers = system.processes().iter().filter(|(_, process)| process.thread_kind().is_none());
+    let servers = servers.filter_map(|(pid, process)| {
+        let group = group_of(pid.as_u32(), &process.name().to_string_lossy(), loadgen, instances);
+        matches!(group, Some(Group::Postgres | Group::Redis | Group::Rabbitmq))
+            .then_some(pid.as_u32())
+    });
+    let pids: Vec<u32> = instances.iter().copied().chain(servers).collect();
+    for pid in pids {
+        if let Err(err) = budget.admit(pid)
+            && std::path::Path::new(&format!("/proc/{pid}")).exists()
+        {
+            return Err(err);
+        }
+    }
+    Ok(budget)
+}
+
 /// How often a [`Sampler`] reads every process' CPU time: a tenth of the
 /// shortest steady window that ranks is 300 ms, so the window's bounds fall
 /// within a fifth of that of a reading; one reading of every process costs

@@ -7,6 +7,7 @@ mod admin;
 mod agreement;
 mod balancer;
 mod bench;
+mod capacity;
 mod ceilings;
 mod compare;
 mod cost;
@@ -75,6 +76,40 @@ enum Command {
     /// its report's runs. Prints one line per strategy and figure; exits 1
     /// when any rule fails (docs/report-format.md, "Agreement").
     Agree(AgreeArgs),
+    /// Project each strategy's sell-through onto described deployments
+    /// from what its runs measured per unit (serial time and CPU per tier),
+    /// naming the limit each meets first; with --check, test the model on
+    /// comparisons made at several `--service-cpu-budget`s: each budget's
+    /// median sell-through against the projection from the other budgets'
+    /// runs (docs/scaling.md). Prints the tables and writes capacity.md
+    /// and capacity.html into --out.
+    Project(ProjectArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ProjectArgs {
+    /// A comparison's report.json (repeatable: their runs are pooled).
+    #[arg(long, required = true)]
+    pub report: Vec<PathBuf>,
+    /// A deployment to project onto (TOML: `deploy/capacity/*.toml`;
+    /// repeatable).
+    #[arg(long)]
+    pub deployment: Vec<PathBuf>,
+    /// Check the model across the reports' CPU budgets (two budgets at
+    /// least, each report made with `--service-cpu-budget`).
+    #[arg(long)]
+    pub check: bool,
+    /// Where capacity.md and capacity.html are written.
+    #[arg(long, default_value = "target/loadtest/capacity")]
+    pub out: PathBuf,
+}
+
+/// A number of cores above 0 and at most 1024.
+fn parse_cores(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(cores) if cores > 0.0 && cores <= 1024.0 => Ok(cores),
+        _ => Err(format!("{text}: a number of cores above 0 and at most 1024, such as 0.5")),
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -240,6 +275,18 @@ pub struct CompareArgs {
     /// `haproxy` program; not with --target.
     #[arg(long, conflicts_with = "target")]
     pub haproxy: bool,
+
+    /// Cap the service side — the instances and every Postgres, Redis and
+    /// RabbitMQ process on this machine, the processes the CPU figures call
+    /// the service — at this many cores for the whole comparison, with a
+    /// cgroup v1 `cpu` quota (needs root), while the load generator keeps
+    /// the rest; they are moved back when it ends. Recorded as
+    /// `machine.service_cpu_budget_cores`; `loadtest project --check` reads
+    /// comparisons at several budgets. Not with --target or --faults (a
+    /// restarted process would start outside the budget).
+    #[arg(long, value_name = "CORES", conflicts_with_all = ["target", "faults"],
+          value_parser = parse_cores)]
+    pub service_cpu_budget: Option<f64>,
 
     /// Use running services at these base URLs instead of starting instances
     /// (repeatable). Their admin token is read from `SECKILL_ADMIN_TOKEN`
@@ -425,6 +472,15 @@ async fn main() -> std::process::ExitCode {
             compare::drain_check(args).await.map(|checked| checked.map(|()| true))
         }
         Command::Agree(args) => return agreement::run(&args.first, &args.second),
+        Command::Project(args) => {
+            return match capacity::run(&args.report, &args.deployment, args.check, &args.out) {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: {err:#}");
+                    std::process::ExitCode::FAILURE
+                }
+            };
+        }
     };
     let result = match result {
         Ok(result) => result,

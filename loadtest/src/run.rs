@@ -32,7 +32,7 @@ use crate::fault::{self, FaultKind, FaultRecord, Hit};
 use crate::instances::Instances;
 use crate::profile::{Plan, Profile};
 use crate::progress::Progress;
-use crate::report::{self, BatchSizes, Cost, LockStats, Ratio, Run};
+use crate::report::{self, BatchSizes, Cost, LockStats, Ratio, Run, Tiers};
 use crate::scenario::arrival::{self, ArrivalPhase, ArrivalRecord};
 use crate::scenario::payment;
 use crate::scenario::{self, Answer, AnswerLog, Latency, OutcomeCounters, PhaseResult, per_second};
@@ -147,6 +147,11 @@ struct FaultPhase {
 struct Counted {
     redis_round_trips: Option<f64>,
     amqp_messages: Option<f64>,
+    /// Seconds the sale's serial resource was held, in the holds the
+    /// service recorded.
+    serial_hold_s: Option<f64>,
+    /// Units those holds sold.
+    serial_units: Option<f64>,
     /// `max_concurrency` is read from the instances afterwards.
     lock: Option<LockStats>,
 }
@@ -228,7 +233,8 @@ pub async fn run_one(
         fault,
         delays,
     };
-    Ok(assemble(measured, bench.round, bench.args.steady_window_s))
+    let cores = bench.args.service_cpu_budget.unwrap_or(cpus() as f64);
+    Ok(assemble(measured, bench.round, bench.args.steady_window_s, cores))
 }
 
 /// A pilot sale of `key`'s strategy and profile with `stock` units (see
@@ -918,6 +924,8 @@ impl Counted {
         Ok(Counted {
             redis_round_trips: delta(&scrape::REDIS_ROUND_TRIPS)?,
             amqp_messages: delta(&scrape::AMQP_MESSAGES)?,
+            serial_hold_s: delta(&scrape::SERIAL_HOLD)?,
+            serial_units: delta(&scrape::SERIAL_UNITS)?,
             lock,
         })
     }
@@ -1000,11 +1008,21 @@ fn cost(counted: &Counted, phases: &Phases) -> Cost {
         .and_then(|cpu| cpu.steady_service_s)
         .filter(|_| steady_units > 0)
         .map(|s| s * 1000.0 / steady_units as f64);
+    let serial_ms_per_unit = counted
+        .serial_hold_s
+        .zip(counted.serial_units)
+        .filter(|&(_, units)| units > 0.0)
+        .map(|(held, units)| held * 1000.0 / units);
     Cost {
         redis_round_trips_per_unit: counted.redis_round_trips.and_then(per_unit),
         pg_xacts_per_unit: per_unit(PgXacts::between(xacts_before, xacts_after) as f64),
         amqp_messages_per_unit: counted.amqp_messages.and_then(per_unit),
         cpu_ms_per_unit,
+        cpu_ms_per_unit_by_tier: cpu_ms_per_unit
+            .zip(phases.cpu.as_ref())
+            .map(|(total, cpu)| Tiers::split(total, cpu)),
+        serial_ms_per_unit,
+        serial_ceiling_per_s: serial_ms_per_unit.map(|ms| 1000.0 / ms),
         peak_rss_mb: phases.peak_rss_mb,
     }
 }
@@ -1054,7 +1072,7 @@ impl QueueFigures {
 /// The run record of what was measured, judged against its expectation
 /// (`ratio.sell_through_vs_sql_strategy` is filled in once every run is in,
 /// by [`report::relate_to_sql`]).
-fn assemble(m: Measured, round: &Round, min_window_s: f64) -> Run {
+fn assemble(m: Measured, round: &Round, min_window_s: f64, cores: f64) -> Run {
     let cost = cost(&m.counted, &m.phases);
     let Measured {
         key,
@@ -1099,7 +1117,7 @@ fn assemble(m: Measured, round: &Round, min_window_s: f64) -> Run {
         rejection_rps: rates.rejection_rps,
         http_rps: Some(phases.http_rps),
         ceiling_undershot: rates.ceiling_undershot,
-        cpu_over_cores: cpu_over_cores(phases.cpu.as_ref(), cpus()),
+        cpu_over_cores: cpu_over_cores(phases.cpu.as_ref(), cores),
         units_sold: audit.units_sold,
         orders: audit.orders,
         remaining_stock: audit.remaining_stock,
@@ -1150,11 +1168,26 @@ fn cpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
-/// Whether the service side kept more than `cpus` cores busy over the
-/// steady window: impossible on this machine, so a measurement that cannot
-/// be read as consistent.
-fn cpu_over_cores(cpu: Option<&Cpu>, cpus: usize) -> bool {
-    cpu.and_then(|c| c.steady_service_cores).is_some_and(|cores| cores > cpus as f64)
+/// The CPU time a steady window may read beyond its cores × seconds and
+/// still be consistent, in periods of the kernel's CPU quota: a quota (a
+/// `--service-cpu-budget`) is granted per period of 100 ms (the CFS
+/// bandwidth period, `cpu.cfs_period_us`), so a window whose ends fall
+/// inside periods can take in up to one period's quota more at each end.
+const OVER_CORES_SLACK_PERIODS: f64 = 2.0;
+
+/// Whether the service side kept more than `cores` busy over the steady
+/// window — the machine's CPUs, or the service's CPU budget — beyond what
+/// the quota's periods at the window's ends allow: impossible, so a
+/// measurement that cannot be read as consistent.
+fn cpu_over_cores(cpu: Option<&Cpu>, cores: f64) -> bool {
+    let Some((used_s, used_cores)) =
+        cpu.and_then(|c| Some((c.steady_service_s?, c.steady_service_cores?)))
+    else {
+        return false;
+    };
+    let window_s = if used_cores > 0.0 { used_s / used_cores } else { return false };
+    let period_s = owned_servers::cpu_group::BUDGET_PERIOD_US as f64 / 1e6;
+    used_s > cores * (window_s + OVER_CORES_SLACK_PERIODS * period_s)
 }
 
 /// A run's rates (see docs/report-format.md) and their ratios to the
@@ -1350,6 +1383,10 @@ seckill_lock_renewals_total{strategy=\"lock/token\"} 0
 seckill_lock_timeouts_total{strategy=\"lock/token\"} 4
 seckill_fence_rejections_total{strategy=\"lock/token\"} 0
 seckill_amqp_messages_total{direction=\"published\"} 12
+seckill_serial_hold_duration_seconds_sum{strategy=\"lock/token\"} 0.25
+seckill_serial_hold_units_total{strategy=\"lock/token\"} 20
+seckill_serial_hold_duration_seconds_sum{strategy=\"sql\"} 0.5
+seckill_serial_hold_units_total{strategy=\"sql\"} 100
 ";
 
     #[test]
@@ -1360,7 +1397,10 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         assert_eq!(token.amqp_messages, None, "lock/token does not use RabbitMQ");
         let lock = token.lock.expect("a lock strategy has lock stats");
         assert_eq!((lock.renewals, lock.lock_timeouts, lock.fence_rejections), (0, 4, 0));
-        assert_eq!(Counted::of(key("sql").strategy, &counters).unwrap(), Counted::default());
+        assert_eq!((token.serial_hold_s, token.serial_units), (Some(0.25), Some(20.0)));
+        let sql =
+            Counted { serial_hold_s: Some(0.5), serial_units: Some(100.0), ..Counted::default() };
+        assert_eq!(Counted::of(key("sql").strategy, &counters).unwrap(), sql);
         // A Redis strategy whose series is missing fails the run.
         let err = Counted::of(key("redis-decr").strategy, &counters).unwrap_err();
         assert!(err.to_string().contains("strategy=\"redis-decr\""), "{err}");
@@ -1468,7 +1508,12 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             },
             undersold: undersold(std::slice::from_ref(&total), &[300]),
             audit: total,
-            counted: Counted { redis_round_trips: Some(250.0), ..Counted::default() },
+            counted: Counted {
+                redis_round_trips: Some(250.0),
+                serial_hold_s: Some(0.05),
+                serial_units: Some(100.0),
+                ..Counted::default()
+            },
             fault: None,
             delays: LifecycleDelays::default(),
         }
@@ -1476,7 +1521,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
 
     #[test]
     fn a_run_record_holds_the_ratios_costs_and_verdict_of_its_measurements() {
-        let run = assemble(measured("sql", 100), &ceilings(), 1.0);
+        let run = assemble(measured("sql", 100), &ceilings(), 1.0, 2.0);
         assert_eq!((run.strategy.as_str(), run.profile.as_str(), run.repeat), ("sql", "burst", 2));
         assert_eq!((run.expected, run.verdict), (Expectation::Correct, Verdict::Ok));
         assert_eq!((run.buyers, run.demanded_units, run.sales, run.instances), (300, 300, 1, 2));
@@ -1489,6 +1534,15 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         assert!(!run.ceiling_undershot);
         assert_eq!(run.cost.pg_xacts_per_unit, Some(3.0), "330 transactions − 30 nudges");
         assert_eq!(run.cost.cpu_ms_per_unit, Some(10.0), "0.8 s of service CPU, 80 units");
+        // The phase's service CPU was 0.5 + 0.4 + 0 + 0.1 s: the 10 ms split
+        // by those shares.
+        let tiers = run.cost.cpu_ms_per_unit_by_tier.unwrap();
+        assert_eq!(
+            (tiers.instances, tiers.postgres, tiers.redis, tiers.rabbitmq),
+            (5.0, Some(4.0), Some(0.0), Some(1.0))
+        );
+        assert_eq!(run.cost.serial_ms_per_unit, Some(0.5), "50 ms held for 100 units");
+        assert_eq!(run.cost.serial_ceiling_per_s, Some(2000.0));
         assert!(!run.cpu_over_cores);
         assert_eq!(run.cost.redis_round_trips_per_unit, Some(2.5));
         assert_eq!(run.cost.amqp_messages_per_unit, None);
@@ -1501,7 +1555,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         let mut m = measured("sql", 100);
         m.phases.rejection = phase(1_100, 1.0, None);
         m.phases.window = Some(Window { units: 80, seconds: 0.4, from: at(0), to: at(400) });
-        let run = assemble(m, &ceilings(), 1.0);
+        let run = assemble(m, &ceilings(), 1.0, 2.0);
         assert!(run.ceiling_undershot, "1 100 answers/s against http_rps 1 000");
         assert_eq!((run.sell_through_per_s, run.too_short_to_rank), (Some(200.0), true));
     }
@@ -1516,15 +1570,27 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         let window = Window { units: 80, seconds: 1.6, from: at(200), to: at(1_800) };
         let cpu = steady_cpu(phase_cpu_only(), &readings, Some(&window));
         assert_eq!((cpu.steady_service_s, cpu.steady_service_cores), (Some(0.8), Some(0.5)));
-        assert!(!cpu_over_cores(Some(&cpu), 2));
+        assert!(!cpu_over_cores(Some(&cpu), 2.0));
         // 3.1 CPU-seconds a second on 2 cores cannot be: flagged.
-        let busy = Cpu { steady_service_cores: Some(3.1), ..cpu.clone() };
-        assert!(cpu_over_cores(Some(&busy), 2) && !cpu_over_cores(Some(&busy), 4));
-        assert!(!cpu_over_cores(None, 2), "not measured is not flagged");
+        let over = |cores: f64| Cpu {
+            steady_service_s: Some(cores * 1.6),
+            steady_service_cores: Some(cores),
+            ..cpu.clone()
+        };
+        let busy = over(3.1);
+        assert!(cpu_over_cores(Some(&busy), 2.0) && !cpu_over_cores(Some(&busy), 4.0));
+        assert!(!cpu_over_cores(None, 2.0), "not measured is not flagged");
         let mut m = measured("sql", 100);
         m.phases.cpu = Some(busy);
-        let run = assemble(m, &ceilings(), 1.0);
-        assert!(run.cpu_over_cores || cpus() > 3);
+        let run = assemble(m, &ceilings(), 1.0, 2.0);
+        assert!(run.cpu_over_cores);
+        // Under a budget of 1 core, 1.5 busy cores are as impossible.
+        let budgeted = over(1.5);
+        assert!(cpu_over_cores(Some(&budgeted), 1.0) && !cpu_over_cores(Some(&budgeted), 2.0));
+        // A quota is granted per 100 ms period: a window may take in one
+        // more at each end, 0.2 s of a core over 1.6 s, and no more.
+        assert!(!cpu_over_cores(Some(&over(0.55)), 0.5), "0.88 s ≤ 0.5 × 1.8 s");
+        assert!(cpu_over_cores(Some(&over(0.57)), 0.5), "0.912 s > 0.5 × 1.8 s");
         // No window, no CPU per unit: never the whole phase's in its place.
         assert_eq!(steady_cpu(phase_cpu_only(), &readings, None).steady_service_s, None);
     }
@@ -1535,9 +1601,9 @@ seckill_amqp_messages_total{direction=\"published\"} 12
 
     #[test]
     fn a_run_is_too_short_to_rank_under_the_comparisons_window() {
-        let run = assemble(measured("sql", 100), &ceilings(), 3.0);
+        let run = assemble(measured("sql", 100), &ceilings(), 3.0, 2.0);
         assert!(run.too_short_to_rank, "1.6 s under 3 s");
-        assert!(!assemble(measured("sql", 100), &ceilings(), 1.6).too_short_to_rank);
+        assert!(!assemble(measured("sql", 100), &ceilings(), 1.6, 2.0).too_short_to_rank);
     }
 
     #[test]
@@ -1554,7 +1620,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         let mut m = measured("sql", 100);
         m.phases.http_rps = 2_000.0;
         m.phases.rejection = phase(1_100, 1.0, None);
-        let run = assemble(m, &ceilings(), 1.0);
+        let run = assemble(m, &ceilings(), 1.0, 2.0);
         assert_eq!(run.http_rps, Some(2_000.0));
         assert_eq!(run.ratio.rejection_vs_http_rps, Some(0.55), "the round's 1 000 is not used");
         assert!(!run.ceiling_undershot, "1 100 answers/s are below the run's own 2 000");
@@ -1580,7 +1646,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
         m.audit.units_returned = 45;
         m.audit.units_resold = 45;
         m.delays.resale_ms = vec![900.0, 500.0, 700.0];
-        let run = assemble(m, &ceilings(), 1.0);
+        let run = assemble(m, &ceilings(), 1.0, 2.0);
         assert_eq!((run.buyers, run.demanded_units), (340, 250));
         assert_eq!((run.units_returned, run.units_resold), (45, 45));
         let payment = run.payment.clone().expect("a payment record");
@@ -1601,7 +1667,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             m.phases.payment = Some(paid_out(0, 300));
             (m.audit.units_returned, m.audit.units_resold) = (100, 100);
             (m.delays.return_ms, m.delays.resale_wait_ms) = (return_ms, resale_wait_ms);
-            assemble(m, &ceilings(), 1.0)
+            assemble(m, &ceilings(), 1.0, 2.0)
         };
         let bound = report::RETURN_BOUND_MS as f64;
         // 99 of 100 within the bound: p99 is within it.
@@ -1631,7 +1697,7 @@ seckill_amqp_messages_total{direction=\"published\"} 12
             m.phases.payment = Some(paid_out(0, 300));
             (m.audit.units_returned, m.audit.units_resold) = (returned, resold);
             m.audit.units_pending = pending;
-            assemble(m, &ceilings(), 1.0).verdict
+            assemble(m, &ceilings(), 1.0, 2.0).verdict
         };
         assert_eq!(payment_run(10, 10, 0), Verdict::Ok);
         assert_eq!(payment_run(10, 0, 0), Verdict::Broke, "returned, never resold");
@@ -1648,10 +1714,10 @@ seckill_amqp_messages_total{direction=\"published\"} 12
 
     #[test]
     fn a_correct_strategy_that_undersold_is_judged_broke() {
-        let run = assemble(measured("sql", 90), &ceilings(), 1.0);
+        let run = assemble(measured("sql", 90), &ceilings(), 1.0, 2.0);
         assert_eq!((run.undersold, run.verdict), (10, Verdict::Broke));
         // A baseline that kept exact books did not demonstrate anything.
-        let run = assemble(measured("naive", 100), &ceilings(), 1.0);
+        let run = assemble(measured("naive", 100), &ceilings(), 1.0, 2.0);
         assert_eq!((run.expected, run.verdict), (Expectation::Breaks, Verdict::Unexpected));
     }
 }

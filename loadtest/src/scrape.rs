@@ -86,6 +86,27 @@ pub const FENCE_REJECTIONS: Figure = Figure {
     exported_for: takes_a_lock,
 };
 
+/// Every strategy records the holds of its sale's serial resource.
+fn every(_: StrategyName) -> bool {
+    true
+}
+
+/// Seconds of the sale's serial resource held (the `_sum` of the service's
+/// hold histogram, `seckill::strategy::serial`): registered by every
+/// strategy.
+pub const SERIAL_HOLD: Figure = Figure {
+    metric: metric_names::SERIAL_HOLD_DURATION_SECONDS_SUM,
+    strategy_label: Some("strategy"),
+    exported_for: every,
+};
+
+/// Units the holds of [`SERIAL_HOLD`] sold.
+pub const SERIAL_UNITS: Figure = Figure {
+    metric: metric_names::SERIAL_HOLD_UNITS_TOTAL,
+    strategy_label: Some("strategy"),
+    exported_for: every,
+};
+
 impl Counters {
     /// Scrapes `GET {url}/metrics` of each instance, with the admin token
     /// `token` the service asks for there, and sums the series.

@@ -12,6 +12,7 @@ mod support;
 mod compare;
 mod compare_arrival;
 mod compare_balanced;
+mod compare_budget;
 mod compare_cluster;
 mod compare_faults;
 mod compare_hot_row;

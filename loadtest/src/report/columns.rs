@@ -171,6 +171,12 @@ pub const RUN_COLUMNS: &[Column<Run>] = &[
     Column { header: "peak RSS MiB", align: Right, cell: |r| num(r.cost.peak_rss_mb, 0) },
     Column { header: "cpu ms/unit", align: Right, cell: |r| num(r.cost.cpu_ms_per_unit, 2) },
     Column {
+        header: "tiers ms/unit",
+        align: Left,
+        cell: |r| tiers(r.cost.cpu_ms_per_unit_by_tier),
+    },
+    Column { header: "serial ms/unit", align: Right, cell: |r| num(r.cost.serial_ms_per_unit, 3) },
+    Column {
         header: "loadgen CPU %",
         align: Right,
         cell: |r| percent(r.cpu.as_ref().and_then(|c| c.machine_share_loadgen)),
@@ -233,12 +239,41 @@ pub const SUMMARY_COLUMNS: &[Column<Summary>] = &[
         align: Right,
         cell: |s| spread_ci(s, "cost.cpu_ms_per_unit", 2),
     },
+    Column { header: "app ms/unit", align: Right, cell: |s| spread_ci(s, TIER_INSTANCES, 2) },
+    Column { header: "pg ms/unit", align: Right, cell: |s| spread_ci(s, TIER_POSTGRES, 2) },
+    Column { header: "redis ms/unit", align: Right, cell: |s| spread_ci(s, TIER_REDIS, 2) },
+    Column { header: "rabbitmq ms/unit", align: Right, cell: |s| spread_ci(s, TIER_RABBITMQ, 2) },
+    Column {
+        header: "serial ms/unit",
+        align: Right,
+        cell: |s| spread_ci(s, "cost.serial_ms_per_unit", 3),
+    },
+    Column {
+        header: "serial ceiling/s",
+        align: Right,
+        cell: |s| spread_ci(s, "cost.serial_ceiling_per_s", 0),
+    },
     Column {
         header: "loadgen CPU share",
         align: Right,
         cell: |s| spread(s, "cpu.machine_share_loadgen", 2),
     },
 ];
+
+/// The summary paths of the CPU per unit of each tier.
+const TIER_INSTANCES: &str = "cost.cpu_ms_per_unit_by_tier.instances";
+const TIER_POSTGRES: &str = "cost.cpu_ms_per_unit_by_tier.postgres";
+const TIER_REDIS: &str = "cost.cpu_ms_per_unit_by_tier.redis";
+const TIER_RABBITMQ: &str = "cost.cpu_ms_per_unit_by_tier.rabbitmq";
+
+/// A run's CPU per unit of each measured tier, `app 0.41 · postgres 1.02`.
+fn tiers(tiers: Option<crate::report::Tiers>) -> String {
+    let Some(tiers) = tiers else { return "–".to_owned() };
+    let short = |name: &str| if name == "instances" { "app".to_owned() } else { name.to_owned() };
+    let cells: Vec<String> =
+        tiers.named().iter().map(|(name, ms)| format!("{} {ms:.2}", short(name))).collect();
+    cells.join(" · ")
+}
 
 /// The cells of `row` under `columns`, in order.
 pub fn cells<T>(columns: &[Column<T>], row: &T) -> Vec<String> {

@@ -765,7 +765,15 @@ mod tests {
         let kept: Vec<&str> =
             now.iter().map(String::as_str).filter(|h| before.contains(h)).collect();
         assert_eq!(kept, before, "in the same order");
-        let added = ["sales", "window s", "cpu ms/unit", "loadgen CPU %", "notes"];
+        let added = [
+            "sales",
+            "window s",
+            "cpu ms/unit",
+            "tiers ms/unit",
+            "serial ms/unit",
+            "loadgen CPU %",
+            "notes",
+        ];
         assert_eq!(now.len(), before.len() + added.len(), "plus {added:?}");
         assert!(added.iter().all(|h| now.iter().any(|n| n == h)));
     }

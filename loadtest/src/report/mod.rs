@@ -9,7 +9,7 @@ pub mod html;
 pub mod markdown;
 pub mod matrix;
 pub mod summary;
-mod svg;
+pub mod svg;
 
 use std::collections::BTreeMap;
 
@@ -157,6 +157,10 @@ pub struct Machine {
     pub cpus: usize,
     pub os: String,
     pub memory_gb: f64,
+    /// The cores the service side was capped at (`--service-cpu-budget`,
+    /// as the kernel took it); `null` without a budget.
+    #[serde(default)]
+    pub service_cpu_budget_cores: Option<f64>,
 }
 
 impl Machine {
@@ -172,6 +176,7 @@ impl Machine {
             cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             os: if os.is_empty() { std::env::consts::OS.to_owned() } else { os },
             memory_gb: (system.total_memory() as f64 / (1u64 << 30) as f64 * 10.0).round() / 10.0,
+            service_cpu_budget_cores: None,
         }
     }
 }
@@ -453,10 +458,70 @@ pub struct Cost {
     /// with `--target`.
     #[serde(default)]
     pub cpu_ms_per_unit: Option<f64>,
+    /// `cpu_ms_per_unit` split over the service's tiers by each tier's share
+    /// of the service-side CPU of the whole sale phase (`runs[].cpu`, which
+    /// is read per tier only at the phase's ends): the tiers add up to
+    /// `cpu_ms_per_unit`. A tier not measured on this machine is `null`.
+    #[serde(default)]
+    pub cpu_ms_per_unit_by_tier: Option<Tiers>,
+    /// Milliseconds the sale's serial resource was held per unit during the
+    /// sale phase: the instances' `seckill_serial_hold_duration_seconds_sum`
+    /// ÷ `seckill_serial_hold_units_total` (a stock row's lock by Postgres'
+    /// clock, a bucket's as a share of it, a batch's transaction, the Redis
+    /// lock: `seckill::strategy::serial`): the part of a unit's work that no
+    /// added core or instance shortens.
+    #[serde(default)]
+    pub serial_ms_per_unit: Option<f64>,
+    /// `1000 ÷ serial_ms_per_unit`: the most units one sale can sell per
+    /// second on any hardware, as far as its serial part goes.
+    #[serde(default)]
+    pub serial_ceiling_per_s: Option<f64>,
     /// Peak resident set of the largest app instance during the run's
     /// phases, MiB (sampled every 100 ms); `null` with `--target`.
     #[serde(default)]
     pub peak_rss_mb: Option<f64>,
+}
+
+/// A figure of each tier of the service side: milliseconds of CPU per unit
+/// in `cost.cpu_ms_per_unit_by_tier`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tiers {
+    /// The app instances, together.
+    pub instances: f64,
+    /// Postgres; `null` when it does not run on this machine.
+    pub postgres: Option<f64>,
+    /// Redis; `null` when it does not run on this machine.
+    pub redis: Option<f64>,
+    /// RabbitMQ; `null` when it does not run on this machine.
+    pub rabbitmq: Option<f64>,
+}
+
+impl Tiers {
+    /// `total` split by each tier's share of `cpu`'s service-side seconds;
+    /// all of it on the instances when the service side used no measurable
+    /// CPU.
+    pub fn split(total: f64, cpu: &crate::cpu::Cpu) -> Tiers {
+        let service = cpu.service_s();
+        let share = |s: f64| if service > 0.0 { total * s / service } else { 0.0 };
+        Tiers {
+            instances: if service > 0.0 { share(cpu.instances_s) } else { total },
+            postgres: cpu.postgres_s.map(share),
+            redis: cpu.redis_s.map(share),
+            rabbitmq: cpu.rabbitmq_s.map(share),
+        }
+    }
+
+    /// The tiers by name, in the order above; a tier not measured is left
+    /// out.
+    pub fn named(&self) -> Vec<(&'static str, f64)> {
+        let tiers = [
+            ("instances", Some(self.instances)),
+            ("postgres", self.postgres),
+            ("redis", self.redis),
+            ("rabbitmq", self.rabbitmq),
+        ];
+        tiers.into_iter().filter_map(|(name, v)| Some((name, v?))).collect()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -97,12 +97,17 @@ pub struct Spread {
 /// as fast.
 pub const DECIDING_BOUNDS: (f64, f64) = (0.75, 4.0 / 3.0);
 
-/// Whether the figure at `path` gets a 95 % interval: every ratio, and the
-/// CPU per unit (the figure a reader carries to another machine). Both are
+/// Whether the figure at `path` gets a 95 % interval: every ratio, the CPU
+/// per unit and its split over the tiers, and the serial time per unit and
+/// its ceiling (the figures a reader carries to another machine). Both are
 /// positive quantities that vary by a factor between rounds, so the
 /// interval is taken on their logarithms ([`stats::ratio_ci95`]).
 pub fn has_interval(path: &str) -> bool {
-    path.starts_with("ratio.") || path == "cost.cpu_ms_per_unit"
+    path.starts_with("ratio.")
+        || path == "cost.cpu_ms_per_unit"
+        || path.starts_with("cost.cpu_ms_per_unit_by_tier.")
+        || path == "cost.serial_ms_per_unit"
+        || path == "cost.serial_ceiling_per_s"
 }
 
 /// Whether the figure at `path` gets a 95 % interval of its mean on its own
