@@ -921,11 +921,19 @@ impl Counted {
             }
             _ => None,
         };
+        // The units counter is at /metrics from the start, the hold
+        // histogram from its first hold: a phase in which no purchase
+        // waited through another's hold (no contention) has no sum to read.
+        let serial_units = delta(&scrape::SERIAL_UNITS)?;
+        let serial_hold_s = match serial_units {
+            Some(0.0) => Some(0.0),
+            _ => delta(&scrape::SERIAL_HOLD)?,
+        };
         Ok(Counted {
             redis_round_trips: delta(&scrape::REDIS_ROUND_TRIPS)?,
             amqp_messages: delta(&scrape::AMQP_MESSAGES)?,
-            serial_hold_s: delta(&scrape::SERIAL_HOLD)?,
-            serial_units: delta(&scrape::SERIAL_UNITS)?,
+            serial_hold_s,
+            serial_units,
             lock,
         })
     }
@@ -1387,6 +1395,7 @@ seckill_serial_hold_duration_seconds_sum{strategy=\"lock/token\"} 0.25
 seckill_serial_hold_units_total{strategy=\"lock/token\"} 20
 seckill_serial_hold_duration_seconds_sum{strategy=\"sql\"} 0.5
 seckill_serial_hold_units_total{strategy=\"sql\"} 100
+seckill_serial_hold_units_total{strategy=\"sql/for-update\"} 0
 ";
 
     #[test]
@@ -1404,6 +1413,19 @@ seckill_serial_hold_units_total{strategy=\"sql\"} 100
         // A Redis strategy whose series is missing fails the run.
         let err = Counted::of(key("redis-decr").strategy, &counters).unwrap_err();
         assert!(err.to_string().contains("strategy=\"redis-decr\""), "{err}");
+        // No hold yet: the units are 0 and the histogram not shown, which
+        // reads as nothing held, not as a missing series.
+        let idle = Counted::of(key("sql/for-update").strategy, &counters).unwrap();
+        assert_eq!((idle.serial_hold_s, idle.serial_units), (Some(0.0), Some(0.0)));
+        // Units without their hold sum is a renamed or missing series.
+        let renamed = [
+            Counters::default(),
+            Counters::parse(
+                &EXPOSITION.replace("_sum{strategy=\"sql\"}", "_total_s{strategy=\"sql\"}"),
+            ),
+        ];
+        let err = Counted::of(key("sql").strategy, &renamed).unwrap_err();
+        assert!(err.to_string().contains("seckill_serial_hold_duration_seconds_sum"), "{err}");
     }
 
     fn queue_stats(unresolved: i64, p99: f64, batches: i64, mean: f64) -> QueueStats {

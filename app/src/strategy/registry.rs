@@ -260,6 +260,9 @@ impl Strategies {
     /// Errors: a strategy that cannot be built from its settings (e.g. a
     /// malformed `SECKILL_LOCK_REDLOCK_URLS`), named in the message.
     pub fn new(deps: &Deps) -> anyhow::Result<Self> {
+        // The strategies list their series at /metrics when built, which
+        // only sticks once the process's recorder exists.
+        crate::telemetry::metrics_handle();
         let mut built = HashMap::with_capacity(REGISTRY.len());
         let mut routes: Vec<StrategyRoutes> = Vec::new();
         for registration in REGISTRY {

@@ -56,7 +56,9 @@ pub fn record(strategy: StrategyName, seconds: f64, units: u64, lanes: i32) {
     metrics::counter!(SERIAL_HOLD_UNITS_TOTAL, "strategy" => strategy.as_str()).increment(units);
 }
 
-/// Lists `strategy`'s series at `/metrics` before its first hold.
+/// Lists `strategy`'s units counter at `/metrics`, at 0, before its first
+/// hold; the hold histogram shows from its first hold (the exporter leaves
+/// a histogram without samples out).
 pub fn register(strategy: StrategyName) {
     let _registered =
         metrics::histogram!(SERIAL_HOLD_DURATION_SECONDS, "strategy" => strategy.as_str());
