@@ -15,4 +15,21 @@ fi
 # service's tests mostly wait on the servers (leases, timeouts, restarts), and
 # heavy tests still run one at a time (docs/testing.md, "Build time").
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
-cargo test --workspace --no-fail-fast "$@"
+# The whole output also goes to target/test.log; when a test failed, what
+# each failed test printed comes again at the end, where a log that keeps
+# only its tail still shows it.
+mkdir -p target
+status=0
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee target/test.log || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "== the failed tests (the whole output is in target/test.log) =="
+  # A failed binary prints "failures:", each failed test's output under
+  # "---- <name> stdout ----", then "failures:" again with their names; keep
+  # the first 60 lines of each test's output.
+  awk '/^failures:$/ { inside = 1; next }
+       /^test result:/ { inside = 0 }
+       inside && /^---- .* ----$/ { shown = 0 }
+       inside && shown++ < 60' target/test.log
+  echo "== $(grep -c '^---- .* ----$' target/test.log || true) failed tests; exit $status =="
+fi
+exit "$status"
