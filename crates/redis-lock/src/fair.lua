@@ -14,7 +14,7 @@
 -- KEYS[3]  the line {owner token -> arrival, server microseconds}
 -- KEYS[4]  the waiters' deadlines {owner token -> server ms}
 -- KEYS[5]  the line's pace {last -> server ms of the last grant, pace -> the
---          smoothed ms between two grants to waiters in line}
+--          smoothed ms from a grant to the next grant to a waiter in line}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner token (one per acquisition)
 -- ARGV[3]  "try" (take it only if free and nobody waits), "wait" (take it
@@ -55,9 +55,16 @@
 --     newcomer is let in only if the waiters ahead of it, at the line's
 --     pace, would be served within half of its wait, so that whoever reaches
 --     the head still has time to take the lock; the other half is the margin
---     for hand-overs slower than the pace. The pace is the time between two
---     grants to waiters in line, smoothed as TCP smooths its round-trip time
---     (RFC 6298: new = 7/8 old + 1/8 sample), and forgotten with the line.
+--     for hand-overs slower than the pace. The pace is the time from a grant
+--     to the next grant to a waiter in line, smoothed as TCP smooths its
+--     round-trip time (RFC 6298: new = 7/8 old + 1/8 sample), and forgotten
+--     with the line.
+--   * A spike before the pace is known: a line without a pace would let in
+--     every newcomer, and a spike that arrives faster than the first
+--     hand-over fills it beyond what a wait can serve before it is timed.
+--     Until then the pace is taken as the time since the last grant, a
+--     floor of the current hold that grows while it lasts: the longer the
+--     first hold, the fewer are let in behind it.
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 for _, dead in ipairs(redis.call('zrangebyscore', KEYS[4], '-inf', now)) do
@@ -86,8 +93,11 @@ end
 local first = redis.call('zrange', KEYS[3], 0, 0)[1]
 if free and (first == nil or first == ARGV[2]) then
     -- The pace: sampled at each grant to the first in line, from the grant
-    -- before it; a grant with nobody in line only moves the start of the next
-    -- sample, and writes nothing where no line has formed.
+    -- before it, which is the grant of the holder it waited behind (a
+    -- waiter joins the line only while the lock is held). Every grant to a
+    -- caller that would wait records its time, so the first hand-over in a
+    -- line is timed already; a "try" (which never waits) writes nothing
+    -- where no line has formed.
     if first then
         local last = tonumber(redis.call('hget', KEYS[5], 'last'))
         if last then
@@ -95,10 +105,10 @@ if free and (first == nil or first == ARGV[2]) then
             local sample = now - last
             redis.call('hset', KEYS[5], 'pace', pace and (7 * pace + sample) / 8 or sample)
         end
+    end
+    if first or ARGV[3] == 'wait' or redis.call('exists', KEYS[5]) == 1 then
         redis.call('hset', KEYS[5], 'last', now)
         redis.call('pexpire', KEYS[5], ARGV[4])
-    elseif redis.call('exists', KEYS[5]) == 1 then
-        redis.call('hset', KEYS[5], 'last', now)
     end
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -112,10 +122,19 @@ end
 if ARGV[3] == 'wait' then
     if not redis.call('zscore', KEYS[3], ARGV[2]) then
         -- Predicted wait: the waiters ahead, and the holder, one pace each.
+        -- Before a hand-over in line has been timed, the pace is taken as
+        -- the time since the last grant (at least 1 ms): a floor of the
+        -- current hold, which grows while that hold lasts.
         local ahead = redis.call('zcard', KEYS[3])
-        local pace = tonumber(redis.call('hget', KEYS[5], 'pace'))
-        if pace and ahead > 0 and (ahead + 1) * pace > tonumber(ARGV[7]) / 2 then
-            return {-2, math.ceil((ahead + 1) * pace)}
+        if ahead > 0 then
+            local pace = tonumber(redis.call('hget', KEYS[5], 'pace'))
+            if not pace then
+                local last = tonumber(redis.call('hget', KEYS[5], 'last'))
+                pace = last and math.max(now - last, 1) or 1
+            end
+            if (ahead + 1) * pace > tonumber(ARGV[7]) / 2 then
+                return {-2, math.ceil((ahead + 1) * pace)}
+            end
         end
         redis.call('zadd', KEYS[3], tonumber(time[1]) * 1000000 + tonumber(time[2]), ARGV[2])
     end

@@ -14,7 +14,9 @@
 //!
 //! A newcomer is let into the line only if the line can serve it within
 //! half of its wait: under a spike, a line that lets everyone in is served
-//! from a head that is always about to give up, and stalls.
+//! from a head that is always about to give up, and stalls. Until the line
+//! has timed a hand-over, its pace is taken as the time since the last
+//! grant, a floor of the current hold.
 //!
 //! Unlike [`LockClient::try_lock`], every task is its own waiter in line:
 //! tasks of one process are not merged into one contender, so the order
@@ -55,7 +57,11 @@ impl FairLock {
     /// smoothed time between two grants to waiters in line), within half of
     /// its wait; otherwise it gets [`LockError::Timeout`] at once, with
     /// `retry_after` the wait the line predicted (`fair.lua`, "A line longer
-    /// than a wait can serve"). The guard is the reentrant lock's:
+    /// than a wait can serve"). Before the line has timed a hand-over (the
+    /// time from a grant to the next grant to a waiter in line), its pace is
+    /// taken as the time since the last grant, a floor of the current hold
+    /// that grows while it lasts (`fair.lua`, "A spike before the pace is
+    /// known"). The guard is the reentrant lock's:
     /// fencing token, `lost()`, re-entry, watchdog; its release hands the
     /// lock to the next waiter in line.
     ///

@@ -64,5 +64,5 @@ async fn each_uncontended_primitive_costs_the_round_trips_documented() {
 
     let names = [fair.name(), rw.name(), semaphore.name(), job.name()];
     let all: Vec<&LockName> = names.into_iter().chain(multi.names()).collect();
-    cleanup_keys(&all, &["", ":fence", ":done"]).await;
+    cleanup_keys(&all, &["", ":fence", ":done", ":pace"]).await;
 }

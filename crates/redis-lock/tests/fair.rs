@@ -1,7 +1,8 @@
 //! Fair lock: waiters served in arrival order across processes, no barging
 //! by a newcomer, a dead waiter skipped once its deadline passed, a dead
 //! holder's lease, bounded waits that leave the line, and a line that lets
-//! in only whom it can serve within half of their wait.
+//! in only whom it can serve within half of their wait (before it has timed
+//! a hand-over, at a pace no shorter than the current hold so far).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -174,18 +175,15 @@ async fn a_newcomer_the_line_cannot_serve_within_half_its_wait_is_refused_at_onc
         tokio::spawn(async move { lock.try_lock(LockOptions::new(LONG, LONG)).await })
     };
 
-    // The line learns its pace from two grants to waiters in line: the
-    // first of them keeps the lock HOLD, so they are at least HOLD apart.
-    let first = lock.try_lock(LockOptions::new(Duration::ZERO, LONG)).await.unwrap();
+    // The line learns its pace from a hand-over: the first holder (taken
+    // with a wait, so its grant is timed) keeps the lock HOLD, and the
+    // waiter behind it is granted at least HOLD after it.
+    let first = lock.try_lock(LockOptions::new(LONG, LONG)).await.unwrap();
     let second = wait_in_line(&lock);
     until_in_line(&name, 1).await;
-    let third = wait_in_line(&lock);
-    until_in_line(&name, 2).await;
-    first.release().await.unwrap();
-    let second = second.await.unwrap().expect("served from the line");
     tokio::time::sleep(HOLD).await;
-    second.release().await.unwrap();
-    let holder = third.await.unwrap().expect("served from the line");
+    first.release().await.unwrap();
+    let holder = second.await.unwrap().expect("served from the line");
     // Two more are let in: with 5 s to wait, a line of two at that pace is
     // well within half of it.
     let ahead = wait_in_line(&lock);
@@ -203,6 +201,47 @@ async fn a_newcomer_the_line_cannot_serve_within_half_its_wait_is_refused_at_onc
         panic!("refused with the wait the line predicted: {refused:?}");
     };
     assert!(predicted >= HOLD * 3, "predicted {predicted:?}");
+    assert!(elapsed < wait, "refused after {elapsed:?}: it waited instead of being refused");
+    assert_eq!(in_line(&name).await, 2, "the refused newcomer never joined the line");
+
+    holder.release().await.unwrap();
+    for waiter in behind {
+        waiter.await.unwrap().expect("a waiter let in is served").release().await.unwrap();
+    }
+    cleanup_fair(&name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn before_the_line_has_timed_a_hand_over_the_current_hold_bounds_who_gets_in() {
+    const HOLD: Duration = Duration::from_millis(300);
+    let name = unique_name("fair-unpaced");
+    let lock = FairLock::new(&shared_client(), name.clone());
+    let wait_in_line = |lock: &FairLock| {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock(LockOptions::new(LONG, LONG)).await })
+    };
+
+    // A holder that would have waited (its grant is timed), and two waiters
+    // let in behind it at once, while its hold is short.
+    let holder = lock.try_lock(LockOptions::new(LONG, LONG)).await.unwrap();
+    let first = wait_in_line(&lock);
+    until_in_line(&name, 1).await;
+    let behind = [first, wait_in_line(&lock)];
+    until_in_line(&name, 2).await;
+
+    // No hand-over has been timed; the hold so far is a floor of the pace.
+    // After HOLD, the two ahead and the holder would take at least 3 × HOLD,
+    // more than half of a 1 s wait: refused at once, never in line. (A line
+    // that let everyone in before it knew its pace would have let it in.)
+    tokio::time::sleep(HOLD).await;
+    let wait = Duration::from_secs(1);
+    let started = Instant::now();
+    let refused = lock.try_lock(LockOptions::new(wait, LONG)).await;
+    let elapsed = started.elapsed();
+    let Err(LockError::Timeout { retry_after: Some(floor), .. }) = refused else {
+        panic!("refused with the wait the hold so far predicts: {refused:?}");
+    };
+    assert!(floor >= HOLD * 3, "told {floor:?}: the two ahead and the holder, each ≥ {HOLD:?}");
     assert!(elapsed < wait, "refused after {elapsed:?}: it waited instead of being refused");
     assert_eq!(in_line(&name).await, 2, "the refused newcomer never joined the line");
 
