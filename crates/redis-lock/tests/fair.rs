@@ -165,6 +165,36 @@ async fn a_fair_wait_is_bounded_and_the_waiter_leaves_the_line() {
     cleanup_fair(&name).await;
 }
 
+/// A newcomer with 1 s to wait behind a holder and two waiters: refused at
+/// once (well before its wait ends), told at least `at_least`, and never in
+/// line.
+async fn refused_with_two_in_line(lock: &FairLock, at_least: Duration) {
+    let wait = Duration::from_secs(1);
+    let started = Instant::now();
+    let refused = lock.try_lock(LockOptions::new(wait, LONG)).await;
+    let elapsed = started.elapsed();
+    let Err(LockError::Timeout { retry_after: Some(told), .. }) = refused else {
+        panic!("refused with the wait the line predicted: {refused:?}");
+    };
+    assert!(told >= at_least, "told {told:?}, less than {at_least:?}");
+    assert!(elapsed < wait, "refused after {elapsed:?}: it waited instead of being refused");
+    assert_eq!(in_line(lock.name()).await, 2, "the refused newcomer never joined the line");
+}
+
+/// Releases `holder`, lets each waiter of `behind` take and release the
+/// lock, and removes the lock's keys.
+async fn serve_and_clean_up(
+    name: &LockName,
+    holder: redis_lock::LockGuard,
+    behind: [tokio::task::JoinHandle<Result<redis_lock::LockGuard, LockError>>; 2],
+) {
+    holder.release().await.unwrap();
+    for waiter in behind {
+        waiter.await.unwrap().expect("a waiter let in is served").release().await.unwrap();
+    }
+    cleanup_fair(name).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newcomer_the_line_cannot_serve_within_half_its_wait_is_refused_at_once() {
     const HOLD: Duration = Duration::from_millis(200);
@@ -193,22 +223,8 @@ async fn a_newcomer_the_line_cannot_serve_within_half_its_wait_is_refused_at_onc
 
     // With 1 s to wait, the two ahead and the holder would take at least
     // 3 × HOLD, more than half of it: refused at once, never in line.
-    let wait = Duration::from_secs(1);
-    let started = Instant::now();
-    let refused = lock.try_lock(LockOptions::new(wait, LONG)).await;
-    let elapsed = started.elapsed();
-    let Err(LockError::Timeout { retry_after: Some(predicted), .. }) = refused else {
-        panic!("refused with the wait the line predicted: {refused:?}");
-    };
-    assert!(predicted >= HOLD * 3, "predicted {predicted:?}");
-    assert!(elapsed < wait, "refused after {elapsed:?}: it waited instead of being refused");
-    assert_eq!(in_line(&name).await, 2, "the refused newcomer never joined the line");
-
-    holder.release().await.unwrap();
-    for waiter in behind {
-        waiter.await.unwrap().expect("a waiter let in is served").release().await.unwrap();
-    }
-    cleanup_fair(&name).await;
+    refused_with_two_in_line(&lock, HOLD * 3).await;
+    serve_and_clean_up(&name, holder, behind).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,20 +250,6 @@ async fn before_the_line_has_timed_a_hand_over_the_current_hold_bounds_who_gets_
     // more than half of a 1 s wait: refused at once, never in line. (A line
     // that let everyone in before it knew its pace would have let it in.)
     tokio::time::sleep(HOLD).await;
-    let wait = Duration::from_secs(1);
-    let started = Instant::now();
-    let refused = lock.try_lock(LockOptions::new(wait, LONG)).await;
-    let elapsed = started.elapsed();
-    let Err(LockError::Timeout { retry_after: Some(floor), .. }) = refused else {
-        panic!("refused with the wait the hold so far predicts: {refused:?}");
-    };
-    assert!(floor >= HOLD * 3, "told {floor:?}: the two ahead and the holder, each ≥ {HOLD:?}");
-    assert!(elapsed < wait, "refused after {elapsed:?}: it waited instead of being refused");
-    assert_eq!(in_line(&name).await, 2, "the refused newcomer never joined the line");
-
-    holder.release().await.unwrap();
-    for waiter in behind {
-        waiter.await.unwrap().expect("a waiter let in is served").release().await.unwrap();
-    }
-    cleanup_fair(&name).await;
+    refused_with_two_in_line(&lock, HOLD * 3).await;
+    serve_and_clean_up(&name, holder, behind).await;
 }
