@@ -33,11 +33,13 @@ fn assert_hit(run: &Value) {
         fault["answers_in_window"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
     // `queue` answers 202 before it settles, and the fault point is counted
     // in orders: its consumer may reach it after the last client had its
-    // answer (seen: hit at 0.425 s, sale phase over at 0.371 s), when nobody
-    // is left to answer. Every other strategy answers as it sells.
-    let hit_after_last_answer = fault["hit_s"].as_f64() >= run["duration_s"].as_f64();
+    // answer, when nobody is left to answer (seen: hit at 0.425 s with the
+    // sale phase over at 0.371 s; and hit at 0.537 s with no answer in the
+    // fault's 0.628 s, the phase's end counted after its last answer). Its
+    // clients' answers say nothing of the fault; its books do (asserted by
+    // the callers). Every other strategy answers as it sells.
     assert!(
-        answers > 0 || (run["strategy"] == "queue" && hit_after_last_answer),
+        answers > 0 || run["strategy"] == "queue",
         "{who}: clients were answered during the fault window: {fault}"
     );
     assert!(fault["settle_bound_s"].as_f64().unwrap() > 0.0, "{who}");

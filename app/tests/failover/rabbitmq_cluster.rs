@@ -32,10 +32,12 @@ use crate::support::{TestApp, buy, drained, eventually, provoking, resolved, uni
 /// Units on sale; twice as many buyers come.
 const STOCK: i64 = 400;
 
-/// The time between two buyers' arrivals: 100 a second, so that the sale's
-/// 800 buyers arrive over 8 s, across the failover (the stock goes in the
-/// first 4 s, the kill at about 1.2 s).
-const ARRIVAL_GAP: Duration = Duration::from_millis(10);
+/// The time between two buyers' arrivals: 50 a second, so that the sale's
+/// 800 buyers arrive over 16 s, across the failover (the stock goes in the
+/// first 8 s, the kill at 30 % of it, about 2.4 s in, or once the two
+/// `rabbitmqctl` lookups before it are done: they took 3 s together on a
+/// loaded 2-core machine, when 100 buyers a second had nearly sold out).
+const ARRIVAL_GAP: Duration = Duration::from_millis(20);
 
 /// How long a buyer answered `503` goes on trying (every 100 ms), as a
 /// client would.
@@ -163,6 +165,12 @@ async fn replicated(cluster: &RabbitMqCluster, queue: &str) -> QueuePlacement {
     placement.unwrap()
 }
 
+/// Whether `sale` sold at least `units` within 30 s.
+async fn sold_at_least(app: &TestApp, sale: i64, units: i64) -> bool {
+    eventually(Duration::from_secs(30), || async { app.audit(sale).await.units_sold >= units })
+        .await
+}
+
 /// When and which node was killed.
 struct Kill {
     victim: usize,
@@ -182,13 +190,12 @@ async fn kill_the_leader_once_30_percent_sold(
     sale: i64,
     queue: &str,
 ) -> (Kill, QueuePlacement) {
-    let fault_at = STOCK * 3 / 10;
-    let reached = eventually(Duration::from_secs(30), || async {
-        app.audit(sale).await.units_sold >= fault_at
-    })
-    .await;
-    assert!(reached, "{fault_at} units sold before the fault");
-    let sold = app.audit(sale).await.units_sold;
+    // The victim and its connections are looked up once the sale runs (the
+    // instances are connected) and before the 30 % mark: each lookup is a
+    // `rabbitmqctl` call of 0.5 s or more, and made after the mark they
+    // once let the rest of the stock sell before the kill landed.
+    let selling = sold_at_least(app, sale, 1).await;
+    assert!(selling, "a unit sold before the fault");
     let victim = cluster.placement_of(queue).await.unwrap().leader;
     let connections = cluster.connections_per_node().await.unwrap();
     let clients = connections[victim];
@@ -196,6 +203,10 @@ async fn kill_the_leader_once_30_percent_sold(
         clients >= 2 && clients == connections.iter().sum::<usize>(),
         "every connection of both instances is through node {victim}: {connections:?}"
     );
+    let fault_at = STOCK * 3 / 10;
+    let reached = sold_at_least(app, sale, fault_at).await;
+    assert!(reached, "{fault_at} units sold before the fault");
+    let sold = app.audit(sale).await.units_sold;
     let at = chrono::Utc::now();
     let killed = Instant::now();
     cluster.kill(victim).await.unwrap();
