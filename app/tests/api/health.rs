@@ -25,7 +25,7 @@ async fn readyz_answers_200_while_postgres_is_reachable() {
 
 /// The `/metrics` page of a service process of the test's own: its
 /// recorder has seen this test's requests and no other test's.
-async fn own_metrics_page(drive: impl AsyncFnOnce(&ServiceUnderTest)) -> String {
+pub(crate) async fn own_metrics_page(drive: impl AsyncFnOnce(&ServiceUnderTest)) -> String {
     let process = seckill_child(&[]).start().await;
     let service = ServiceUnderTest { base: process.base.clone(), client: reqwest::Client::new() };
     drive(&service).await;
@@ -35,7 +35,7 @@ async fn own_metrics_page(drive: impl AsyncFnOnce(&ServiceUnderTest)) -> String 
     response.text().await.unwrap()
 }
 
-struct ServiceUnderTest {
+pub(crate) struct ServiceUnderTest {
     base: String,
     client: reqwest::Client,
 }

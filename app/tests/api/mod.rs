@@ -9,7 +9,7 @@ mod edge;
 mod errors;
 mod floods;
 mod fragmented_stock;
-mod health;
+pub(crate) mod health;
 mod misconfigured;
 mod openapi;
 mod outage;

@@ -87,16 +87,7 @@ async fn the_hold_grows_with_work_under_the_row_lock_and_not_with_waiting_for_it
 /// the process's metrics recorder existed.
 #[tokio::test]
 async fn a_fresh_service_lists_every_strategys_serial_units_before_its_first_hold() {
-    let service = crate::support::seckill_child(&[]).start().await;
-    let text = reqwest::Client::new()
-        .get(format!("{}/metrics", service.base))
-        .bearer_auth(crate::support::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = crate::api::health::own_metrics_page(async |_| {}).await;
     for registration in seckill::strategy::REGISTRY {
         let series = format!("{SERIAL_HOLD_UNITS_TOTAL}{{strategy=\"{}\"}} 0", registration.name);
         assert!(text.lines().any(|line| line == series), "{series} missing from:\n{text}");
