@@ -24,6 +24,8 @@ static SHARED_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("shared_acquire.lua")));
 static SHARED_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("shared_release.lua")));
+static SHARED_COUNT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("shared_count.lua")));
 static PERIOD_CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("schedule_claim.lua")));
 static PERIOD_DONE: LazyLock<Script> =
@@ -357,6 +359,15 @@ pub(crate) async fn shared_release(
         -2 => Ok(false),
         other => Err(unexpected("shared_release.lua", &[other])),
     }
+}
+
+/// The shared holds of `holders` whose lease has not ended
+/// (`shared_count.lua`).
+pub(crate) async fn shared_count(
+    conn: &mut impl ConnectionLike,
+    holders: &str,
+) -> redis::RedisResult<u32> {
+    SHARED_COUNT.key(holders).invoke_async(conn).await
 }
 
 /// Renews a shared hold (`shared_acquire.lua` "renew"):

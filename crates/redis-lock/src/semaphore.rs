@@ -13,9 +13,16 @@
 //! one finishes (or its lease ends), so its throughput follows the latency
 //! of what it protects. A semaphore costs two round trips per admitted
 //! request (take, give back); a token bucket one.
+//!
+//! A permit may also outlive the task that took it: [`SharedGuard::hand_over`]
+//! turns it into its owner token, which another task or process gives back
+//! with [`Semaphore::give_back`] — or nobody does, and it is free again when
+//! its lease ends. A waiting room admits a buyer that way: the permit is
+//! taken when the buyer is let in and given back by whichever instance
+//! serves the buyer's purchase.
 
-use super::scripts::ClaimKind;
-use super::{LockClient, LockError, LockName, LockOptions, SharedGuard};
+use super::scripts::{self, ClaimKind};
+use super::{LockClient, LockError, LockName, LockOptions, ReleaseOutcome, SharedGuard};
 
 /// A semaphore of `permits` permits named `name` on one node.
 #[derive(Clone, Debug)]
@@ -55,5 +62,35 @@ impl Semaphore {
     pub async fn acquire(&self, options: LockOptions) -> Result<SharedGuard, LockError> {
         let kind = ClaimKind::Permit { permits: self.permits };
         self.client.take(&self.name, kind, options, None, SharedGuard::new).await
+    }
+
+    /// Gives back the permit of `owner` (an owner token from
+    /// [`SharedGuard::owner`] or [`SharedGuard::hand_over`]), whoever holds
+    /// it, and wakes the waiters (one round trip):
+    /// [`ReleaseOutcome::Released`], or [`ReleaseOutcome::Expired`] when no
+    /// permit of that owner was live (its lease had ended, or it was given
+    /// back already — so a second give-back frees nothing).
+    ///
+    /// Errors: [`LockError::Redis`] / [`LockError::CommandTimeout`] (outcome
+    /// unknown; the lease runs out at worst).
+    pub async fn give_back(&self, owner: &str) -> Result<ReleaseOutcome, LockError> {
+        let mut conn = self.client.conn().await?;
+        let timeout = self.client.config().command_timeout;
+        let release =
+            scripts::shared_release(&mut conn, self.name.key(), owner, self.name.channel());
+        Ok(match self.client.call(timeout, release).await? {
+            true => ReleaseOutcome::Released,
+            false => ReleaseOutcome::Expired,
+        })
+    }
+
+    /// The permits in use now — those whose lease has not ended, on the
+    /// Redis server's clock (one round trip, read-only): 0 to N.
+    ///
+    /// Errors: [`LockError::Redis`] / [`LockError::CommandTimeout`].
+    pub async fn in_use(&self) -> Result<u32, LockError> {
+        let mut conn = self.client.conn().await?;
+        let timeout = self.client.config().command_timeout;
+        self.client.call(timeout, scripts::shared_count(&mut conn, self.name.key())).await
     }
 }

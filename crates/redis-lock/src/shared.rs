@@ -60,6 +60,17 @@ impl SharedGuard {
 
     lease_accessors!();
 
+    /// Hands the hold over to whoever will give it back: stops watching and
+    /// renewing it here, and returns its owner token. The hold stays until
+    /// its lease ends or a [`Semaphore::give_back`](super::Semaphore::give_back)
+    /// (from any process) names the token; dropping what this returns
+    /// releases nothing. No round trip.
+    pub fn hand_over(mut self) -> String {
+        self.released = true;
+        self.state.stop();
+        std::mem::take(&mut self.claim.owner)
+    }
+
     /// Gives the hold back and wakes the waiters (one round trip):
     /// [`ReleaseOutcome::Released`], or [`ReleaseOutcome::Expired`] when its
     /// lease had ended (the hold may have gone to someone else meanwhile).

@@ -94,3 +94,25 @@ async fn a_wait_for_a_permit_is_bounded_and_a_lost_permit_is_told() {
     assert!(Semaphore::new(&shared_client(), name.clone(), 0).is_err(), "zero permits");
     cleanup(&mut conn, &name).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_permit_is_given_back_by_another_process_or_ends_with_its_lease() {
+    let name = unique_name("semaphore-hand-over");
+    let taker = Semaphore::new(&shared_client(), name.clone(), 2).unwrap();
+    let giver = Semaphore::new(&shared_client(), name.clone(), 2).unwrap();
+    let options = |lease_ms| LockOptions::new(Duration::ZERO, Duration::from_millis(lease_ms));
+
+    let given = taker.acquire(options(10_000)).await.unwrap().hand_over();
+    let lapsing = taker.acquire(options(400)).await.unwrap().hand_over();
+    assert_eq!(giver.in_use().await.unwrap(), 2, "a handed-over permit stays in use");
+    assert!(matches!(taker.acquire(options(1000)).await, Err(LockError::Timeout { .. })));
+
+    assert_eq!(giver.give_back(&given).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(giver.give_back(&given).await.unwrap(), ReleaseOutcome::Expired, "once only");
+    assert_eq!(giver.in_use().await.unwrap(), 1);
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(giver.in_use().await.unwrap(), 0, "an unused permit ends with its lease");
+    assert_eq!(giver.give_back(&lapsing).await.unwrap(), ReleaseOutcome::Expired);
+    cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
+}
