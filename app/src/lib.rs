@@ -44,4 +44,5 @@ pub mod strategy;
 pub mod strategy_name;
 pub mod telemetry;
 pub mod unit_return;
+pub mod waiting_room;
 pub mod web;

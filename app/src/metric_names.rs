@@ -151,3 +151,7 @@ pub const SERIAL_HOLD_UNITS_TOTAL: &str = "seckill_serial_hold_units_total";
 /// The `_sum` series of [`SERIAL_HOLD_DURATION_SECONDS`] in the Prometheus
 /// exposition: the seconds of every hold added up.
 pub const SERIAL_HOLD_DURATION_SECONDS_SUM: &str = "seckill_serial_hold_duration_seconds_sum";
+
+/// Counter: buyers let in from a waiting room's line (`crate::waiting_room`),
+/// by the instance whose admitter led at the time. No labels.
+pub const ROOM_ADMISSIONS_TOTAL: &str = "seckill_room_admissions_total";

@@ -1,7 +1,8 @@
 //! One purchase, whatever the strategy: look the sale up, check its time
-//! window and the per-user limit, answer a buyer known to hold an order
-//! ([`KnownBuyers`]), hand the request to the sale's strategy, and count the
-//! outcome.
+//! window and the per-user limit, use up the buyer's admission of a sale
+//! with a waiting room ([`WaitingRoom`]), answer a buyer known to hold an
+//! order ([`KnownBuyers`]), hand the request to the sale's strategy, and
+//! count the outcome.
 
 use chrono::Utc;
 use metrics::counter;
@@ -12,6 +13,7 @@ use crate::known_buyers::{KNOWN_BUYER_ANSWERS, KnownBuyers};
 use crate::outcome::{Outcome, StrategyError};
 use crate::sale::{InvalidInput, Phase, Quantity, SaleCatalog, SaleId, UserId};
 use crate::strategy::Strategies;
+use crate::waiting_room::{RoomError, WaitingRoom};
 
 /// Why a purchase could not be attempted.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +24,10 @@ pub enum PurchaseError {
     Invalid(#[from] InvalidInput),
     #[error(transparent)]
     Strategy(#[from] StrategyError),
+    /// The sale's waiting room refused the purchase (no admission, or one
+    /// that is not valid for it).
+    #[error(transparent)]
+    Room(RoomError),
 }
 
 /// What a purchase reads besides its request.
@@ -31,12 +37,15 @@ pub struct Context<'a> {
     pub strategies: &'a Strategies,
     pub probe: &'a BackendProbe,
     pub known_buyers: &'a KnownBuyers,
+    pub room: &'a WaitingRoom,
 }
 
-/// Sells `quantity` units (`None`: 1) of sale `id` to `user`.
+/// Sells `quantity` units (`None`: 1) of sale `id` to `user`, admitted by
+/// `admission` when the sale has a waiting room.
 ///
 /// Errors: [`PurchaseError::UnknownSale`]; [`PurchaseError::Invalid`] when the
-/// quantity is outside `1..=per_user_limit`; [`PurchaseError::Strategy`] when
+/// quantity is outside `1..=per_user_limit`; [`PurchaseError::Room`] when the
+/// sale's waiting room refuses the admission; [`PurchaseError::Strategy`] when
 /// the strategy applied back-pressure or a backing server failed (a timeout
 /// of a backing server — a Postgres pool timeout, a Redis command, a
 /// Redlock quorum, a RabbitMQ confirm — sorted out by `probe` into `busy`
@@ -46,8 +55,9 @@ pub async fn purchase(
     id: SaleId,
     user: UserId,
     quantity: Option<i64>,
+    admission: Option<&str>,
 ) -> Result<Outcome, PurchaseError> {
-    let Context { db, catalog, strategies, probe, known_buyers } = context;
+    let Context { db, catalog, strategies, probe, known_buyers, room } = context;
     let sale = match catalog.get(db, id).await {
         Ok(sale) => sale.ok_or(PurchaseError::UnknownSale(id))?,
         Err(err) => return Err(probe.triage(err.into()).await.into()),
@@ -57,7 +67,16 @@ pub async fn purchase(
         None => Quantity::ONE,
     };
     let strategy = sale.strategy.as_str();
-    let result = match sale.phase(Utc::now()) {
+    let phase = sale.phase(Utc::now());
+    let pass = match phase {
+        Phase::Open => match room.admit(&sale, user, admission).await {
+            Ok(pass) => pass,
+            Err(RoomError::Backend(err)) => return Err(probe.triage(err).await.into()),
+            Err(refused) => return Err(PurchaseError::Room(refused)),
+        },
+        Phase::NotStarted | Phase::Ended => None,
+    };
+    let result = match phase {
         Phase::NotStarted => Ok(Outcome::NotStarted),
         Phase::Ended => Ok(Outcome::Ended),
         // A buyer of a sale with a payment window may lose their order (a
@@ -73,6 +92,9 @@ pub async fn purchase(
             answer => answer,
         },
     };
+    if let Some(pass) = pass {
+        room.served(&sale, pass, &result).await;
+    }
     if let Ok(Outcome::Placed { .. } | Outcome::AlreadyPurchased) = result
         && sale.payment_window_ms.is_none()
     {

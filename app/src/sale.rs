@@ -120,7 +120,68 @@ pub struct Sale {
     /// long after they were placed (`crate::lifecycle`). `None`: orders are
     /// `paid` when placed, final.
     pub payment_window_ms: Option<i32>,
+    /// The sale's waiting room (`crate::waiting_room`); `null`: buyers buy
+    /// directly.
+    #[sqlx(flatten)]
+    #[schema(value_type = Option<WaitingRoomSettings>)]
+    pub waiting_room: RoomColumns,
     pub created_at: DateTime<Utc>,
+}
+
+/// A sale's waiting room: how fast and how many of the buyers in its line
+/// are let in to buy, and how long an admission lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WaitingRoomSettings {
+    /// Admissions per second, at most; `null`: no pace (only `concurrency`
+    /// and the stock bound the admissions).
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    pub admissions_per_s: Option<i32>,
+    /// Buyers admitted and not yet served, at most, across every instance
+    /// (the permits of the lock library's semaphore); `null`: only the
+    /// stock bounds them.
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    pub concurrency: Option<i32>,
+    /// How long an admission may be used, milliseconds; its permit is free
+    /// again when it lapses.
+    #[schema(minimum = 100, maximum = 600_000)]
+    pub admission_ttl_ms: i32,
+}
+
+/// The `room_*` columns of `sales`: a [`WaitingRoomSettings`] or none (the
+/// table's check keeps them all set or all `NULL` but one bound). Serialized
+/// as the settings, or `null`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct RoomColumns {
+    room_admissions_per_s: Option<i32>,
+    room_concurrency: Option<i32>,
+    room_admission_ttl_ms: Option<i32>,
+}
+
+impl RoomColumns {
+    /// The room's settings; `None` for a sale without one.
+    pub fn settings(self) -> Option<WaitingRoomSettings> {
+        Some(WaitingRoomSettings {
+            admissions_per_s: self.room_admissions_per_s,
+            concurrency: self.room_concurrency,
+            admission_ttl_ms: self.room_admission_ttl_ms?,
+        })
+    }
+}
+
+impl From<Option<WaitingRoomSettings>> for RoomColumns {
+    fn from(settings: Option<WaitingRoomSettings>) -> Self {
+        settings.map_or_else(Self::default, |room| Self {
+            room_admissions_per_s: room.admissions_per_s,
+            room_concurrency: room.concurrency,
+            room_admission_ttl_ms: Some(room.admission_ttl_ms),
+        })
+    }
+}
+
+impl Serialize for RoomColumns {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.settings().serialize(serializer)
+    }
 }
 
 /// Demonstration knobs: simulated work and stalls inside a strategy's critical
@@ -187,7 +248,8 @@ impl Sale {
 
 /// Columns of `sales` that [`Sale`] reads, in one place for every query.
 pub(crate) const SALE_COLUMNS: &str = "id, name, per_user_limit, strategy, starts_at, ends_at, \
-     lock_lease_ms, work_ms, pause_ms, pause_ratio, buckets, payment_window_ms, created_at";
+     lock_lease_ms, work_ms, pause_ms, pause_ratio, buckets, payment_window_ms, room_admissions_per_s, room_concurrency, \
+     room_admission_ttl_ms, created_at";
 
 /// Stock figures of a sale, read fresh from Postgres.
 #[derive(Debug, Clone, Copy, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -413,6 +475,7 @@ mod tests {
             knobs: Knobs::default(),
             buckets: None,
             payment_window_ms: None,
+            waiting_room: RoomColumns::default(),
             created_at: Utc::now(),
         }
     }

@@ -19,6 +19,7 @@ use crate::http::{self, AppState};
 use crate::sale::SaleCatalog;
 use crate::strategy::Strategies;
 use crate::telemetry;
+use crate::waiting_room::WaitingRoom;
 use crate::web::BuyerAuth;
 
 pub mod server;
@@ -177,6 +178,7 @@ impl Application {
         let strategies = Strategies::new(&deps)?;
         strategies.start_background();
         let known_buyers = crate::known_buyers::KnownBuyers::new(config.known_buyers);
+        let room = WaitingRoom::new(&redis, db.clone(), config.auth.admin_token().0);
         let state = AppState {
             strategies,
             redis,
@@ -190,6 +192,7 @@ impl Application {
             admin_failures: Default::default(),
             known_buyers,
             buyer_auth,
+            room,
         };
         Ok(Self {
             listener,

@@ -41,7 +41,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("HTTP vocabulary", &["web"]),
     ("strategies", &["strategy"]),
-    ("purchase path and audit", &["purchase", "known_buyers", "audit", "lifecycle"]),
+    (
+        "purchase path and audit",
+        &["purchase", "known_buyers", "audit", "lifecycle", "waiting_room"],
+    ),
     ("HTTP router", &["http"]),
     // The configuration composes the settings each layer below defines.
     ("start-up", &["startup", "config"]),

@@ -24,3 +24,4 @@ mod queue_broker;
 mod readme;
 mod redis_decr;
 mod storefront;
+mod waiting_room;

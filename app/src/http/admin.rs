@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::auth::Admin;
 use crate::audit::{self, Audit};
-use crate::sale::{InvalidInput, Knobs, SALE_COLUMNS, Sale, Stock};
+use crate::sale::{InvalidInput, Knobs, SALE_COLUMNS, Sale, Stock, WaitingRoomSettings};
 use crate::strategy::{Reconciliation, StrategyName, UnknownStrategy};
 use crate::web::{ApiJson, AppError, SalePath, integer, optional_integer};
 
@@ -78,6 +78,59 @@ pub struct NewSale {
     #[schema(minimum = 1, maximum = 604_800_000)]
     #[serde(default, deserialize_with = "optional_integer")]
     payment_window_ms: Option<i32>,
+    /// A waiting room in front of the sale (docs/waiting-room.md): buyers
+    /// join its line and buy only once admitted. Absent: buyers buy directly.
+    waiting_room: Option<NewWaitingRoom>,
+}
+
+/// The waiting room of a new sale: at least one of its two bounds.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewWaitingRoom {
+    /// Admissions per second, at most.
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    #[serde(default, deserialize_with = "optional_integer")]
+    admissions_per_s: Option<i32>,
+    /// Buyers admitted and not yet served at once, at most.
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    #[serde(default, deserialize_with = "optional_integer")]
+    concurrency: Option<i32>,
+    /// How long an admission may be used, milliseconds.
+    #[schema(minimum = 100, maximum = 600_000, default = 30_000)]
+    #[serde(default, deserialize_with = "optional_integer")]
+    admission_ttl_ms: Option<i32>,
+}
+
+/// How long an admission lasts when the sale does not say: long enough to
+/// press "buy" after being let in, short enough that an unused admission
+/// soon lets the next buyer in.
+pub const DEFAULT_ADMISSION_TTL_MS: i32 = 30_000;
+
+impl NewWaitingRoom {
+    fn validate(self) -> Result<WaitingRoomSettings, InvalidInput> {
+        let bound = |field: &'static str, value: Option<i32>| match value {
+            Some(v) if !(1..=1_000_000).contains(&v) => {
+                Err(InvalidInput::new(field, "must be between 1 and 1000000"))
+            }
+            _ => Ok(value),
+        };
+        let admissions_per_s = bound("waiting_room.admissions_per_s", self.admissions_per_s)?;
+        let concurrency = bound("waiting_room.concurrency", self.concurrency)?;
+        if admissions_per_s.is_none() && concurrency.is_none() {
+            return Err(InvalidInput::new(
+                "waiting_room",
+                "needs admissions_per_s, concurrency or both",
+            ));
+        }
+        let admission_ttl_ms = self.admission_ttl_ms.unwrap_or(DEFAULT_ADMISSION_TTL_MS);
+        if !(100..=600_000).contains(&admission_ttl_ms) {
+            return Err(InvalidInput::new(
+                "waiting_room.admission_ttl_ms",
+                "must be between 100 and 600000 ms",
+            ));
+        }
+        Ok(WaitingRoomSettings { admissions_per_s, concurrency, admission_ttl_ms })
+    }
 }
 
 /// The longest payment window, milliseconds: 7 days (the column's check).
@@ -139,7 +192,9 @@ impl NewSale {
                 format!("must be between 1 and {MAX_PAYMENT_WINDOW_MS} ms"),
             ));
         }
-        let window = Window { starts_at, ends_at, payment_window_ms: self.payment_window_ms };
+        let waiting_room = self.waiting_room.map(NewWaitingRoom::validate).transpose()?;
+        let window =
+            Window { starts_at, ends_at, payment_window_ms: self.payment_window_ms, waiting_room };
         Ok((name, self.stock, strategy, per_user_limit, knobs, window))
     }
 }
@@ -159,11 +214,12 @@ fn storable(field: &'static str, t: DateTime<Utc>) -> Result<DateTime<Utc>, Inva
         .ok_or_else(|| InvalidInput::new(field, "is not a storable time"))
 }
 
-/// When a sale sells, and how long its buyers have to pay.
+/// When a sale sells, who gets in when, and how long its buyers have to pay.
 struct Window {
     starts_at: Option<DateTime<Utc>>,
     ends_at: Option<DateTime<Utc>>,
     payment_window_ms: Option<i32>,
+    waiting_room: Option<WaitingRoomSettings>,
 }
 
 /// A sale with its stock, as answered by the admin routes.
@@ -204,9 +260,10 @@ pub async fn create_sale(
         "WITH sale AS (
              INSERT INTO sales (name, total_stock, remaining_stock, per_user_limit, strategy,
                                 starts_at, ends_at, lock_lease_ms, work_ms, pause_ms,
-                                pause_ratio, buckets, payment_window_ms)
+                                pause_ratio, buckets, payment_window_ms,
+                                room_admissions_per_s, room_concurrency, room_admission_ttl_ms)
              VALUES ($1, $2, CASE WHEN $11::integer IS NULL THEN $2 ELSE 0 END, $3, $4, $5, $6,
-                     $7, $8, $9, $10, $11, $12)
+                     $7, $8, $9, $10, $11, $12, $13, $14, $15)
              RETURNING {SALE_COLUMNS}
          ), spread AS (
              INSERT INTO sale_buckets (sale_id, bucket, remaining_stock)
@@ -228,6 +285,9 @@ pub async fn create_sale(
         .bind(knobs.pause_ratio)
         .bind(buckets)
         .bind(window.payment_window_ms)
+        .bind(window.waiting_room.and_then(|room| room.admissions_per_s))
+        .bind(window.waiting_room.and_then(|room| room.concurrency))
+        .bind(window.waiting_room.map(|room| room.admission_ttl_ms))
         .fetch_one(&state.db)
         .await?;
     let sale = state.catalog.insert(sale);

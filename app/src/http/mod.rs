@@ -35,6 +35,7 @@ use crate::web::{AppError, BuyerAuth, UnsortedTimeout};
 mod admin;
 mod auth;
 mod health;
+mod line;
 pub mod openapi;
 mod orders;
 mod sales;
@@ -69,6 +70,8 @@ pub struct AppState {
     /// Buyer authentication: the token verifier when it is on (added to
     /// every request's extensions for the [`crate::web::Buyer`] extractor).
     pub buyer_auth: BuyerAuth,
+    /// The waiting rooms of the sales that have one.
+    pub room: crate::waiting_room::WaitingRoom,
 }
 
 /// Request bodies are tiny JSON documents; anything larger is refused (413).
@@ -126,6 +129,8 @@ fn routes(state: &AppState) -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(sales::get_sale))
         .routes(routes!(sales::place_order))
         .routes(routes!(sales::buyer_order))
+        .routes(routes!(line::join))
+        .routes(routes!(line::look, line::leave))
         .routes(routes!(orders::get_order))
         .routes(routes!(orders::pay))
         .routes(routes!(orders::cancel))
@@ -219,6 +224,7 @@ mod tests {
             admin_failures: Default::default(),
             known_buyers: Default::default(),
             buyer_auth: BuyerAuth(None),
+            room: crate::waiting_room::WaitingRoom::new(&redis, db.clone(), "offline"),
             metrics: crate::telemetry::metrics_handle(),
             http: Arc::new(config.http.clone()),
             auth: Arc::new(config.auth.clone()),

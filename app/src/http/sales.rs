@@ -138,6 +138,11 @@ pub struct PlaceOrder {
     #[schema(minimum = 1, maximum = 1_000_000, default = 1)]
     #[serde(default, deserialize_with = "optional_integer")]
     quantity: Option<i64>,
+    /// The admission of a sale with a waiting room (its line's `admitted`
+    /// place gives it); required there, refused elsewhere. Used up by the
+    /// purchase.
+    #[serde(default)]
+    admission: Option<String>,
 }
 
 /// Body of a `201 Created` purchase.
@@ -173,6 +178,10 @@ pub struct PurchaseAccepted {
         (status = 202, description = "Accepted for settlement (`queue` sales); the result will be \
             at `location`. The same buyer again gets the same request.", body = PurchaseAccepted,
             headers(("Location" = String, description = "`/sales/{id}/requests/{request_id}`"))),
+        (status = 403, description = "`admission-required`: the sale has a waiting room and no \
+            `admission` was sent; `admission-refused`: the admission is forged, another buyer's \
+            or sale's, lapsed, used already, or lost with Redis; `buyer-mismatch`", body = Problem,
+            content_type = "application/problem+json"),
         (status = 409, description = "`sold-out`, `already-purchased`, `not-started` or `ended`",
             body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "`busy`: back-pressure. Besides the causes every route \
@@ -202,12 +211,16 @@ pub async fn place_order(
         strategies: &state.strategies,
         probe: &state.probe,
         known_buyers: &state.known_buyers,
+        room: &state.room,
     };
-    let outcome = purchase(context, id, user, body.quantity).await.map_err(|err| match err {
-        PurchaseError::UnknownSale(id) => AppError::no_such_sale(id),
-        PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
-        PurchaseError::Strategy(err) => AppError::Strategy(err),
-    })?;
+    let admission = body.admission.as_deref();
+    let outcome =
+        purchase(context, id, user, body.quantity, admission).await.map_err(|err| match err {
+            PurchaseError::UnknownSale(id) => AppError::no_such_sale(id),
+            PurchaseError::Invalid(invalid) => AppError::Invalid(invalid),
+            PurchaseError::Strategy(err) => AppError::Strategy(err),
+            PurchaseError::Room(refused) => refused.into(),
+        })?;
     match outcome {
         Outcome::Placed { order_id, quantity } => Ok((
             StatusCode::CREATED,

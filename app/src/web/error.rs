@@ -98,6 +98,20 @@ pub enum AppError {
     /// payment or cancel the order's state refuses; `detail` says why.
     #[error("{detail}")]
     OrderConflict { slug: &'static str, title: &'static str, detail: String },
+    /// `404 not-in-line`: the buyer has no place in the sale's waiting room
+    /// (never joined, left, dropped after not looking, or the line was lost
+    /// with Redis); joining again gives a new place.
+    #[error("{0}")]
+    NotInLine(String),
+    /// `403 admission-required`: a purchase of a sale with a waiting room
+    /// without an admission.
+    #[error("{0}")]
+    AdmissionRequired(String),
+    /// `403 admission-refused`: an admission that does not admit this
+    /// purchase (forged, another buyer's or sale's, lapsed, used, or lost
+    /// with Redis); `detail` says which.
+    #[error("{0}")]
+    AdmissionRefused(String),
     /// `504 timeout`: the request ran longer than `SECKILL_REQUEST_TIMEOUT_MS`
     /// (the duration); what it set in motion may still complete.
     #[error(
@@ -174,6 +188,13 @@ impl AppError {
             NotStarted => (StatusCode::CONFLICT, "not-started", "Sale not started"),
             Ended => (StatusCode::CONFLICT, "ended", "Sale ended"),
             OrderConflict { slug, title, .. } => (StatusCode::CONFLICT, *slug, *title),
+            NotInLine(_) => (StatusCode::NOT_FOUND, "not-in-line", "Not in the line"),
+            AdmissionRequired(_) => {
+                (StatusCode::FORBIDDEN, "admission-required", "Admission required")
+            }
+            AdmissionRefused(_) => {
+                (StatusCode::FORBIDDEN, "admission-refused", "Admission refused")
+            }
             Timeout(_) => (StatusCode::GATEWAY_TIMEOUT, "timeout", "Request timed out"),
             Strategy(StrategyError::Busy { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy, retry later")

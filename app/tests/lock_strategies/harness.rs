@@ -101,6 +101,7 @@ pub fn fake_sale(id: i64, strategy: StrategyName, knobs: Knobs) -> Sale {
         knobs,
         buckets: None,
         payment_window_ms: None,
+        waiting_room: Default::default(),
         created_at: Utc::now(),
     }
 }

@@ -151,7 +151,7 @@ pub(super) fn sale_lock_name(prefix: &str, sale: &Sale) -> Result<LockName, Stra
 /// (`crate::backends::redis_misconfiguration`) is `Misconfigured`,
 /// unreachable Redis `Unavailable`, a grant that came back too late `busy`
 /// (retry), anything else `Internal`.
-pub(super) fn lock_error(err: LockError) -> StrategyError {
+pub(crate) fn lock_error(err: LockError) -> StrategyError {
     let refused = match &err {
         LockError::Redis(redis) => crate::backends::redis_misconfiguration(redis),
         _ => None,

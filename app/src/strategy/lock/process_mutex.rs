@@ -109,6 +109,7 @@ mod tests {
             knobs: Knobs::default(),
             buckets: None,
             payment_window_ms: None,
+            waiting_room: Default::default(),
             created_at: chrono::Utc::now(),
         }
     }
