@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 use super::{AppState, storefront};
 use crate::outcome::Outcome;
 use crate::purchase::{self, PurchaseError, purchase};
-use crate::sale::{self, Order, Phase, SaleId, UserId};
+use crate::sale::{self, Order, Phase, SaleId, UserId, WaitingRoomSettings};
 use crate::strategy_name::StrategyName;
 use crate::web::{
     ApiJson, AppError, Buyer, BuyerPath, Problem, SalePath, optional_integer, prefers_html,
@@ -34,6 +34,10 @@ pub struct SaleStatus {
     starts_at: Option<DateTime<Utc>>,
     /// The sale ends at this time (exclusive); `null`: never.
     ends_at: Option<DateTime<Utc>>,
+    /// The sale's waiting room: buyers join its line (`POST
+    /// /sales/{id}/line`) and buy with the admission it gives; `null`:
+    /// buyers buy directly.
+    waiting_room: Option<WaitingRoomSettings>,
     /// The service's clock when it read the sale (`status` is as of this
     /// time): a client counts down to `starts_at` or `ends_at` from it, not
     /// from its own clock.
@@ -92,6 +96,7 @@ pub async fn get_sale(
         status,
         starts_at: sale.starts_at,
         ends_at: sale.ends_at,
+        waiting_room: sale.waiting_room.settings(),
         now,
     };
     // The answer is as of `now`: a cache must not serve it later.
