@@ -6,9 +6,13 @@
 //! `Retry-After` asks and then buys; sees a countdown that follows the
 //! service's clock — not the browser's, which is set an hour ahead — and a
 //! button that opens at the start; and an answer lost on the network is
-//! retried without a second order. The page is read by what it shows
-//! (`data-status`, `data-outcome`, `data-kind` and the text), and each step
-//! leaves a screenshot in `target/screenshots/storefront-*.png`.
+//! retried without a second order. Behind a waiting room, a buyer joins the
+//! line, sees the place and the wait, joins again by itself when the
+//! service loses the place, is let in without a reload and buys with the
+//! admission; or, waiting behind the buyer who takes the last unit, is told
+//! "sold out" and stops asking. The page is read by what it shows
+//! (`data-status`, `data-outcome`, `data-kind`, `data-state` and the text),
+//! and each step leaves a screenshot in `target/screenshots/storefront-*.png`.
 //!
 //! Plus, without a browser: the content negotiation of `GET /sales/{id}`
 //! (JSON stays the default), the page's files and their validators, and the
@@ -36,6 +40,15 @@ const RESULT_TEXT: &str = "document.getElementById('result').textContent";
 const NOTE_KIND: &str = "document.getElementById('note').dataset.kind";
 const BUY_ENABLED: &str = "!document.getElementById('buy').disabled";
 const STOCK_TEXT: &str = "document.getElementById('stock').textContent";
+const BUY_TEXT: &str = "document.getElementById('buy').textContent";
+const LINE_STATE: &str = "document.getElementById('line').dataset.state";
+const LINE_HIDDEN: &str = "document.getElementById('line').hidden";
+const POSITION: &str = "document.getElementById('position').textContent";
+const WAIT_TEXT: &str = "document.getElementById('wait').textContent";
+const TURN_TEXT: &str = "document.getElementById('turn').textContent";
+/// How many times the page has asked for its place in line so far.
+const LINE_ASKS: &str = "performance.getEntriesByType('resource')\
+    .filter(e => /\\/line\\/\\d+$/.test(e.name)).length";
 
 /// `target/screenshots/storefront-{name}.png`.
 fn artifact(name: &str) -> PathBuf {
@@ -107,6 +120,8 @@ async fn a_sql_sale_is_bought_with_the_keyboard_and_its_order_shown() {
     assert_eq!(browser.eval(STATUS).await, "open");
     assert_eq!(browser.eval(STOCK_TEXT).await, "5 of 5 left");
     assert_eq!(browser.eval("document.title").await, "Launch sneakers — flash sale");
+    assert_eq!(browser.eval(BUY_TEXT).await, "Buy now");
+    assert_eq!(browser.eval(LINE_HIDDEN).await, true, "no waiting room, no line");
     shoot(&browser, "sql-open").await;
 
     // The button is reached and pressed with the keyboard.
@@ -386,6 +401,205 @@ async fn with_buyer_auth_on_the_page_buys_as_the_buyer_of_its_token_and_asks_for
     let order = order_id(&app, sale, 4242).await;
     assert!(text.contains(&format!("#{order}")), "{text}");
     shoot(&browser, "signed-in-placed").await;
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.orders, audit.units_sold), (1, 1));
+}
+
+/// A sale of one unit behind a waiting room that lets one buyer in at a
+/// time (the only permit), two a second at most, for a minute each: longer
+/// than a test's steps, so that an admission only ends when a test says so.
+async fn room_sale(app: &TestApp, name: &str) -> i64 {
+    sale(
+        app,
+        json!({ "name": name, "stock": 1, "strategy": "sql",
+                "waiting_room": { "admissions_per_s": 2, "concurrency": 1,
+                                  "admission_ttl_ms": 60_000 } }),
+    )
+    .await
+}
+
+fn line_url(app: &TestApp, sale: i64, user: i64) -> String {
+    app.url(&format!("/sales/{sale}/line/{user}"))
+}
+
+/// `user`'s place in `sale`'s line, as the API answers it: status and body.
+async fn place(app: &TestApp, sale: i64, user: i64) -> (StatusCode, Value) {
+    let answer = app.client.get(line_url(app, sale, user)).send().await.unwrap();
+    let status = answer.status();
+    (status, answer.json().await.unwrap_or(Value::Null))
+}
+
+/// `user` joins `sale`'s line through the API: status and place.
+async fn join(app: &TestApp, sale: i64, user: i64) -> (StatusCode, Value) {
+    let answer = app
+        .client
+        .post(app.url(&format!("/sales/{sale}/line")))
+        .json(&json!({ "user_id": user }))
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status();
+    (status, answer.json().await.unwrap_or(Value::Null))
+}
+
+/// `user` leaves `sale`'s line (or gives up an admission) through the API.
+async fn leave(app: &TestApp, sale: i64, user: i64) {
+    let answer = app.client.delete(line_url(app, sale, user)).send().await.unwrap();
+    assert_eq!(answer.status(), StatusCode::NO_CONTENT, "leaving the line");
+}
+
+/// `user` joins `sale`'s line through the API and asks for its place until
+/// it is let in; answers the admission.
+async fn admitted(app: &TestApp, sale: i64, user: i64) -> String {
+    let (status, mut current) = join(app, sale, user).await;
+    assert_eq!(status, StatusCode::OK, "joining the line: {current}");
+    let deadline = tokio::time::Instant::now() + STEP;
+    while current["state"] != "admitted" {
+        assert_eq!(current["state"], "waiting", "{current}");
+        assert!(tokio::time::Instant::now() < deadline, "never let in: {current}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (status, body) = place(app, sale, user).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        current = body;
+    }
+    current["admission"].as_str().expect("an admission token").to_owned()
+}
+
+/// A buyer of the API that asks for its place every 500 ms, as the page
+/// does, so that the service keeps it; stops when dropped.
+struct KeepsPlace(tokio::task::JoinHandle<()>);
+
+impl KeepsPlace {
+    fn start(app: &TestApp, sale: i64, user: i64) -> KeepsPlace {
+        let (client, url) = (app.client.clone(), line_url(app, sale, user));
+        KeepsPlace(tokio::spawn(async move {
+            loop {
+                let _ = client.get(&url).send().await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }))
+    }
+}
+
+impl Drop for KeepsPlace {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_waiting_room_the_page_waits_its_turn_in_line_and_buys_with_the_admission() {
+    let app = TestApp::spawn().await;
+    let sale = room_sale(&app, "Waiting room drop").await;
+    // Ahead of the page: a buyer the line let in, who holds the only permit
+    // and does not buy (an admitted buyer has left the line), and one who
+    // waits in line.
+    let (admitted_ahead, waiting_ahead) = (9_001, 9_002);
+    admitted(&app, sale, admitted_ahead).await;
+    let (status, first) = join(&app, sale, waiting_ahead).await;
+    assert_eq!((status, first["position"].as_i64()), (StatusCode::OK, Some(1)), "{first}");
+    let keeps_place = KeepsPlace::start(&app, sale, waiting_ahead);
+
+    let browser = open(&app, sale).await;
+    browser.wait_for(BUY_ENABLED, STEP).await;
+    assert_eq!(browser.eval(BUY_TEXT).await, "Join the line");
+    assert_eq!(browser.eval(LINE_HIDDEN).await, false);
+    assert_eq!(browser.eval(LINE_STATE).await, "", "not in line yet");
+    shoot(&browser, "room-join").await;
+    // Gone if anything reloads the page from here on.
+    browser.eval("window.sameDocument = true").await;
+
+    click_buy(&browser).await;
+    browser.wait_for(&format!("{LINE_STATE} === 'waiting' && {POSITION} === '2'"), STEP).await;
+    assert_eq!(browser.eval(BUY_ENABLED).await, false, "no buying before the turn");
+    assert_eq!(browser.eval(BUY_TEXT).await, "Waiting for your turn…");
+    let wait = browser.eval(WAIT_TEXT).await;
+    let wait = wait.as_str().unwrap();
+    assert!(
+        wait == "estimating…" || wait == "under a second" || wait.starts_with("about "),
+        "{wait}"
+    );
+    let user = buyer(&browser).await;
+    let (status, mine) = place(&app, sale, user).await;
+    assert_eq!((status, mine["position"].as_i64()), (StatusCode::OK, Some(2)), "{mine}");
+    shoot(&browser, "room-waiting").await;
+
+    // The service loses the page's place (as when Redis loses the line): the
+    // page joins again by itself, at the back, and says so.
+    leave(&app, sale, user).await;
+    browser.wait_for(&format!("{LINE_STATE} === 'rejoined' && {POSITION} === '2'"), STEP).await;
+    let status_text = browser.eval("document.getElementById('line-status').textContent").await;
+    assert!(status_text.as_str().unwrap().contains("joined the line again"), "{status_text}");
+    shoot(&browser, "room-rejoined").await;
+
+    // The buyer waiting ahead leaves: the page moves up, without a reload.
+    drop(keeps_place);
+    leave(&app, sale, waiting_ahead).await;
+    browser.wait_for(&format!("{POSITION} === '1'"), STEP).await;
+    assert_eq!(
+        browser.eval("document.getElementById('ahead').textContent").await,
+        " — you're next"
+    );
+    // The admitted buyer gives the permit up: the page's buyer is let in,
+    // with a countdown of the admission's minute.
+    leave(&app, sale, admitted_ahead).await;
+    browser.wait_for(&format!("{LINE_STATE} === 'admitted'"), STEP).await;
+    assert_eq!(browser.eval("window.sameDocument === true").await, true, "no reload");
+    browser.wait_for(BUY_ENABLED, STEP).await;
+    assert_eq!(browser.eval(BUY_TEXT).await, "Buy now");
+    let turn = browser.eval(TURN_TEXT).await;
+    let turn = turn.as_str().unwrap();
+    assert!(
+        turn == "Your turn: 1:00 left to buy"
+            || (45..=59).any(|s| turn == format!("Your turn: 0:{s} left to buy")),
+        "{turn}"
+    );
+    shoot(&browser, "room-admitted").await;
+
+    click_buy(&browser).await;
+    let text = outcome(&browser, "placed").await;
+    let order = order_id(&app, sale, user).await;
+    assert!(text.contains(&format!("Order #{order} placed")), "{text}");
+    assert_eq!(browser.eval(LINE_HIDDEN).await, true, "the line is behind the buyer");
+    browser.wait_for(&format!("{STOCK_TEXT} === '0 of 1 left'"), STEP).await;
+    shoot(&browser, "room-placed").await;
+    let audit = app.audit(sale).await;
+    assert_eq!((audit.orders, audit.units_sold), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_waiting_in_line_is_told_sold_out_when_the_buyer_ahead_takes_the_last_unit() {
+    let app = TestApp::spawn().await;
+    let sale = room_sale(&app, "Last one, in line").await;
+    let ahead = 9_003;
+    let admission = admitted(&app, sale, ahead).await;
+
+    let browser = open(&app, sale).await;
+    browser.wait_for(BUY_ENABLED, STEP).await;
+    click_buy(&browser).await;
+    browser.wait_for(&format!("{LINE_STATE} === 'waiting' && {POSITION} === '1'"), STEP).await;
+    shoot(&browser, "room-behind").await;
+
+    // The buyer ahead takes the last unit with its admission.
+    let bought = app.order(sale, json!({ "user_id": ahead, "admission": admission })).await;
+    assert_eq!(bought.status(), StatusCode::CREATED);
+    let at = tokio::time::Instant::now();
+    browser.wait_for(&format!("{LINE_STATE} === 'sold_out'"), STEP).await;
+    // The page asks for its place every 500 ms; its reads of the sale come
+    // every 2 s and do not set the line's state.
+    let took = at.elapsed();
+    assert!(took < Duration::from_secs(3), "sold out reached the page after {took:?}");
+    let text = outcome(&browser, "sold-out").await;
+    assert!(text.starts_with("Sold out"), "{text}");
+    assert_eq!(browser.eval(BUY_ENABLED).await, false);
+    browser.wait_for(&format!("{STATUS} === 'sold_out'"), STEP).await;
+
+    // Sold out is final: the page stops asking for its place.
+    let asked = browser.eval(LINE_ASKS).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(browser.eval(LINE_ASKS).await, asked, "no asking after sold out");
+    assert_eq!(browser.eval(LINE_STATE).await, "sold_out");
+    shoot(&browser, "room-sold-out").await;
     let audit = app.audit(sale).await;
     assert_eq!((audit.orders, audit.units_sold), (1, 1));
 }

@@ -16,6 +16,10 @@
 //   the idempotency key), so a repeat is answered "already purchased" — and
 //   the page then shows the order — or, for a queued sale, with the same
 //   request.
+// - A sale with a waiting room (its `waiting_room` is not null) sells only to
+//   a buyer the line has admitted: the button joins the line, the page asks
+//   for the buyer's place every 500 ms and shows it, and once admitted buys
+//   with the admission's token before it expires (see "The waiting room").
 "use strict";
 
 // ---- The buyer ---------------------------------------------------------
@@ -43,7 +47,9 @@ const buyer = (() => {
       signedIn: true,
       headers: () => ({ Authorization: `Bearer ${token}` }),
       purchaseBody: () => ({ quantity: 1 }),
+      lineBody: () => ({}),
       orderPath: (sale) => `/sales/${sale}/buyers/${subject}/order`,
+      linePath: (sale) => `/sales/${sale}/line/${subject}`,
     };
   }
   const KEY = "seckill.buyer";
@@ -61,7 +67,9 @@ const buyer = (() => {
     signedIn: false,
     headers: () => ({}),
     purchaseBody: () => ({ user_id: id, quantity: 1 }),
+    lineBody: () => ({ user_id: id }),
     orderPath: (sale) => `/sales/${sale}/buyers/${id}/order`,
+    linePath: (sale) => `/sales/${sale}/line/${id}`,
   };
 })();
 
@@ -144,6 +152,8 @@ const el = {
   form: $("open-sale"), saleNumber: $("sale-number"), sale: $("sale"), name: $("sale-name"),
   status: $("status"), countdown: $("countdown"), stockBar: $("stock-bar"), stock: $("stock"),
   buy: $("buy"), note: $("note"), result: $("result"), buyerId: $("buyer-id"), buyerHow: $("buyer-how"), fatal: $("fatal"),
+  line: $("line"), lineStatus: $("line-status"), lineFacts: $("line-facts"), position: $("position"),
+  ahead: $("ahead"), wait: $("wait"), pace: $("pace"), turn: $("turn"), leave: $("leave"),
 };
 
 const state = {
@@ -159,6 +169,13 @@ const state = {
   pollTimer: null,
   /** Consecutive failed reads of the sale. */
   readFailures: 0,
+  /** The first read of the sale is in flight (start() acts on it). */
+  starting: false,
+  /** The buyer's place in the waiting room: the last Place document the
+   *  service answered (`waiting`, `admitted`, `sold_out`), or one of the
+   *  page's own states (`joining`, `left`, `expired`, `lost`); null before
+   *  joining. */
+  line: null,
 };
 
 const PHASE_WORDS = {
@@ -213,10 +230,38 @@ function render() {
   else if (phase === "open" && sale.ends_at) countdown = `Ends in ${duration(parseTime(sale.ends_at) - now)}`;
   el.countdown.textContent = countdown;
   el.countdown.hidden = countdown === "";
-  el.buy.disabled = phase !== "open" || state.buying || state.done;
-  el.buy.textContent = state.buying ? "Buying…" : state.done ? "Bought" : phase === "open" ? "Buy now" : PHASE_WORDS[phase];
+  const [enabled, words] = buyButton(phase);
+  el.buy.disabled = !enabled;
+  setText(el.buy, words);
+  renderLine();
   if (state.shownPhase === "not_started" && phase === "open") refreshSoon(0);
   state.shownPhase = phase;
+}
+
+/** Whether the buy button is enabled in `phase`, and its words. */
+function buyButton(phase) {
+  if (state.buying) return [false, "Buying…"];
+  if (state.done) return [false, "Bought"];
+  // A waiting room takes its line before the start too: buyers are let in
+  // from the start, in the order they joined.
+  if (hasRoom() && (phase === "open" || phase === "not_started")) {
+    switch (lineState()) {
+      case "joining": return [false, "Joining the line…"];
+      case "waiting": return [false, "Waiting for your turn…"];
+      case "admitted": return [true, "Buy now"];
+      case "sold_out": return [false, PHASE_WORDS.sold_out];
+      case "expired": case "lost": return [true, "Join the line again"];
+      default: return [true, "Join the line"];
+    }
+  }
+  if (phase !== "open") return [false, PHASE_WORDS[phase]];
+  return [true, "Buy now"];
+}
+
+/** Writes `text` only when it changed: a live region that is rewritten with
+ *  the same words four times a second may be read out again each time. */
+function setText(node, text) {
+  if (node.textContent !== text) node.textContent = text;
 }
 
 /** Shows an outcome of the purchase (`data-outcome` names it), or hides it. */
@@ -316,7 +361,7 @@ async function purchase() {
       answer = await api(`/sales/${state.saleId}/orders`, {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify(buyer.purchaseBody()),
+        body: JSON.stringify(purchaseBody()),
       });
     } catch {
       // No answer: the purchase may have been placed or not. Sending it again
@@ -331,6 +376,7 @@ async function purchase() {
     if (response.status === 202) return queued(body);
     if (response.status === 409) return refused(problemKind(body), body);
     if (response.status === 401) return signInNeeded();
+    if (response.status === 403) return admissionRefused(problemKind(body), body);
     if (response.status === 503 || response.status === 504) {
       if (++retries > MAX_RETRIES) return failed("The store is too busy right now. Please try again in a moment.");
       const busy = response.status === 503 && problemKind(body) === "busy";
@@ -344,8 +390,19 @@ async function purchase() {
   }
 }
 
+/** The purchase's body: the buyer's, plus the admission when the waiting
+ *  room let the buyer in — read at every attempt, so that a retry carries
+ *  the token the line answered last. */
+function purchaseBody() {
+  const body = buyer.purchaseBody();
+  const place = state.line;
+  if (hasRoom() && place && place.state === "admitted") body.admission = place.admission;
+  return body;
+}
+
 function placed(order, outcome) {
   state.done = true;
+  stopPolling();
   writeStorage(pendingKey(), null);
   const units = order.quantity === 1 ? "1 unit" : `${order.quantity} units`;
   const text = outcome === "placed"
@@ -374,6 +431,10 @@ async function refused(kind, body) {
     case "sold-out":
       // The service just said so: show it now, before the next read confirms.
       if (state.sale) state.sale.remaining_stock = 0;
+      if (hasRoom()) {
+        stopPolling();
+        state.line = { state: "sold_out" };
+      }
       showResult("sold-out", "Sold out — every unit has been sold.");
       refreshSoon(0);
       return;
@@ -389,6 +450,28 @@ async function refused(kind, body) {
       return;
     default:
       failed((body && (body.detail || body.title)) || "The purchase was refused.");
+  }
+}
+
+/** A 403: the sale has a waiting room and the purchase carried no admission,
+ *  or one the service no longer takes (expired, already used). */
+async function admissionRefused(kind, body) {
+  if (kind !== "admission-required" && kind !== "admission-refused") {
+    return failed((body && (body.detail || body.title)) || "The purchase was refused.");
+  }
+  // An earlier attempt whose answer was lost may have used the admission:
+  // its order is then the outcome.
+  try {
+    const { response, body: order } = await api(buyer.orderPath(state.saleId));
+    if (response.ok && order) return placed(order, "already-purchased");
+  } catch { /* no answer: say what the refusal said */ }
+  stopPolling();
+  if (kind === "admission-required") {
+    state.line = null;
+    showResult("admission-refused", "This sale has a waiting room: join the line, and buy when it is your turn.");
+  } else {
+    state.line = { state: "expired" };
+    showResult("admission-refused", "Your turn has passed — join the line again to buy.");
   }
 }
 
@@ -455,6 +538,296 @@ async function settle(location) {
   }
 }
 
+// ---- The waiting room ---------------------------------------------------------
+// A sale with a waiting room admits its buyers from a line, in the order they
+// joined, at its own pace: a purchase without an admission is refused (403).
+// The page joins the line (POST /sales/{id}/line) and then asks for the
+// buyer's place (GET /sales/{id}/line/{user}) every 500 ms: that is how the
+// service knows the buyer is still there — a place not asked for in 10 s is
+// given up — and how "sold out" reaches a waiting buyer within a second. The
+// place is `waiting` (position, estimated wait, measured pace), `admitted`
+// (a token valid until `expires_at`, which the purchase carries) or
+// `sold_out`. The asking goes on while the tab is hidden: stopping would
+// give the place up.
+
+const LINE_POLL_MS = 500;
+/** The longest pause between two asks for the place, whatever a failure or a
+ *  503's Retry-After says: a longer one would give the place up. */
+const LINE_MAX_PAUSE_MS = 4000;
+
+const room = {
+  timer: null,
+  /** Bumped to stop the asking: an answer to an ask of an older round is
+   *  dropped, so a stopped or restarted round never acts. */
+  round: 0,
+  failures: 0,
+  /** The page joined again by itself after the service lost the place. */
+  rejoined: false,
+  resuming: false,
+  /** The place may be rejoined by the page itself when lost: true after the
+   *  buyer's own join and once an answer confirmed a place, false after an
+   *  automatic rejoin until then — a service that keeps losing places is
+   *  not joined in a loop. */
+  confirmed: false,
+};
+
+/** Whether the sale has a waiting room (its document's `waiting_room`). */
+function hasRoom() {
+  return Boolean(state.sale) && state.sale.waiting_room != null;
+}
+
+function lineState() { return state.line ? state.line.state : ""; }
+
+/** Milliseconds left of the buyer's turn by the service's clock (NaN when
+ *  unknown). */
+function turnLeftMs(place) {
+  return parseTime(place.expires_at) - clock.now();
+}
+
+const LINE_WORDS = {
+  "": "This sale has a waiting room: join the line (even before the start), and buy when it is your turn. Keep this page open while you wait.",
+  joining: "Joining the line…",
+  waiting: "You're in line. Keep this page open: it keeps your place.",
+  rejoined: "Your place in line was lost, so you joined the line again. Keep this page open: it keeps your place.",
+  admitted: "It's your turn! Buy before the time runs out.",
+  expired: "Your turn has passed. Join the line again to buy.",
+  lost: "Your place in line was lost. Join the line again to buy.",
+  left: "You left the line.",
+  sold_out: "The line is closed.",
+};
+
+const oneDecimal = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
+
+/** An estimated wait in words: "about 3 s", "about 2 min". */
+function waitWords(ms) {
+  if (typeof ms !== "number" || !Number.isFinite(ms)) return "estimating…";
+  if (ms < 1000) return "under a second";
+  const s = Math.ceil(ms / 1000);
+  if (s < 60) return `about ${s} s`;
+  const minutes = Math.round(s / 60);
+  if (minutes < 60) return `about ${minutes} min`;
+  return `about ${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
+/** The measured pace of admissions in words. */
+function paceWords(perSecond) {
+  if (typeof perSecond !== "number" || !Number.isFinite(perSecond)) return "measuring…";
+  if (perSecond <= 0) return "nobody let in just now";
+  if (perSecond < 1) return `1 buyer let in every ${oneDecimal.format(1 / perSecond)} s`;
+  return `${oneDecimal.format(perSecond)} buyers let in a second`;
+}
+
+function renderLine() {
+  const shown = hasRoom() && !state.done;
+  el.line.hidden = !shown;
+  if (!shown) return;
+  const place = state.line;
+  const kind = lineState();
+  const waiting = kind === "waiting";
+  const shownKind = waiting && room.rejoined ? "rejoined" : kind;
+  el.line.dataset.state = shownKind;
+  setText(el.lineStatus, LINE_WORDS[shownKind] || LINE_WORDS[""]);
+  el.lineFacts.hidden = !waiting;
+  if (waiting) {
+    setText(el.position, count.format(place.position));
+    const ahead = Number(place.ahead);
+    setText(el.ahead, ahead > 0 ? ` — ${count.format(ahead)} ahead of you` : " — you're next");
+    setText(el.wait, waitWords(place.estimated_wait_ms));
+    setText(el.pace, paceWords(place.admissions_per_s));
+  }
+  let turn = "";
+  if (kind === "admitted") {
+    const left = turnLeftMs(place);
+    if (!Number.isNaN(left)) turn = `Your turn: ${duration(left)} left to buy`;
+  }
+  setText(el.turn, turn);
+  el.turn.hidden = turn === "";
+  el.leave.hidden = !(waiting || kind === "admitted") || state.buying;
+}
+
+/** Four times a second: a turn that ran out ends, then the page is drawn. */
+function tick() {
+  const place = state.line;
+  if (place && place.state === "admitted" && !state.buying && !state.done && turnLeftMs(place) <= 0) {
+    stopPolling();
+    state.line = { state: "expired" };
+  }
+  if (phaseNow() === "ended" && (lineState() === "waiting" || lineState() === "admitted")) {
+    stopPolling();
+    state.line = null;
+  }
+  render();
+}
+
+/** The button in a sale with a waiting room: join the line, or buy once
+ *  admitted. */
+function onBuyClick() {
+  if (!hasRoom() || lineState() === "admitted") return buy();
+  return joinLine(false);
+}
+
+/** Joins the line (`automatic`: again, after the service lost the place)
+ *  and starts asking for the place. A join of a buyer already in line is
+ *  answered with the place the buyer holds. */
+async function joinLine(automatic) {
+  if (lineState() === "joining" || state.buying || state.done) return;
+  stopPolling();
+  state.line = { state: "joining" };
+  if (!automatic) showResult(null);
+  render();
+  let retries = 0;
+  for (;;) {
+    let answer;
+    try {
+      answer = await api(`/sales/${state.saleId}/line`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(buyer.lineBody()),
+      });
+    } catch {
+      if (++retries > MAX_RETRIES) return joinFailed("The store could not be reached. Please try again in a moment.");
+      await waitWithNote(backoffMs(retries), "network", (s) => `Connection problem — trying again in ${s} s.`);
+      continue;
+    }
+    const { response, body } = answer;
+    hideNote();
+    if (response.ok && body && typeof body.state === "string") {
+      room.rejoined = automatic;
+      room.confirmed = !automatic;
+      takePlace(body);
+      render();
+      return;
+    }
+    if (response.status === 503 || response.status === 504) {
+      if (++retries > MAX_RETRIES) return joinFailed("The store is too busy right now. Please try again in a moment.");
+      const ms = response.status === 503 ? retryAfterSeconds(response) * 1000 * (1 + Math.random() * 0.25) : backoffMs(retries);
+      const why = response.status === 503 ? "The line is busy" : "The store took too long to answer";
+      await waitWithNote(ms, response.status === 503 ? "busy" : "timeout", (s) => `${why} — trying again in ${s} s.`);
+      continue;
+    }
+    state.line = null;
+    if (response.status === 409) await refused(problemKind(body), body);
+    else if (response.status === 401) signInNeeded();
+    else failed((body && (body.detail || body.title)) || `The store answered ${response.status}.`);
+    render();
+    return;
+  }
+}
+
+function joinFailed(text) {
+  state.line = null;
+  failed(text);
+  render();
+}
+
+/** A Place document the service answered: shown, and asked for again unless
+ *  it is final. */
+function takePlace(place) {
+  if (place.state === "sold_out") {
+    state.line = place;
+    refused("sold-out");
+    return;
+  }
+  state.line = place;
+  if (place.state === "waiting" || place.state === "admitted") {
+    if (!room.timer) startPolling();
+  } else {
+    stopPolling();
+  }
+}
+
+function startPolling() {
+  stopPolling();
+  const round = room.round;
+  room.failures = 0;
+  room.timer = setTimeout(() => pollLine(round), LINE_POLL_MS);
+}
+
+function stopPolling() {
+  room.round += 1;
+  clearTimeout(room.timer);
+  room.timer = null;
+}
+
+async function pollLine(round) {
+  const sentAt = performance.now();
+  let answer = null;
+  try {
+    answer = await api(buyer.linePath(state.saleId));
+  } catch { /* no answer: asked again below */ }
+  if (round !== room.round) return;
+  const again = (ms) => { room.timer = setTimeout(() => pollLine(round), Math.min(LINE_MAX_PAUSE_MS, ms)); };
+  const response = answer && answer.response;
+  const body = answer && answer.body;
+  if (response && response.status === 200 && body && typeof body.state === "string") {
+    room.failures = 0;
+    room.confirmed = true;
+    takePlace(body);
+    render();
+    if (round === room.round) again(Math.max(0, LINE_POLL_MS - (performance.now() - sentAt)));
+    return;
+  }
+  if (response && response.status === 404 && problemKind(body) === "not-in-line") {
+    // A purchase in flight may have just used the admission, and with it the
+    // place: its own answer tells.
+    if (state.buying) return again(LINE_POLL_MS);
+    return placeLost();
+  }
+  if (response && response.status === 401) {
+    stopPolling();
+    state.line = null;
+    signInNeeded();
+    render();
+    return;
+  }
+  room.failures += 1;
+  again(response && response.status === 503 ? retryAfterSeconds(response) * 1000 : backoffMs(Math.min(room.failures, 5)));
+}
+
+/** The service no longer knows the buyer's place: the turn ran out, or the
+ *  place was given up (the page was not heard from for 10 s, e.g. a sleeping
+ *  laptop) or lost (Redis restarted). The page joins again by itself, at the
+ *  end of the line — once, until an answer confirms the new place. */
+function placeLost() {
+  stopPolling();
+  const place = state.line;
+  if (place && place.state === "admitted" && !(turnLeftMs(place) > 1000)) {
+    state.line = { state: "expired" };
+  } else if (room.confirmed) {
+    joinLine(true);
+    return;
+  } else {
+    state.line = { state: "lost" };
+  }
+  render();
+}
+
+/** Leaves the line; the place goes to the buyers behind. */
+async function leaveLine() {
+  stopPolling();
+  state.line = { state: "left" };
+  render();
+  try {
+    await api(buyer.linePath(state.saleId), { method: "DELETE" });
+  } catch { /* no answer: the place lapses by itself once no longer asked for */ }
+}
+
+/** After a reload: a place the buyer holds (asked for within the last 10 s)
+ *  is taken up again. */
+async function resumeLine() {
+  if (room.resuming) return;
+  room.resuming = true;
+  try {
+    const { response, body } = await api(buyer.linePath(state.saleId));
+    if (response.status === 200 && body && typeof body.state === "string" && !state.line) {
+      room.confirmed = true;
+      takePlace(body);
+    }
+  } catch { /* no answer: the buyer joins as if new */ }
+  room.resuming = false;
+  render();
+}
+
 // ---- Start ------------------------------------------------------------------
 function fatal(text) {
   clearTimeout(state.pollTimer);
@@ -483,10 +856,16 @@ async function start() {
   el.sale.hidden = false;
   el.buyerId.textContent = String(buyer.id);
   el.buyerHow.textContent = buyer.signedIn ? ", signed in." : ", an id kept in this browser.";
-  el.buy.addEventListener("click", buy);
+  el.buy.addEventListener("click", onBuyClick);
+  el.leave.addEventListener("click", leaveLine);
   document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshSoon(0); });
-  setInterval(render, 250);
+  setInterval(tick, 250);
+  state.starting = true;
   await refresh();
+  state.starting = false;
+  // Before the buyer's order and any queued request: a place still held is
+  // taken up.
+  if (hasRoom()) await resumeLine();
   // An earlier visit may have queued a purchase or bought already.
   const pending = readStorage(pendingKey());
   if (pending) {
@@ -502,6 +881,7 @@ async function start() {
       state.done = true;
       placed(body, "already-purchased");
       render();
+      return;
     }
   } catch { /* no answer: the buy button still tells the truth */ }
 }
