@@ -457,6 +457,15 @@ async fn main() -> std::process::ExitCode {
             if args.strategies.is_empty() {
                 args.strategies = StrategyName::ALL.to_vec();
             }
+            if args.plan.waiting_room().is_some()
+                && args.profile.iter().any(|p| *p != Profile::Arrival)
+            {
+                eprintln!(
+                    "error: --waiting-room-rate and --waiting-room-concurrency apply to \
+                     `--profile arrival` only (its buyers wait in line and buy when admitted)"
+                );
+                return std::process::ExitCode::from(2);
+            }
             if args.plan.sale_window_s * 1000 <= args.plan.payment_window_ms as u64 {
                 eprintln!("error: --sale-window-s must outlast --payment-window-ms");
                 return std::process::ExitCode::from(2);

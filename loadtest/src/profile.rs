@@ -109,6 +109,40 @@ pub struct PlanFlags {
     /// (`runs[].arrival.generator_cpu_shares` null) and goes on.
     #[arg(long, default_value_t = 10_240, value_parser = clap::value_parser!(u64).range(0..=262_144))]
     pub generator_cpu_shares: u64,
+
+    /// `arrival`: put a waiting room in front of every sale of the run,
+    /// admitting at most this many buyers a second (docs/waiting-room.md);
+    /// each buyer joins the line, waits for their turn and buys with the
+    /// admission. 0: no pace (only `--waiting-room-concurrency`).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub waiting_room_rate: u32,
+
+    /// `arrival`: a waiting room as `--waiting-room-rate`, letting at most
+    /// this many admitted buyers buy at once. 0: no bound.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub waiting_room_concurrency: u32,
+}
+
+impl PlanFlags {
+    /// The waiting room the flags ask for: `None` when neither bound is set.
+    pub fn waiting_room(&self) -> Option<RoomKnobs> {
+        let bound = |n: u32| (n > 0).then_some(n);
+        let room = RoomKnobs {
+            admissions_per_s: bound(self.waiting_room_rate),
+            concurrency: bound(self.waiting_room_concurrency),
+        };
+        (room.admissions_per_s.is_some() || room.concurrency.is_some()).then_some(room)
+    }
+}
+
+/// A sale's waiting room, as `POST /admin/sales` takes it (the admission's
+/// lifetime left at the service's default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RoomKnobs {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admissions_per_s: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
 }
 
 /// A load profile for `--profile`.
@@ -193,6 +227,9 @@ pub struct SaleKnobs {
     /// Payment window of the sale's orders, milliseconds (`payment`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payment_window_ms: Option<i32>,
+    /// A waiting room in front of the sale (`arrival`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_room: Option<RoomKnobs>,
 }
 
 /// What one run of a profile does, with the flags applied.
@@ -293,6 +330,7 @@ impl Profile {
                 pause_ms: Some(600),
                 pause_ratio: Some(0.01),
                 payment_window_ms: None,
+                waiting_room: None,
             },
         }
     }
@@ -323,6 +361,7 @@ impl Profile {
             pause_ms: args.pause_ms.or(profile.pause_ms),
             pause_ratio: args.pause_ratio.or(profile.pause_ratio),
             payment_window_ms: (self == Profile::Payment).then_some(args.payment_window_ms),
+            waiting_room: args.waiting_room().filter(|_| self == Profile::Arrival),
         };
         let payment = (self == Profile::Payment).then_some(Payment {
             unpaid_share: args.unpaid_share,

@@ -739,8 +739,10 @@ async fn buyers_phase(
     if let Some(arrival) = prepared.plan.arrival {
         let schedule = (arrival.shape, arrival.per_s, arrival.cap);
         let weighted = generator_weight(arrival.generator_cpu_shares);
-        let phase =
-            arrival::arrival_phase(urls, ids, schedule, retries, buyers, report, tally, tokens);
+        let room = prepared.plan.knobs.waiting_room.is_some();
+        let phase = arrival::arrival_phase(
+            urls, ids, schedule, retries, buyers, report, tally, tokens, room,
+        );
         let (sale, mut arrival) = phase.await?;
         arrival.generator_cpu_shares = weighted.as_ref().map(Weighted::shares);
         drop(weighted);

@@ -12,6 +12,7 @@
 //! service would send it.
 
 pub mod arrival;
+mod line;
 pub mod payment;
 
 use std::collections::{BTreeMap, HashMap};
@@ -356,7 +357,7 @@ impl Attack {
         buyer: i64,
         name: &str,
     ) -> TransactionResult {
-        self.purchase_answer(user, sale, buyer, name).await.map(|_| ())
+        self.purchase_answer(user, sale, buyer, name, None).await.map(|_| ())
     }
 
     /// [`Attack::purchase`], answering the kind of the last answer and what
@@ -367,6 +368,7 @@ impl Attack {
         sale: i64,
         buyer: i64,
         name: &str,
+        admission: Option<&str>,
     ) -> Result<(Kind, Option<Receipt>), Box<TransactionError>> {
         let mut instance = user.weighted_users_index % self.urls.len();
         let mut last = (Kind::Other, None);
@@ -374,10 +376,18 @@ impl Attack {
             let (start, _) = *self.first_send.get_or_init(|| (Instant::now(), Utc::now()));
             let url = format!("{}/sales/{sale}/orders", self.urls[instance]);
             let builder = user.get_request_builder(&GooseMethod::Post, &url)?;
+            let mut body = serde_json::Map::new();
+            if let Some(admission) = admission {
+                body.insert("admission".to_owned(), json!(admission));
+            }
             let builder = match &self.tokens {
-                Some(tokens) => builder.bearer_auth(tokens.of(buyer)).json(&json!({})),
-                None => builder.json(&json!({ "user_id": buyer })),
+                Some(tokens) => builder.bearer_auth(tokens.of(buyer)),
+                None => {
+                    body.insert("user_id".to_owned(), json!(buyer));
+                    builder
+                }
             };
+            let builder = builder.json(&body);
             let request = GooseRequest::builder()
                 .method(GooseMethod::Post)
                 .path(url.as_str())

@@ -80,10 +80,24 @@ pub fn arrival_lines(report: &Report) -> Vec<String> {
                     r.p50, r.p99, r.p999
                 )
             });
+            let room = a.room.as_ref().map_or(String::new(), |r| {
+                format!(
+                    "; waiting room: {} admitted, {} told sold out in line, {} without a turn, \
+                     wait in line p50 {:.0}, p99 {:.0} ms, admitted buyers' purchase p50 {:.1}, \
+                     p99 {:.1} ms",
+                    r.admitted,
+                    r.told_sold_out,
+                    r.lost,
+                    r.wait_ms.p50,
+                    r.wait_ms.p99,
+                    r.purchase_ms.p50,
+                    r.purchase_ms.p99,
+                )
+            });
             format!(
                 "{} #{}: {} arrivals ({shape}; {weight}), {} late (lateness p99 {:.1} ms, max {:.1} ms), \
                  at most {} of {} in flight; from arrival p50 {:.0}, p90 {:.0}, p99 {:.0}, \
-                 p99.9 {:.0}, max {:.0} ms{result}; closed-loop p99 {:.0} ms",
+                 p99.9 {:.0}, max {:.0} ms{result}; closed-loop p99 {:.0} ms{room}",
                 run.strategy,
                 run.label(),
                 a.scheduled,
@@ -107,7 +121,7 @@ pub fn arrival_lines(report: &Report) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::report::fixture;
-    use crate::scenario::arrival::{ArrivalRecord, Percentiles, Shape};
+    use crate::scenario::arrival::{ArrivalRecord, Percentiles, RoomRecord, Shape};
 
     #[test]
     fn a_score_shows_its_interval_when_it_has_one() {
@@ -141,11 +155,26 @@ mod tests {
             },
             result_from_arrival_ms: None,
             generator_cpu_shares: Some(10_240),
+            room: None,
         });
         let line = &arrival_lines(&report)[0];
         let schedule = "6000 arrivals (a spike of 3000 buyers in the first second; generator at";
         assert!(line.contains(schedule), "{line}");
         assert!(line.contains("12 late") && line.contains("p99.9 2400"), "{line}");
         assert!(line.contains("generator at cpu.shares 10240"), "{line}");
+        assert!(!line.contains("waiting room"), "{line}");
+
+        let room = RoomRecord {
+            admitted: 2000,
+            told_sold_out: 3900,
+            lost: 100,
+            wait_ms: Percentiles { p50: 1200.0, p99: 4100.0, ..Percentiles::default() },
+            purchase_ms: Percentiles { p50: 3.2, p99: 9.5, ..Percentiles::default() },
+        };
+        report.runs[0].arrival.as_mut().unwrap().room = Some(room);
+        let line = &arrival_lines(&report)[0];
+        let room = "waiting room: 2000 admitted, 3900 told sold out in line, 100 without a turn, \
+                    wait in line p50 1200, p99 4100 ms, admitted buyers' purchase p50 3.2, p99 9.5 ms";
+        assert!(line.contains(room), "{line}");
     }
 }

@@ -39,6 +39,7 @@ use std::sync::atomic::AtomicU64;
 
 use hdrhistogram::Histogram;
 
+use super::line::Turn;
 use super::*;
 
 /// How long after its schedule an arrival may be sent and still count as on
@@ -145,6 +146,27 @@ pub struct ArrivalRecord {
     /// made: not root, no cgroup v1 `cpu` controller).
     #[serde(default)]
     pub generator_cpu_shares: Option<u64>,
+    /// The waiting room in front of the sale, when the run had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room: Option<RoomRecord>,
+}
+
+/// What the buyers of a run met in a waiting room (`runs[].arrival.room`).
+#[derive(Debug, Default, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RoomRecord {
+    /// Buyers admitted (each then sent one purchase with the admission).
+    pub admitted: u64,
+    /// Buyers told sold out while in line (counted as `sold_out` answers).
+    pub told_sold_out: u64,
+    /// Buyers who got no turn: their place lost twice, or five minutes in
+    /// line (counted as `other` answers).
+    pub lost: u64,
+    /// From each buyer's intended arrival to their admission (the wait in
+    /// line, the joining included), admitted buyers only.
+    pub wait_ms: Percentiles,
+    /// From sending an admitted buyer's purchase to its answer (after the
+    /// `busy` retries): what the room leaves of the purchase's latency.
+    pub purchase_ms: Percentiles,
 }
 
 /// The schedule of a phase and what it measured, shared by its users.
@@ -161,6 +183,40 @@ pub struct Arrivals {
     accepted_us: Mutex<Histogram<u64>>,
     /// Each `202`: its sale, request id and intended arrival.
     accepted: Mutex<Vec<(i64, uuid::Uuid, DateTime<Utc>)>>,
+    /// The waiting room's figures, when the sale has one.
+    room: Option<RoomTally>,
+}
+
+/// [`RoomRecord`] as it is counted.
+struct RoomTally {
+    admitted: AtomicU64,
+    told_sold_out: AtomicU64,
+    lost: AtomicU64,
+    wait_us: Mutex<Histogram<u64>>,
+    purchase_us: Mutex<Histogram<u64>>,
+}
+
+impl RoomTally {
+    fn new() -> RoomTally {
+        RoomTally {
+            admitted: AtomicU64::new(0),
+            told_sold_out: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            wait_us: Mutex::new(histogram()),
+            purchase_us: Mutex::new(histogram()),
+        }
+    }
+
+    fn record(&self) -> RoomRecord {
+        let lock = |h: &Mutex<Histogram<u64>>| h.lock().map(|h| h.clone()).unwrap_or(histogram());
+        RoomRecord {
+            admitted: self.admitted.load(Relaxed),
+            told_sold_out: self.told_sold_out.load(Relaxed),
+            lost: self.lost.load(Relaxed),
+            wait_ms: Percentiles::of(&lock(&self.wait_us)),
+            purchase_ms: Percentiles::of(&lock(&self.purchase_us)),
+        }
+    }
 }
 
 /// A histogram of microseconds up to an hour, 3 significant digits.
@@ -175,7 +231,7 @@ fn record(histogram: &Mutex<Histogram<u64>>, value: Duration) {
 }
 
 impl Arrivals {
-    fn new(offsets: Vec<Duration>) -> Arrivals {
+    fn new(offsets: Vec<Duration>, room: bool) -> Arrivals {
         Arrivals {
             offsets,
             start: OnceLock::new(),
@@ -186,6 +242,7 @@ impl Arrivals {
             results_us: Mutex::new(histogram()),
             accepted_us: Mutex::new(histogram()),
             accepted: Mutex::new(Vec::new()),
+            room: room.then(RoomTally::new),
         }
     }
 
@@ -269,6 +326,7 @@ impl ArrivalPhase {
             latency_from_arrival_ms: Percentiles::of(&answers),
             result_from_arrival_ms,
             generator_cpu_shares: self.generator_cpu_shares,
+            room: a.room.as_ref().map(RoomTally::record),
         })
     }
 }
@@ -318,10 +376,11 @@ pub async fn arrival_phase(
     report: PathBuf,
     counters: Arc<OutcomeCounters>,
     tokens: Option<Tokens>,
+    room: bool,
 ) -> anyhow::Result<(PhaseResult, ArrivalPhase)> {
     let offsets = schedule(shape, buyers.len() as u64, per_s);
     let users = cap.clamp(1, buyers.len().max(1) as u64);
-    let arrivals = Arc::new(Arrivals::new(offsets));
+    let arrivals = Arc::new(Arrivals::new(offsets, room));
     let attack = Arc::new(Attack::new(sales, urls, retries, buyers, 0, counters, tokens));
     let (shared, timing) = (attack.clone(), arrivals.clone());
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
@@ -332,8 +391,33 @@ pub async fn arrival_phase(
                 let i = attack.next_buyer.fetch_add(1, Relaxed);
                 let Some(&buyer) = attack.buyers.get(i) else { break };
                 let (due, wall) = arrivals.arrive(i).await;
-                let (_, receipt) =
-                    attack.purchase_answer(user, buyer.sale, buyer.user, PURCHASE).await?;
+                let admission = match &arrivals.room {
+                    None => None,
+                    Some(room) => match attack.wait_in_line(user, buyer.sale, buyer.user).await? {
+                        Turn::Admitted(admission) => {
+                            room.admitted.fetch_add(1, Relaxed);
+                            record(&room.wait_us, due.elapsed());
+                            Some(admission)
+                        }
+                        turn => {
+                            let (tally, kind) = match turn {
+                                Turn::SoldOut => (&room.told_sold_out, Kind::SoldOut),
+                                _ => (&room.lost, Kind::Other),
+                            };
+                            tally.fetch_add(1, Relaxed);
+                            attack.counters.count(kind, 0);
+                            arrivals.answered(due, wall, buyer.sale, None);
+                            continue;
+                        }
+                    },
+                };
+                let sent = Instant::now();
+                let (_, receipt) = attack
+                    .purchase_answer(user, buyer.sale, buyer.user, PURCHASE, admission.as_deref())
+                    .await?;
+                if let Some(room) = &arrivals.room {
+                    record(&room.purchase_us, sent.elapsed());
+                }
                 arrivals.answered(due, wall, buyer.sale, receipt);
             }
             Ok(())
@@ -389,7 +473,7 @@ mod tests {
         // Two arrivals 10 ms apart, one slot: the first stalls 200 ms, so the
         // second is sent ~190 ms late. A closed loop would time the second
         // from its send (~0 ms); from its arrival it waited ~190 ms more.
-        let arrivals = Arrivals::new(schedule(Shape::Constant, 2, 100.0));
+        let arrivals = Arrivals::new(schedule(Shape::Constant, 2, 100.0), false);
         let (due, wall) = arrivals.arrive(0).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         arrivals.answered(due, wall, 1, None);

@@ -187,7 +187,8 @@ impl Attack {
         settings: &Settings,
         tally: &Tally,
     ) -> Result<Visit, Box<TransactionError>> {
-        let order = match self.purchase_answer(user, buyer.sale, buyer.user, PURCHASE).await? {
+        let order = match self.purchase_answer(user, buyer.sale, buyer.user, PURCHASE, None).await?
+        {
             (_, Some(Receipt::Order(order))) => Some(order),
             (_, Some(Receipt::Request(request))) => {
                 self.order_of(user, buyer.sale, request, buyer.user).await?

@@ -1,0 +1,128 @@
+//! A buyer of a sale with a waiting room (`--waiting-room-rate`,
+//! `--waiting-room-concurrency`): joins the sale's line, looks at the place
+//! until it is admitted or told sold out, and then buys with the admission
+//! (docs/waiting-room.md). The joins and looks are goose requests of their
+//! own names, so the purchases' figures stay the purchases'.
+
+use super::*;
+
+/// Goose's name for a join.
+pub const JOIN: &str = "join line";
+/// Goose's name for a look at a place.
+pub const LOOK: &str = "look at place";
+
+/// How long a buyer waits in line at most before giving up.
+const GIVE_UP: Duration = Duration::from_secs(300);
+
+/// What the line did for one buyer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Turn {
+    /// Admitted: the admission to buy with.
+    Admitted(String),
+    /// Told sold out while waiting.
+    SoldOut,
+    /// No turn: the place was lost twice, or the wait passed [`GIVE_UP`].
+    Lost,
+}
+
+/// How long to wait before the next look: a quarter of the estimated wait,
+/// between 100 ms and 1 s (a place not looked at for 10 s is given up), and
+/// 250 ms while the line has no pace yet. So a buyer near the head looks
+/// often and one far back rarely, as a page that paced its looks would.
+pub fn next_look(place: &Value) -> Duration {
+    let quarter = place["estimated_wait_ms"].as_u64().map(|ms| ms / 4).unwrap_or(250);
+    Duration::from_millis(quarter.clamp(100, 1000))
+}
+
+impl Attack {
+    /// Takes `buyer`'s place in `sale`'s line and waits for their turn.
+    pub(super) async fn wait_in_line(
+        &self,
+        user: &mut GooseUser,
+        sale: i64,
+        buyer: i64,
+    ) -> Result<Turn, Box<TransactionError>> {
+        let started = Instant::now();
+        let mut joins = 0;
+        let mut place = Value::Null;
+        while started.elapsed() < GIVE_UP {
+            let (status, body) = if place.is_null() {
+                joins += 1;
+                if joins > 2 {
+                    return Ok(Turn::Lost);
+                }
+                self.line_request(user, sale, buyer, true).await?
+            } else {
+                self.line_request(user, sale, buyer, false).await?
+            };
+            match (status, body["state"].as_str()) {
+                (200, Some("admitted")) => {
+                    let admission = body["admission"].as_str().unwrap_or_default().to_owned();
+                    return Ok(Turn::Admitted(admission));
+                }
+                (200, Some("sold_out")) => return Ok(Turn::SoldOut),
+                (200, _) => place = body,
+                // The place was lost (Redis restarted, or it was not looked
+                // at in time): join again.
+                (404, _) => place = Value::Null,
+                // Busy, unavailable, no answer: look again shortly.
+                _ => {}
+            }
+            tokio::time::sleep(next_look(&place)).await;
+        }
+        Ok(Turn::Lost)
+    }
+
+    /// `POST /sales/{sale}/line` (`join`) or `GET /sales/{sale}/line/{buyer}`:
+    /// the status (0 without an answer) and the JSON body.
+    async fn line_request(
+        &self,
+        user: &mut GooseUser,
+        sale: i64,
+        buyer: i64,
+        join: bool,
+    ) -> Result<(u16, Value), Box<TransactionError>> {
+        let instance = user.weighted_users_index % self.urls.len();
+        let base = &self.urls[instance];
+        let (method, url, name) = if join {
+            (GooseMethod::Post, format!("{base}/sales/{sale}/line"), JOIN)
+        } else {
+            (GooseMethod::Get, format!("{base}/sales/{sale}/line/{buyer}"), LOOK)
+        };
+        let mut builder = user.get_request_builder(&method, &url)?;
+        builder = match (&self.tokens, join) {
+            (Some(tokens), true) => builder.bearer_auth(tokens.of(buyer)).json(&json!({})),
+            (Some(tokens), false) => builder.bearer_auth(tokens.of(buyer)),
+            (None, true) => builder.json(&json!({ "user_id": buyer })),
+            (None, false) => builder,
+        };
+        let request = GooseRequest::builder()
+            .method(method)
+            .path(url.as_str())
+            .name(name)
+            .set_request_builder(builder)
+            .build();
+        let mut goose = user.request(request).await?;
+        let status = goose.request.status_code;
+        let (_, body) = read_answer(goose.response).await;
+        if matches!(status, 200 | 404) {
+            user.set_success(&mut goose.request)?;
+        }
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buyer_far_back_looks_rarely_and_one_near_the_head_often() {
+        let ms = |place: Value| next_look(&place).as_millis();
+        assert_eq!(ms(json!({ "estimated_wait_ms": 20_000 })), 1000);
+        assert_eq!(ms(json!({ "estimated_wait_ms": 2_000 })), 500);
+        assert_eq!(ms(json!({ "estimated_wait_ms": 40 })), 100);
+        assert_eq!(ms(json!({ "estimated_wait_ms": null })), 250);
+        assert_eq!(ms(Value::Null), 250);
+    }
+}
