@@ -72,6 +72,16 @@ pub async fn purchase(
         Phase::Open => match room.admit(&sale, user, admission).await {
             Ok(pass) => pass,
             Err(RoomError::Backend(err)) => return Err(probe.triage(err).await.into()),
+            // A retry of a purchase whose answer was lost (a timeout, a
+            // dropped connection) finds its admission used: its order
+            // answers it, as without a room.
+            Err(RoomError::AdmissionUsed) => {
+                return match crate::sale::order_of(db, id, user).await {
+                    Ok(Some(order)) if order.status.is_live() => Ok(Outcome::AlreadyPurchased),
+                    Ok(_) => Err(PurchaseError::Room(RoomError::AdmissionUsed)),
+                    Err(err) => Err(probe.triage(err.into()).await.into()),
+                };
+            }
             Err(refused) => return Err(PurchaseError::Room(refused)),
         },
         Phase::NotStarted | Phase::Ended => None,
@@ -93,7 +103,7 @@ pub async fn purchase(
         },
     };
     if let Some(pass) = pass {
-        room.served(&sale, pass, &result).await;
+        room.served(pass, quantity, &result).await;
     }
     if let Ok(Outcome::Placed { .. } | Outcome::AlreadyPurchased) = result
         && sale.payment_window_ms.is_none()

@@ -80,6 +80,7 @@ pub struct NewSale {
     payment_window_ms: Option<i32>,
     /// A waiting room in front of the sale (docs/waiting-room.md): buyers
     /// join its line and buy only once admitted. Absent: buyers buy directly.
+    #[serde(default, deserialize_with = "object")]
     waiting_room: Option<NewWaitingRoom>,
 }
 
@@ -99,6 +100,23 @@ pub struct NewWaitingRoom {
     #[schema(minimum = 100, maximum = 600_000, default = 30_000)]
     #[serde(default, deserialize_with = "optional_integer")]
     admission_ttl_ms: Option<i32>,
+}
+
+/// An optional JSON object, and only an object: serde would also read a
+/// struct from an array, field by field in order.
+fn object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    match Option::<serde_json::Value>::deserialize(deserializer)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(value @ serde_json::Value::Object(_)) => {
+            serde_json::from_value(value).map(Some).map_err(D::Error::custom)
+        }
+        Some(_) => Err(D::Error::custom("waiting_room: must be an object")),
+    }
 }
 
 /// How long an admission lasts when the sale does not say: long enough to

@@ -22,6 +22,8 @@ impl From<RoomError> for AppError {
             RoomError::NotInLine => AppError::NotInLine(err.to_string()),
             RoomError::AdmissionRequired => AppError::AdmissionRequired(err.to_string()),
             RoomError::AdmissionRefused(why) => AppError::AdmissionRefused(why.to_owned()),
+            RoomError::AdmissionUsed => AppError::AdmissionRefused(err.to_string()),
+            RoomError::Ended => AppError::Ended,
             RoomError::Backend(err) => AppError::Strategy(err),
         }
     }
@@ -73,9 +75,6 @@ pub async fn join(
 ) -> Result<Response, AppError> {
     let user = buyer.purchaser(body.user_id)?;
     let sale = sale_of(&state, id).await?;
-    if sale.phase(chrono::Utc::now()) == crate::sale::Phase::Ended {
-        return Err(AppError::Ended);
-    }
     Ok(answer(state.room.join(&sale, user).await?))
 }
 
@@ -92,6 +91,8 @@ pub async fn join(
         (status = 404, description = "`not-in-line`: no place (never joined, left, dropped \
             after not looking for 10 s, or lost with Redis): join again; or `not-found`",
             body = crate::web::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`ended`: the sale has ended", body = crate::web::Problem,
+            content_type = "application/problem+json"),
     ),
 )]
 pub async fn look(

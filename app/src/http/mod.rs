@@ -224,7 +224,12 @@ mod tests {
             admin_failures: Default::default(),
             known_buyers: Default::default(),
             buyer_auth: BuyerAuth(None),
-            room: crate::waiting_room::WaitingRoom::new(&redis, db.clone(), "offline"),
+            room: crate::waiting_room::WaitingRoom::new(
+                &redis,
+                db.clone(),
+                "offline",
+                Duration::from_secs(1),
+            ),
             metrics: crate::telemetry::metrics_handle(),
             http: Arc::new(config.http.clone()),
             auth: Arc::new(config.auth.clone()),

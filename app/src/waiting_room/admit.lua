@@ -6,21 +6,31 @@
 -- KEYS[3]  the admitted {buyer -> "<permit owner> <admission's end, ms>"}
 -- KEYS[4]  the recent admissions {permit owner -> server ms}
 -- KEYS[5]  the sold-out mark
+-- KEYS[6]  the fence: the highest leader's fencing token seen
 -- ARGV[1]  the permit's owner token
 -- ARGV[2]  how long the admission lasts, ms
 -- ARGV[3]  a buyer not seen for this long has left, ms
 -- ARGV[4]  lifetime of the room's keys, ms
 -- ARGV[5]  the pace's window, ms
+-- ARGV[6]  the admitting leader's fencing token
 --
 -- Returns
 --   {"admitted", buyer, admission's end (server ms)}
 --   {"empty"}    nobody left in line (the caller gives the permit back)
 --   {"closed"}   the sale is sold out: nobody is let in
+--   {"fenced"}   a newer leader has admitted since this one took the lead:
+--                it counted the permits and the stock after this one did, so
+--                this one's round is stale (a leader paused mid-round)
 --
 -- Buyers who left (not seen for ARGV[3]) are dropped on the way, at most
 -- 1000 per call (then {"empty"}: the next call goes on).
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local fence = tonumber(redis.call('get', KEYS[6]) or '0')
+if tonumber(ARGV[6]) < fence then
+    return {'fenced'}
+end
+redis.call('set', KEYS[6], ARGV[6], 'px', ARGV[4])
 if redis.call('exists', KEYS[5]) == 1 then
     return {'closed'}
 end

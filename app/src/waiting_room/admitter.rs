@@ -2,7 +2,11 @@
 //! `…:room:admitter`, renewed by its watchdog), every [`TICK`] it lets in
 //! the buyers at the head of the line that the pace, the permits and the
 //! stock allow. Every instance that buyers visit runs one; the others wait
-//! to lead, so a crashed leader is replaced once its lease ends.
+//! to lead, so a crashed leader is replaced once its lease ends. Each
+//! admission carries the leader's fencing token, and the line refuses one
+//! older than the newest it has seen (`admit.lua`): a leader paused in the
+//! middle of a round wakes with counts that a newer leader has overtaken,
+//! and its round stops at its next admission.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -31,6 +35,13 @@ const FOLLOWER_RETRY: Duration = Duration::from_millis(500);
 /// Admissions per tick at most, whatever the settings.
 const MAX_PER_TICK: i64 = 1000;
 
+/// How a round ended.
+enum Round {
+    Done,
+    /// A newer leader admits: stop leading.
+    Fenced,
+}
+
 pub(super) struct Admitter {
     room: WaitingRoom,
     sale: Arc<Sale>,
@@ -49,8 +60,7 @@ impl Admitter {
         else {
             return;
         };
-        let options =
-            LockOptions::new(Duration::ZERO, LEADER_LEASE).with_watchdog().without_fencing();
+        let options = LockOptions::new(Duration::ZERO, LEADER_LEASE).with_watchdog();
         while !stop.is_cancelled() && self.sale.phase(Utc::now()) != Phase::Ended {
             match self.room.inner.locks.try_lock_with(&name, options).await {
                 Ok(lead) => {
@@ -60,6 +70,7 @@ impl Admitter {
                 Err(LockError::Timeout { .. }) => {}
                 Err(err) => tracing::debug!(sale_id = self.sale.id.0, %err, "admitter lock"),
             }
+            self.room.drop_idle_admitters();
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(FOLLOWER_RETRY) => {}
@@ -70,14 +81,18 @@ impl Admitter {
     async fn lead(&self, lead: &LockGuard, stop: &CancellationToken) {
         let pace = self.settings.admissions_per_s.and_then(|rate| {
             let rate = NonZeroU32::new(rate as u32)?;
-            // A burst of one tick's admissions: the pace is kept within a
-            // tick, not saved up while nobody waits.
-            let burst = NonZeroU32::new((rate.get() / 20).max(1))?;
+            // A burst of two ticks' admissions: a token that comes due just
+            // after a round is still there at the next, and nothing is
+            // saved up beyond that while nobody waits.
+            let burst = NonZeroU32::new((rate.get() / 10).max(2))?;
             Some(RateLimiter::direct(Quota::per_second(rate).allow_burst(burst)))
         });
         let mut ticks = tokio::time::interval(TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        loop {
+        for round in 0u64.. {
+            if round % 20 == 0 {
+                self.room.drop_idle_admitters();
+            }
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = lead.lost().cancelled() => return,
@@ -86,17 +101,25 @@ impl Admitter {
             if self.sale.phase(Utc::now()) == Phase::Ended {
                 return;
             }
-            if let Err(err) = self.admit(pace.as_ref()).await {
-                tracing::debug!(sale_id = self.sale.id.0, %err, "admission round failed");
+            match self.admit(pace.as_ref(), lead.fencing_token().0).await {
+                Ok(Round::Done) => {}
+                Ok(Round::Fenced) => return,
+                Err(err) => {
+                    tracing::debug!(sale_id = self.sale.id.0, %err, "admission round failed")
+                }
             }
         }
     }
 
-    /// One round: as many buyers as the stock not yet spoken for, the free
-    /// permits and the pace allow.
-    async fn admit(&self, pace: Option<&DefaultDirectRateLimiter>) -> Result<(), StrategyError> {
+    /// One round, as the leader of fencing token `token`: as many buyers as
+    /// the stock not yet spoken for, the free permits and the pace allow.
+    async fn admit(
+        &self,
+        pace: Option<&DefaultDirectRateLimiter>,
+        token: u64,
+    ) -> Result<Round, StrategyError> {
         if self.sale.phase(Utc::now()) != Phase::Open {
-            return Ok(());
+            return Ok(Round::Done);
         }
         let inner = &self.room.inner;
         let keys = line::Keys::new(&inner.redis, self.sale.id);
@@ -110,7 +133,8 @@ impl Admitter {
             .map_or(0, |stock| stock.remaining_stock);
         let mut conn = inner.redis.conn().await?;
         if remaining <= 0 {
-            return line::mark_sold_out(&mut conn, &keys, SOLD_OUT_HOLD).await;
+            line::mark_sold_out(&mut conn, &keys, SOLD_OUT_HOLD).await?;
+            return Ok(Round::Done);
         }
         let ttl = Duration::from_millis(self.settings.admission_ttl_ms as u64);
         for _ in 0..(remaining - in_flight).clamp(0, MAX_PER_TICK) {
@@ -123,7 +147,7 @@ impl Admitter {
                 Err(LockError::Timeout { .. }) => break,
                 Err(err) => return Err(lock_error(err)),
             };
-            match line::admit(&mut conn, &keys, &permit, ttl).await? {
+            match line::admit(&mut conn, &keys, &permit, ttl, token).await? {
                 line::Admitted::Buyer { .. } => {
                     metrics::counter!(crate::metric_names::ROOM_ADMISSIONS_TOTAL).increment(1);
                 }
@@ -131,8 +155,12 @@ impl Admitter {
                     semaphore.give_back(&permit).await.map_err(lock_error)?;
                     break;
                 }
+                line::Admitted::Fenced => {
+                    semaphore.give_back(&permit).await.map_err(lock_error)?;
+                    return Ok(Round::Fenced);
+                }
             }
         }
-        Ok(())
+        Ok(Round::Done)
     }
 }

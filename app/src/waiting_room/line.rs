@@ -35,6 +35,7 @@ pub struct Keys {
     admitted: String,
     sold_out: String,
     admissions: String,
+    fence: String,
 }
 
 impl Keys {
@@ -47,6 +48,7 @@ impl Keys {
             admitted: key("room:admitted"),
             sold_out: key("room:sold-out"),
             admissions: key("room:admissions"),
+            fence: key("room:fence"),
         }
     }
 }
@@ -73,9 +75,14 @@ pub enum Seen {
 /// What `admit.lua` did with a permit.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Admitted {
-    Buyer { buyer: i64, ends_ms: u64 },
+    Buyer {
+        buyer: i64,
+        ends_ms: u64,
+    },
     Empty,
     Closed,
+    /// A newer leader admitted since this one took the lead.
+    Fenced,
 }
 
 /// What `consume.lua` found.
@@ -136,12 +143,14 @@ pub async fn place(
     })
 }
 
-/// Admits the first buyer still in line with `permit`, for `ttl`.
+/// Admits the first buyer still in line with `permit`, for `ttl`, as the
+/// leader of fencing token `token`.
 pub async fn admit(
     conn: &mut RedisConnection,
     keys: &Keys,
     permit: &str,
     ttl: Duration,
+    token: u64,
 ) -> Result<Admitted, StrategyError> {
     let reply: Vec<String> = ADMIT
         .key(&keys.line)
@@ -149,11 +158,13 @@ pub async fn admit(
         .key(&keys.admitted)
         .key(&keys.admissions)
         .key(&keys.sold_out)
+        .key(&keys.fence)
         .arg(permit)
         .arg(ms(ttl))
         .arg(ms(LEFT_AFTER))
         .arg(ms(KEY_LIFETIME))
         .arg(ms(PACE_WINDOW))
+        .arg(token)
         .invoke_async(conn)
         .await
         .map_err(redis_error)?;
@@ -163,6 +174,7 @@ pub async fn admit(
         }
         Some("empty") => Admitted::Empty,
         Some("closed") => Admitted::Closed,
+        Some("fenced") => Admitted::Fenced,
         _ => return Err(unexpected("an admission")),
     })
 }

@@ -45,7 +45,7 @@ pub use line::{LEFT_AFTER, PACE_WINDOW};
 
 use crate::backends::RedisHandle;
 use crate::outcome::{Outcome, StrategyError};
-use crate::sale::{Phase, Sale, SaleId, UserId, WaitingRoomSettings};
+use crate::sale::{Phase, Quantity, Sale, SaleId, UserId, WaitingRoomSettings};
 use crate::strategy::lock::library_lock::lock_error;
 
 /// The permits of a room without a `concurrency` setting: more than any
@@ -110,17 +110,53 @@ pub enum RoomError {
     /// admission-refused`): why.
     #[error("{0}")]
     AdmissionRefused(&'static str),
+    /// A valid admission that was used already: the purchase path answers
+    /// `already-purchased` when the buyer holds an order (a retry of a
+    /// purchase whose answer was lost), `403 admission-refused` otherwise.
+    #[error("the admission was used already, or the line lost it: join the line again")]
+    AdmissionUsed,
+    /// The sale has ended (`409 ended`).
+    #[error("the sale has ended")]
+    Ended,
     /// Redis failed (`503`).
     #[error(transparent)]
     Backend(#[from] StrategyError),
 }
 
-/// An admission in use by one purchase: given back when it is served.
-#[derive(Debug)]
+/// An admission in use by one purchase. [`WaitingRoom::served`] gives its
+/// permit back; a purchase cut off before (the request's timeout, a client
+/// that hung up) gives it back when the pass is dropped, so that a lost
+/// connection does not hold a place of `concurrency` until the admission
+/// lapses.
 pub struct Pass {
+    room: WaitingRoom,
+    sale: SaleId,
+    settings: WaitingRoomSettings,
     buyer: UserId,
     permit: String,
     entry: String,
+    served: bool,
+}
+
+impl std::fmt::Debug for Pass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pass").field("sale", &self.sale).field("buyer", &self.buyer).finish()
+    }
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        if self.served || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let (room, sale, settings) = (self.room.clone(), self.sale, self.settings);
+        let permit = std::mem::take(&mut self.permit);
+        tokio::spawn(async move {
+            if let Err(err) = room.give_back(sale, settings, &permit).await {
+                tracing::warn!(sale_id = sale.0, %err, "a cut-off purchase's permit was not given back");
+            }
+        });
+    }
 }
 
 /// The waiting rooms of every sale that has one; cheap to clone.
@@ -134,6 +170,9 @@ struct Inner {
     locks: LockClient,
     key: AdmissionKey,
     db: PgPool,
+    /// How long a purchase may run: its permit is renewed for this long
+    /// when the purchase starts.
+    purchase_bound: Duration,
     /// The admitter task of each sale visited lately; dropping the entry
     /// stops it.
     admitters: moka::sync::Cache<SaleId, Arc<DropGuard>>,
@@ -141,8 +180,14 @@ struct Inner {
 
 impl WaitingRoom {
     /// The rooms on `redis`, signing admissions with a key derived from
-    /// `admin_token`, reading stock from `db`.
-    pub fn new(redis: &RedisHandle, db: PgPool, admin_token: &str) -> Self {
+    /// `admin_token`, reading stock from `db`; a purchase runs for at most
+    /// `purchase_bound` (the request timeout).
+    pub fn new(
+        redis: &RedisHandle,
+        db: PgPool,
+        admin_token: &str,
+        purchase_bound: Duration,
+    ) -> Self {
         let admitters = moka::sync::Cache::builder().time_to_idle(ADMITTER_IDLE).build();
         Self {
             inner: Arc::new(Inner {
@@ -150,6 +195,7 @@ impl WaitingRoom {
                 redis: redis.clone(),
                 key: AdmissionKey::derive(admin_token),
                 db,
+                purchase_bound,
                 admitters,
             }),
         }
@@ -174,6 +220,9 @@ impl WaitingRoom {
 
     async fn place(&self, sale: &Arc<Sale>, buyer: UserId, join: bool) -> Result<Place, RoomError> {
         let settings = sale.waiting_room.settings().ok_or(RoomError::NoRoom)?;
+        if sale.phase(Utc::now()) == Phase::Ended {
+            return Err(RoomError::Ended);
+        }
         self.keep_admitting(sale, settings);
         let mut conn = self.inner.redis.conn().await?;
         let keys = line::Keys::new(&self.inner.redis, sale.id);
@@ -205,9 +254,19 @@ impl WaitingRoom {
         let mut conn = self.inner.redis.conn().await?;
         let keys = line::Keys::new(&self.inner.redis, sale.id);
         if let Some(permit) = line::leave(&mut conn, &keys, buyer).await? {
-            self.semaphore(sale.id, settings)?.give_back(&permit).await.map_err(lock_error)?;
+            self.give_back(sale.id, settings, &permit).await?;
         }
         Ok(())
+    }
+
+    async fn give_back(
+        &self,
+        sale: SaleId,
+        settings: WaitingRoomSettings,
+        permit: &str,
+    ) -> Result<(), StrategyError> {
+        // Expired: the lease ended first, and the permit is free already.
+        self.semaphore(sale, settings)?.give_back(permit).await.map(drop).map_err(lock_error)
     }
 
     /// The admission a purchase of `sale` by `buyer` needs, used up: `None`
@@ -223,13 +282,13 @@ impl WaitingRoom {
         buyer: UserId,
         admission: Option<&str>,
     ) -> Result<Option<Pass>, RoomError> {
-        let token = match (sale.waiting_room.settings(), admission) {
+        let (settings, token) = match (sale.waiting_room.settings(), admission) {
             (None, None) => return Ok(None),
             (None, Some(_)) => {
                 return Err(RoomError::AdmissionRefused("this sale has no waiting room"));
             }
             (Some(_), None) => return Err(RoomError::AdmissionRequired),
-            (Some(_), Some(token)) => token,
+            (Some(settings), Some(token)) => (settings, token),
         };
         let admission = self.inner.key.verify(token).map_err(RoomError::AdmissionRefused)?;
         if admission.sale != sale.id || admission.buyer != buyer {
@@ -237,38 +296,63 @@ impl WaitingRoom {
         }
         let mut conn = self.inner.redis.conn().await?;
         let keys = line::Keys::new(&self.inner.redis, sale.id);
-        match line::consume(&mut conn, &keys, buyer, &admission.permit).await? {
-            line::Used::Now(entry) => Ok(Some(Pass { buyer, permit: admission.permit, entry })),
-            line::Used::Lapsed => Err(RoomError::AdmissionRefused("the admission has lapsed")),
-            line::Used::Unknown => Err(RoomError::AdmissionRefused(
-                "the admission was used already, or the line lost it: join the line again",
-            )),
+        let entry = match line::consume(&mut conn, &keys, buyer, &admission.permit).await? {
+            line::Used::Now(entry) => entry,
+            line::Used::Lapsed => {
+                return Err(RoomError::AdmissionRefused("the admission has lapsed"));
+            }
+            line::Used::Unknown => return Err(RoomError::AdmissionUsed),
+        };
+        let pass = Pass {
+            room: self.clone(),
+            sale: sale.id,
+            settings,
+            buyer,
+            permit: admission.permit,
+            entry,
+            served: false,
+        };
+        // The permit now lasts as long as the purchase may: a purchase that
+        // outlives its admission still counts against the bound and the
+        // stock the admitter reads.
+        let lease = self.inner.purchase_bound + PERMIT_SLACK;
+        let semaphore = self.semaphore(sale.id, settings)?;
+        match semaphore.renew(&pass.permit, lease).await.map_err(lock_error)? {
+            true => Ok(Some(pass)),
+            false => Err(RoomError::AdmissionRefused("the admission has lapsed")),
         }
     }
 
-    /// Ends `pass`'s purchase of `sale`, which answered `result`: its permit
-    /// is given back; a `sold-out` answer marks the sale sold out; a
-    /// purchase that failed on a backing server gets its admission back, to
-    /// retry while it lasts. Failures are logged, not answered: the permit's
-    /// lease ends anyway.
-    pub async fn served(&self, sale: &Sale, pass: Pass, result: &Result<Outcome, StrategyError>) {
-        let Some(settings) = sale.waiting_room.settings() else { return };
-        let keys = line::Keys::new(&self.inner.redis, sale.id);
+    /// Ends `pass`'s purchase of `quantity` units, which answered `result`:
+    /// its permit is given back; a one-unit purchase answered `sold-out`
+    /// marks the sale sold out (a larger one only says that fewer units are
+    /// left than it asked for); a purchase that failed on a backing server
+    /// gets its admission back, to retry while it lasts. Failures are
+    /// logged, not answered: the permit's lease ends anyway.
+    pub async fn served(
+        &self,
+        mut pass: Pass,
+        quantity: Quantity,
+        result: &Result<Outcome, StrategyError>,
+    ) {
+        pass.served = true;
+        let keys = line::Keys::new(&self.inner.redis, pass.sale);
         let done = async {
             let mut conn = self.inner.redis.conn().await?;
             match result {
-                Err(_) => return line::restore(&mut conn, &keys, pass.buyer, &pass.entry).await,
-                Ok(Outcome::SoldOut) => {
-                    line::mark_sold_out(&mut conn, &keys, SOLD_OUT_HOLD).await?
+                Err(_) => {
+                    line::restore(&mut conn, &keys, pass.buyer, &pass.entry).await?;
+                    return Ok(());
+                }
+                Ok(Outcome::SoldOut) if quantity == Quantity::ONE => {
+                    line::mark_sold_out(&mut conn, &keys, SOLD_OUT_HOLD).await?;
                 }
                 Ok(_) => {}
             }
-            // Expired: the lease ended first, and the permit is free already.
-            let semaphore = self.semaphore(sale.id, settings)?;
-            semaphore.give_back(&pass.permit).await.map(drop).map_err(lock_error)
+            self.give_back(pass.sale, pass.settings, &pass.permit).await
         };
         if let Err(err) = done.await {
-            tracing::warn!(sale_id = sale.id.0, %err, "a served admission was not given back");
+            tracing::warn!(sale_id = pass.sale.0, %err, "a served admission was not given back");
         }
     }
 
@@ -282,6 +366,13 @@ impl WaitingRoom {
         let name =
             LockName::new(self.inner.redis.sale_key(sale.0, "room:permits")).map_err(lock_error)?;
         Semaphore::new(&self.inner.locks, name, permits).map_err(lock_error)
+    }
+
+    /// Stops the admitters of the sales nobody joined or looked at here for
+    /// [`ADMITTER_IDLE`]: the cache evicts only when asked to, so every
+    /// admitter asks now and then, and an idle one thereby stops itself.
+    fn drop_idle_admitters(&self) {
+        self.inner.admitters.run_pending_tasks();
     }
 
     /// Starts this instance's admitter of `sale` unless it runs, and keeps

@@ -27,6 +27,11 @@
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if redis.call('exists', KEYS[5]) == 1 then
+    -- Still a look: a buyer in line keeps the place through a sold-out
+    -- spell, in case units come back.
+    if redis.call('zscore', KEYS[1], ARGV[1]) then
+        redis.call('zadd', KEYS[3], now, ARGV[1])
+    end
     return {'sold_out'}
 end
 local admitted = redis.call('hget', KEYS[4], ARGV[1])

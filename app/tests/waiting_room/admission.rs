@@ -13,9 +13,7 @@ async fn a_purchase_needs_the_buyers_own_valid_admission_and_uses_it_up() {
         "waiting_room": { "admissions_per_s": 50 },
     });
     let sale = app.create_sale(body).await["id"].as_i64().unwrap();
-    join(&app, sale, 1).await;
-    join(&app, sale, 2).await;
-    let (mine, _) = until_called(&app, sale, 1, Duration::from_secs(10)).await;
+    let mine = first_of_two_admitted(&app, sale).await;
     let (theirs, _) = until_called(&app, sale, 2, Duration::from_secs(10)).await;
 
     assert_refused(buy_with(&app, sale, 1, &Value::Null).await, "admission-required").await;

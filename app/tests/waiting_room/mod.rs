@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::support::{TestApp, assert_problem};
 
 mod admission;
+mod attacks;
 mod line;
 mod restart;
 
@@ -51,6 +52,14 @@ async fn until_called(app: &TestApp, sale: i64, user: i64, within: Duration) -> 
         assert!(Instant::now() < deadline, "buyer {user} still waiting: {place}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Buyers 1 and 2 join `sale`'s line, in that order; buyer 1's place once
+/// admitted (buyer 2 then waits behind it).
+async fn first_of_two_admitted(app: &TestApp, sale: i64) -> Value {
+    join(app, sale, 1).await;
+    join(app, sale, 2).await;
+    until_called(app, sale, 1, Duration::from_secs(10)).await.0
 }
 
 /// `user` buys one unit of `sale` with `admission` (none: `null`).

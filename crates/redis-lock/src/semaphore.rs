@@ -15,14 +15,18 @@
 //! request (take, give back); a token bucket one.
 //!
 //! A permit may also outlive the task that took it: [`SharedGuard::hand_over`]
-//! turns it into its owner token, which another task or process gives back
-//! with [`Semaphore::give_back`] — or nobody does, and it is free again when
-//! its lease ends. A waiting room admits a buyer that way: the permit is
+//! turns it into its owner token, which another task or process renews
+//! ([`Semaphore::renew`]) and gives back ([`Semaphore::give_back`]) — or
+//! nobody does, and it is free again when its lease ends. A waiting room admits a buyer that way: the permit is
 //! taken when the buyer is let in and given back by whichever instance
 //! serves the buyer's purchase.
 
+use std::time::Duration;
+
 use super::scripts::{self, ClaimKind};
-use super::{LockClient, LockError, LockName, LockOptions, ReleaseOutcome, SharedGuard};
+use super::{
+    LockClient, LockError, LockName, LockOptions, ReleaseOutcome, SharedGuard, duration_ms_ceil,
+};
 
 /// A semaphore of `permits` permits named `name` on one node.
 #[derive(Clone, Debug)]
@@ -82,6 +86,21 @@ impl Semaphore {
             true => ReleaseOutcome::Released,
             false => ReleaseOutcome::Expired,
         })
+    }
+
+    /// Sets the lease of `owner`'s permit to `lease` from now, whoever
+    /// holds it (one round trip): `true`, or `false` when no permit of that
+    /// owner was live — an ended lease is never revived, since its permit
+    /// may already be someone else's. What holds a handed-over permit
+    /// through a long step (a purchase) keeps it counted.
+    ///
+    /// Errors: [`LockError::Redis`] / [`LockError::CommandTimeout`].
+    pub async fn renew(&self, owner: &str, lease: Duration) -> Result<bool, LockError> {
+        let mut conn = self.client.conn().await?;
+        let timeout = self.client.config().command_timeout;
+        let renew =
+            scripts::shared_extend(&mut conn, self.name.key(), owner, duration_ms_ceil(lease));
+        Ok(self.client.call(timeout, renew).await? == scripts::ExtendReply::Extended)
     }
 
     /// The permits in use now — those whose lease has not ended, on the

@@ -107,6 +107,7 @@ async fn a_handed_over_permit_is_given_back_by_another_process_or_ends_with_its_
     assert_eq!(giver.in_use().await.unwrap(), 2, "a handed-over permit stays in use");
     assert!(matches!(taker.acquire(options(1000)).await, Err(LockError::Timeout { .. })));
 
+    assert!(giver.renew(&lapsing, Duration::from_millis(400)).await.unwrap(), "renewed");
     assert_eq!(giver.give_back(&given).await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(giver.give_back(&given).await.unwrap(), ReleaseOutcome::Expired, "once only");
     assert_eq!(giver.in_use().await.unwrap(), 1);
@@ -114,5 +115,7 @@ async fn a_handed_over_permit_is_given_back_by_another_process_or_ends_with_its_
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(giver.in_use().await.unwrap(), 0, "an unused permit ends with its lease");
     assert_eq!(giver.give_back(&lapsing).await.unwrap(), ReleaseOutcome::Expired);
+    assert!(!giver.renew(&lapsing, LONG).await.unwrap(), "an ended lease is not revived");
+    assert_eq!(giver.in_use().await.unwrap(), 0);
     cleanup(&mut raw(&SHARED_REDIS).await, &name).await;
 }
