@@ -25,13 +25,14 @@ pub enum Turn {
     Lost,
 }
 
-/// How long to wait before the next look: a quarter of the estimated wait,
-/// between 100 ms and 1 s (a place not looked at for 10 s is given up), and
-/// 250 ms while the line has no pace yet. So a buyer near the head looks
-/// often and one far back rarely, as a page that paced its looks would.
+/// How long to wait before the next look: half the estimated wait, between
+/// 100 ms and 2 s (a place not looked at for 10 s is given up), and 200 ms
+/// while the line has no pace yet. So a buyer near the head looks often and
+/// one far back rarely, as a page that paced its looks would: thousands of
+/// buyers in line looking every 100 ms would be a load test of the looks.
 pub fn next_look(place: &Value) -> Duration {
-    let quarter = place["estimated_wait_ms"].as_u64().map(|ms| ms / 4).unwrap_or(250);
-    Duration::from_millis(quarter.clamp(100, 1000))
+    let half = place["estimated_wait_ms"].as_u64().map(|ms| ms / 2).unwrap_or(200);
+    Duration::from_millis(half.clamp(100, 2000))
 }
 
 impl Attack {
@@ -119,10 +120,10 @@ mod tests {
     #[test]
     fn a_buyer_far_back_looks_rarely_and_one_near_the_head_often() {
         let ms = |place: Value| next_look(&place).as_millis();
-        assert_eq!(ms(json!({ "estimated_wait_ms": 20_000 })), 1000);
-        assert_eq!(ms(json!({ "estimated_wait_ms": 2_000 })), 500);
+        assert_eq!(ms(json!({ "estimated_wait_ms": 20_000 })), 2000);
+        assert_eq!(ms(json!({ "estimated_wait_ms": 1_000 })), 500);
         assert_eq!(ms(json!({ "estimated_wait_ms": 40 })), 100);
-        assert_eq!(ms(json!({ "estimated_wait_ms": null })), 250);
-        assert_eq!(ms(Value::Null), 250);
+        assert_eq!(ms(json!({ "estimated_wait_ms": null })), 200);
+        assert_eq!(ms(Value::Null), 200);
     }
 }
