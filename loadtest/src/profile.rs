@@ -121,6 +121,13 @@ pub struct PlanFlags {
     /// this many admitted buyers buy at once. 0: no bound.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub waiting_room_concurrency: u32,
+
+    /// `arrival` with a waiting room: the longest a buyer in line waits
+    /// between two looks at their place, milliseconds (each looks again
+    /// after half its estimated wait, at least 100 ms and at most this).
+    /// Under the service's 10 s, after which a place not looked at is lost.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(200..=8000))]
+    pub waiting_room_look_max_ms: u64,
 }
 
 impl PlanFlags {
@@ -266,6 +273,9 @@ pub struct Arrival {
     pub cap: u64,
     /// `cpu.shares` of the generator's group during the phase (0: none).
     pub generator_cpu_shares: u64,
+    /// With a waiting room: the longest wait between two looks at a place,
+    /// milliseconds.
+    pub longest_look_ms: u64,
 }
 
 /// How the buyers of a `payment` run pay, and how long its sale is open.
@@ -377,6 +387,7 @@ impl Profile {
                 per_s: per_s as f64,
                 cap: args.arrival_cap,
                 generator_cpu_shares: args.generator_cpu_shares,
+                longest_look_ms: args.waiting_room_look_max_ms,
             }
         });
         Plan { stock, sales, submissions, resubmit, flood, knobs, payment, arrival }
@@ -484,7 +495,8 @@ mod tests {
                 shape: Shape::Spike,
                 per_s: 2500.0,
                 cap: 10_000,
-                generator_cpu_shares: 10_240
+                generator_cpu_shares: 10_240,
+                longest_look_ms: 2000,
             })
         );
         assert_eq!((spike.stock, spike.resubmit), (2000, 0.0));
@@ -497,11 +509,19 @@ mod tests {
             "9",
             "--generator-cpu-shares",
             "0",
+            "--waiting-room-look-max-ms",
+            "5000",
         ];
         let constant = Profile::Arrival.plan(&plan_flags(&flags));
         assert_eq!(
             constant.arrival,
-            Some(Arrival { shape: Shape::Constant, per_s: 700.0, cap: 9, generator_cpu_shares: 0 })
+            Some(Arrival {
+                shape: Shape::Constant,
+                per_s: 700.0,
+                cap: 9,
+                generator_cpu_shares: 0,
+                longest_look_ms: 5000,
+            })
         );
         assert_eq!(Profile::Burst.plan(&plan_flags(&[])).arrival, None);
     }

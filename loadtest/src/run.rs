@@ -739,7 +739,8 @@ async fn buyers_phase(
     if let Some(arrival) = prepared.plan.arrival {
         let schedule = (arrival.shape, arrival.per_s, arrival.cap);
         let weighted = generator_weight(arrival.generator_cpu_shares);
-        let room = prepared.plan.knobs.waiting_room.is_some();
+        let longest_look = Duration::from_millis(arrival.longest_look_ms);
+        let room = prepared.plan.knobs.waiting_room.map(|_| longest_look);
         let phase = arrival::arrival_phase(
             urls, ids, schedule, retries, buyers, report, tally, tokens, room,
         );

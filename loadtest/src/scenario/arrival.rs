@@ -376,11 +376,12 @@ pub async fn arrival_phase(
     report: PathBuf,
     counters: Arc<OutcomeCounters>,
     tokens: Option<Tokens>,
-    room: bool,
+    room: Option<Duration>,
 ) -> anyhow::Result<(PhaseResult, ArrivalPhase)> {
     let offsets = schedule(shape, buyers.len() as u64, per_s);
     let users = cap.clamp(1, buyers.len().max(1) as u64);
-    let arrivals = Arc::new(Arrivals::new(offsets, room));
+    let arrivals = Arc::new(Arrivals::new(offsets, room.is_some()));
+    let longest_look = room.unwrap_or_default();
     let attack = Arc::new(Attack::new(sales, urls, retries, buyers, 0, counters, tokens));
     let (shared, timing) = (attack.clone(), arrivals.clone());
     let transaction = Transaction::new(Arc::new(move |user: &mut GooseUser| {
@@ -393,7 +394,10 @@ pub async fn arrival_phase(
                 let (due, wall) = arrivals.arrive(i).await;
                 let admission = match &arrivals.room {
                     None => None,
-                    Some(room) => match attack.wait_in_line(user, buyer.sale, buyer.user).await? {
+                    Some(room) => match attack
+                        .wait_in_line(user, buyer.sale, buyer.user, longest_look)
+                        .await?
+                    {
                         Turn::Admitted(admission) => {
                             room.admitted.fetch_add(1, Relaxed);
                             record(&room.wait_us, due.elapsed());

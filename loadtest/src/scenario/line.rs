@@ -26,22 +26,25 @@ pub enum Turn {
 }
 
 /// How long to wait before the next look: half the estimated wait, between
-/// 100 ms and 2 s (a place not looked at for 10 s is given up), and 200 ms
-/// while the line has no pace yet. So a buyer near the head looks often and
-/// one far back rarely, as a page that paced its looks would: thousands of
-/// buyers in line looking every 100 ms would be a load test of the looks.
-pub fn next_look(place: &Value) -> Duration {
+/// 100 ms and `longest` (`--waiting-room-look-max-ms`; a place not looked at
+/// for 10 s is given up), and 200 ms while the line has no pace yet. So a
+/// buyer near the head looks often and one far back rarely, as a page that
+/// paced its looks would: thousands of buyers in line looking every 100 ms
+/// would be a load test of the looks.
+pub fn next_look(place: &Value, longest: Duration) -> Duration {
     let half = place["estimated_wait_ms"].as_u64().map(|ms| ms / 2).unwrap_or(200);
-    Duration::from_millis(half.clamp(100, 2000))
+    Duration::from_millis(half).clamp(Duration::from_millis(100), longest)
 }
 
 impl Attack {
-    /// Takes `buyer`'s place in `sale`'s line and waits for their turn.
+    /// Takes `buyer`'s place in `sale`'s line and waits for their turn,
+    /// looking at most `longest` apart.
     pub(super) async fn wait_in_line(
         &self,
         user: &mut GooseUser,
         sale: i64,
         buyer: i64,
+        longest: Duration,
     ) -> Result<Turn, Box<TransactionError>> {
         let started = Instant::now();
         let mut joins = 0;
@@ -69,7 +72,7 @@ impl Attack {
                 // Busy, unavailable, no answer: look again shortly.
                 _ => {}
             }
-            tokio::time::sleep(next_look(&place)).await;
+            tokio::time::sleep(next_look(&place, longest)).await;
         }
         Ok(Turn::Lost)
     }
@@ -119,11 +122,13 @@ mod tests {
 
     #[test]
     fn a_buyer_far_back_looks_rarely_and_one_near_the_head_often() {
-        let ms = |place: Value| next_look(&place).as_millis();
+        let ms = |place: Value| next_look(&place, Duration::from_secs(2)).as_millis();
         assert_eq!(ms(json!({ "estimated_wait_ms": 20_000 })), 2000);
         assert_eq!(ms(json!({ "estimated_wait_ms": 1_000 })), 500);
         assert_eq!(ms(json!({ "estimated_wait_ms": 40 })), 100);
         assert_eq!(ms(json!({ "estimated_wait_ms": null })), 200);
         assert_eq!(ms(Value::Null), 200);
+        let patient = next_look(&json!({ "estimated_wait_ms": 20_000 }), Duration::from_secs(5));
+        assert_eq!(patient.as_millis(), 5000);
     }
 }
