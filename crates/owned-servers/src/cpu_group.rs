@@ -366,6 +366,11 @@ fn cpu_path(cgroup: &str) -> Option<&str> {
 mod tests {
     use super::*;
 
+    /// Taken by the tests that move this process or its children between
+    /// groups: a child one spawns while the other has the process in its
+    /// weighted group starts there, and keeps that group from being removed.
+    static GROUPS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     const MOUNTINFO: &str = "\
 25 30 0:23 / /sys rw,nosuid shared:7 - sysfs sysfs rw
 33 26 0:28 / /sys/fs/cgroup/cpuset rw,nosuid shared:9 - cgroup cgroup rw,cpuset
@@ -395,6 +400,7 @@ mod tests {
     /// Moves the whole test process: the one test here that does.
     #[test]
     fn a_weighted_process_starts_its_children_outside_and_comes_back_home() {
+        let _groups = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
         let home = match cpu_path(&std::fs::read_to_string("/proc/self/cgroup").unwrap()) {
             Some(path) => path.to_owned(),
             None => return eprintln!("no cgroup v1 cpu controller here: nothing to test"),
@@ -447,6 +453,7 @@ mod tests {
 
     #[test]
     fn a_budget_caps_its_processes_and_sends_them_home() {
+        let _groups = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
         if cpu_path(&std::fs::read_to_string("/proc/self/cgroup").unwrap()).is_none() {
             return eprintln!("no cgroup v1 cpu controller here: nothing to test");
         }
