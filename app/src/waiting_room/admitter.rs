@@ -123,6 +123,12 @@ impl Admitter {
         }
         let inner = &self.room.inner;
         let keys = line::Keys::new(&inner.redis, self.sale.id);
+        let mut conn = inner.redis.conn().await?;
+        // An empty line costs one round trip a round, not the permits' and
+        // the stock's: a buyer who joins now waits at most one more round.
+        if line::waiting(&mut conn, &keys).await? == 0 {
+            return Ok(Round::Done);
+        }
         let semaphore = self.room.semaphore(self.sale.id, self.settings)?;
         // The admissions in flight first, then the stock: a purchase commits
         // before it gives its permit back, so a unit sold between the two
@@ -131,7 +137,6 @@ impl Admitter {
         let remaining = crate::sale::stock(&inner.db, self.sale.id)
             .await?
             .map_or(0, |stock| stock.remaining_stock);
-        let mut conn = inner.redis.conn().await?;
         if remaining <= 0 {
             line::mark_sold_out(&mut conn, &keys, SOLD_OUT_HOLD).await?;
             return Ok(Round::Done);

@@ -143,6 +143,12 @@ pub async fn place(
     })
 }
 
+/// How many buyers the line holds, those who left but are not yet dropped
+/// included.
+pub async fn waiting(conn: &mut RedisConnection, keys: &Keys) -> Result<u64, StrategyError> {
+    redis::cmd("ZCARD").arg(&keys.line).query_async(conn).await.map_err(redis_error)
+}
+
 /// Admits the first buyer still in line with `permit`, for `ttl`, as the
 /// leader of fencing token `token`.
 pub async fn admit(
