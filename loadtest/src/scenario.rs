@@ -328,6 +328,42 @@ impl Attack {
         }
     }
 
+    /// Sends `buyer`'s `method` request to `url`, named `name` in goose's
+    /// metrics: with the buyer's signed identity when the run signs them,
+    /// else with `user_id` added to the JSON `body`. A request without a
+    /// body (`None`) names its buyer in its path.
+    async fn send_as(
+        &self,
+        user: &mut GooseUser,
+        method: GooseMethod,
+        url: &str,
+        name: &str,
+        buyer: i64,
+        body: Option<serde_json::Map<String, Value>>,
+    ) -> Result<goose::goose::GooseResponse, Box<TransactionError>> {
+        let mut builder = user.get_request_builder(&method, url)?;
+        let body = match &self.tokens {
+            Some(tokens) => {
+                builder = builder.bearer_auth(tokens.of(buyer));
+                body
+            }
+            None => body.map(|mut body| {
+                body.insert("user_id".to_owned(), json!(buyer));
+                body
+            }),
+        };
+        if let Some(body) = body {
+            builder = builder.json(&body);
+        }
+        let request = GooseRequest::builder()
+            .method(method)
+            .path(url)
+            .name(name)
+            .set_request_builder(builder)
+            .build();
+        user.request(request).await
+    }
+
     /// Counts an answer received now, `start` being the phase's first send.
     fn answered(&self, start: Instant) {
         let elapsed = start.elapsed();
@@ -375,26 +411,12 @@ impl Attack {
         for attempt in 0..=self.retries {
             let (start, _) = *self.first_send.get_or_init(|| (Instant::now(), Utc::now()));
             let url = format!("{}/sales/{sale}/orders", self.urls[instance]);
-            let builder = user.get_request_builder(&GooseMethod::Post, &url)?;
             let mut body = serde_json::Map::new();
             if let Some(admission) = admission {
                 body.insert("admission".to_owned(), json!(admission));
             }
-            let builder = match &self.tokens {
-                Some(tokens) => builder.bearer_auth(tokens.of(buyer)),
-                None => {
-                    body.insert("user_id".to_owned(), json!(buyer));
-                    builder
-                }
-            };
-            let builder = builder.json(&body);
-            let request = GooseRequest::builder()
-                .method(GooseMethod::Post)
-                .path(url.as_str())
-                .name(name)
-                .set_request_builder(builder)
-                .build();
-            let mut goose = user.request(request).await?;
+            let mut goose =
+                self.send_as(user, GooseMethod::Post, &url, name, buyer, Some(body)).await?;
             let status = goose.request.status_code;
             let unanswered = goose.response.is_err();
             let (retry_after_s, body) = read_answer(goose.response).await;

@@ -88,25 +88,12 @@ impl Attack {
     ) -> Result<(u16, Value), Box<TransactionError>> {
         let instance = user.weighted_users_index % self.urls.len();
         let base = &self.urls[instance];
-        let (method, url, name) = if join {
-            (GooseMethod::Post, format!("{base}/sales/{sale}/line"), JOIN)
+        let (method, url, name, body) = if join {
+            (GooseMethod::Post, format!("{base}/sales/{sale}/line"), JOIN, Some(Default::default()))
         } else {
-            (GooseMethod::Get, format!("{base}/sales/{sale}/line/{buyer}"), LOOK)
+            (GooseMethod::Get, format!("{base}/sales/{sale}/line/{buyer}"), LOOK, None)
         };
-        let mut builder = user.get_request_builder(&method, &url)?;
-        builder = match (&self.tokens, join) {
-            (Some(tokens), true) => builder.bearer_auth(tokens.of(buyer)).json(&json!({})),
-            (Some(tokens), false) => builder.bearer_auth(tokens.of(buyer)),
-            (None, true) => builder.json(&json!({ "user_id": buyer })),
-            (None, false) => builder,
-        };
-        let request = GooseRequest::builder()
-            .method(method)
-            .path(url.as_str())
-            .name(name)
-            .set_request_builder(builder)
-            .build();
-        let mut goose = user.request(request).await?;
+        let mut goose = self.send_as(user, method, &url, name, buyer, body).await?;
         let status = goose.request.status_code;
         let (_, body) = read_answer(goose.response).await;
         if matches!(status, 200 | 404) {
