@@ -179,7 +179,8 @@ impl Application {
         strategies.start_background();
         let known_buyers = crate::known_buyers::KnownBuyers::new(config.known_buyers);
         let admin_token = config.auth.admin_token().0;
-        let room = WaitingRoom::new(&redis, db.clone(), admin_token, config.http.request_timeout());
+        let room =
+            WaitingRoom::new(&redis, db.clone(), admin_token, config.http.request_timeout())?;
         let state = AppState {
             strategies,
             redis,

@@ -212,7 +212,8 @@ pub async fn run_one(
         Some(_) => lifecycle_delays(bench.db, &audits, exact).await?,
         None => LifecycleDelays::default(),
     };
-    let mut counted = Counted::of(key.strategy, &phases.counters)?;
+    let room = prepared.plan.knobs.waiting_room.is_some();
+    let mut counted = Counted::of(key.strategy, room, &phases.counters)?;
     if let Some(lock) = &mut counted.lock {
         lock.max_concurrency = max_concurrency(bench, &prepared.sales).await?;
     }
@@ -909,9 +910,15 @@ async fn max_concurrency(bench: &Bench<'_>, sales: &[SaleId]) -> anyhow::Result<
 }
 
 impl Counted {
-    /// The sale phase's deltas of the figures that apply to `strategy`.
+    /// The sale phase's deltas of the figures that apply to `strategy`,
+    /// its sales behind a waiting room or not (`room`: the room's Redis
+    /// round trips count under the sale's strategy, whatever it uses).
     /// Errors: a series the service exports for the strategy is missing.
-    fn of(strategy: StrategyName, [before, after]: &[Counters; 2]) -> anyhow::Result<Counted> {
+    fn of(
+        strategy: StrategyName,
+        room: bool,
+        [before, after]: &[Counters; 2],
+    ) -> anyhow::Result<Counted> {
         let delta = |figure: &Figure| Counters::delta(before, after, figure, strategy);
         let count = |figure: &Figure| delta(figure).map(|d| d.map(|d| d as u64));
         let lock = match (
@@ -932,8 +939,9 @@ impl Counted {
             Some(0.0) => Some(0.0),
             _ => delta(&scrape::SERIAL_HOLD)?,
         };
+        let redis = if room { scrape::ROOM_REDIS_ROUND_TRIPS } else { scrape::REDIS_ROUND_TRIPS };
         Ok(Counted {
-            redis_round_trips: delta(&scrape::REDIS_ROUND_TRIPS)?,
+            redis_round_trips: delta(&redis)?,
             amqp_messages: delta(&scrape::AMQP_MESSAGES)?,
             serial_hold_s,
             serial_units,
@@ -1404,7 +1412,7 @@ seckill_serial_hold_units_total{strategy=\"sql/for-update\"} 0
     #[test]
     fn counted_figures_are_the_sale_phases_deltas_of_what_applies() {
         let counters = [Counters::default(), Counters::parse(EXPOSITION)];
-        let token = Counted::of(key("lock/token").strategy, &counters).unwrap();
+        let token = Counted::of(key("lock/token").strategy, false, &counters).unwrap();
         assert_eq!(token.redis_round_trips, Some(30.0));
         assert_eq!(token.amqp_messages, None, "lock/token does not use RabbitMQ");
         let lock = token.lock.expect("a lock strategy has lock stats");
@@ -1412,13 +1420,21 @@ seckill_serial_hold_units_total{strategy=\"sql/for-update\"} 0
         assert_eq!((token.serial_hold_s, token.serial_units), (Some(0.25), Some(20.0)));
         let sql =
             Counted { serial_hold_s: Some(0.5), serial_units: Some(100.0), ..Counted::default() };
-        assert_eq!(Counted::of(key("sql").strategy, &counters).unwrap(), sql);
+        assert_eq!(Counted::of(key("sql").strategy, false, &counters).unwrap(), sql);
+        // Behind a waiting room, `sql`'s sales send the room's round trips:
+        // counted from 0 when the series appeared during the phase.
+        let roomed =
+            EXPOSITION.to_owned() + "seckill_redis_round_trips_total{strategy=\"sql\"} 7\n";
+        let roomed = [Counters::default(), Counters::parse(&roomed)];
+        let with_room = Counted::of(key("sql").strategy, true, &roomed).unwrap();
+        assert_eq!(with_room.redis_round_trips, Some(7.0));
+        assert_eq!(Counted::of(key("sql").strategy, false, &roomed).unwrap(), sql);
         // A Redis strategy whose series is missing fails the run.
-        let err = Counted::of(key("redis-decr").strategy, &counters).unwrap_err();
+        let err = Counted::of(key("redis-decr").strategy, false, &counters).unwrap_err();
         assert!(err.to_string().contains("strategy=\"redis-decr\""), "{err}");
         // No hold yet: the units are 0 and the histogram not shown, which
         // reads as nothing held, not as a missing series.
-        let idle = Counted::of(key("sql/for-update").strategy, &counters).unwrap();
+        let idle = Counted::of(key("sql/for-update").strategy, false, &counters).unwrap();
         assert_eq!((idle.serial_hold_s, idle.serial_units), (Some(0.0), Some(0.0)));
         // Units without their hold sum is a renamed or missing series.
         let renamed = [
@@ -1427,7 +1443,7 @@ seckill_serial_hold_units_total{strategy=\"sql/for-update\"} 0
                 &EXPOSITION.replace("_sum{strategy=\"sql\"}", "_total_s{strategy=\"sql\"}"),
             ),
         ];
-        let err = Counted::of(key("sql").strategy, &renamed).unwrap_err();
+        let err = Counted::of(key("sql").strategy, false, &renamed).unwrap_err();
         assert!(err.to_string().contains("seckill_serial_hold_duration_seconds_sum"), "{err}");
     }
 

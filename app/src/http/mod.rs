@@ -229,7 +229,8 @@ mod tests {
                 db.clone(),
                 "offline",
                 Duration::from_secs(1),
-            ),
+            )
+            .unwrap(),
             metrics: crate::telemetry::metrics_handle(),
             http: Arc::new(config.http.clone()),
             auth: Arc::new(config.auth.clone()),

@@ -62,7 +62,8 @@ impl Admitter {
         };
         let options = LockOptions::new(Duration::ZERO, LEADER_LEASE).with_watchdog();
         while !stop.is_cancelled() && self.sale.phase(Utc::now()) != Phase::Ended {
-            match self.room.inner.locks.try_lock_with(&name, options).await {
+            let Ok(locks) = self.room.locks(self.sale.strategy) else { return };
+            match locks.try_lock_with(&name, options).await {
                 Ok(lead) => {
                     self.lead(&lead, &stop).await;
                     drop(lead.release().await);
@@ -122,14 +123,14 @@ impl Admitter {
             return Ok(Round::Done);
         }
         let inner = &self.room.inner;
-        let keys = line::Keys::new(&inner.redis, self.sale.id);
+        let keys = line::Keys::new(&inner.redis, &self.sale);
         let mut conn = inner.redis.conn().await?;
         // An empty line costs one round trip a round, not the permits' and
         // the stock's: a buyer who joins now waits at most one more round.
         if line::waiting(&mut conn, &keys).await? == 0 {
             return Ok(Round::Done);
         }
-        let semaphore = self.room.semaphore(self.sale.id, self.settings)?;
+        let semaphore = self.room.semaphore(self.sale.id, self.sale.strategy, self.settings)?;
         // The admissions in flight first, then the stock: a purchase commits
         // before it gives its permit back, so a unit sold between the two
         // reads is counted in one of them, never in neither.

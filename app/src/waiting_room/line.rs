@@ -7,9 +7,10 @@ use std::time::Duration;
 use redis::Script;
 use redis_lock::RedisConnection;
 
-use crate::backends::{RedisHandle, redis_error};
+use crate::backends::{RedisHandle, count_redis_round_trips, redis_error};
 use crate::outcome::StrategyError;
-use crate::sale::{SaleId, UserId};
+use crate::sale::{Sale, SaleId, UserId};
+use crate::strategy::StrategyName;
 
 static PLACE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("place.lua")));
 static ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("admit.lua")));
@@ -27,8 +28,10 @@ pub const PACE_WINDOW: Duration = Duration::from_secs(10);
 /// missed looks of the storefront (it looks every 500 ms).
 pub const LEFT_AFTER: Duration = Duration::from_secs(10);
 
-/// The keys of one sale's room.
+/// The keys of one sale's room, and the strategy its round trips are
+/// counted under (each function here sends one).
 pub struct Keys {
+    strategy: StrategyName,
     line: String,
     tickets: String,
     seen: String,
@@ -39,9 +42,14 @@ pub struct Keys {
 }
 
 impl Keys {
-    pub fn new(redis: &RedisHandle, sale: SaleId) -> Self {
+    pub fn new(redis: &RedisHandle, sale: &Sale) -> Self {
+        Self::of(redis, sale.id, sale.strategy)
+    }
+
+    pub fn of(redis: &RedisHandle, sale: SaleId, strategy: StrategyName) -> Self {
         let key = |suffix| redis.sale_key(sale.0, suffix);
         Self {
+            strategy,
             line: key("room:line"),
             tickets: key("room:tickets"),
             seen: key("room:seen"),
@@ -94,6 +102,13 @@ pub enum Used {
     Lapsed,
 }
 
+impl Keys {
+    /// Counts the round trip a function here is about to send.
+    fn sent(&self) {
+        count_redis_round_trips(self.strategy.as_str(), 1);
+    }
+}
+
 fn ms(duration: Duration) -> u64 {
     duration.as_millis() as u64
 }
@@ -113,6 +128,7 @@ pub async fn place(
     buyer: UserId,
     join: bool,
 ) -> Result<Seen, StrategyError> {
+    keys.sent();
     let reply: Vec<String> = PLACE
         .key(&keys.line)
         .key(&keys.tickets)
@@ -146,6 +162,7 @@ pub async fn place(
 /// How many buyers the line holds, those who left but are not yet dropped
 /// included.
 pub async fn waiting(conn: &mut RedisConnection, keys: &Keys) -> Result<u64, StrategyError> {
+    keys.sent();
     redis::cmd("ZCARD").arg(&keys.line).query_async(conn).await.map_err(redis_error)
 }
 
@@ -158,6 +175,7 @@ pub async fn admit(
     ttl: Duration,
     token: u64,
 ) -> Result<Admitted, StrategyError> {
+    keys.sent();
     let reply: Vec<String> = ADMIT
         .key(&keys.line)
         .key(&keys.seen)
@@ -192,6 +210,7 @@ pub async fn consume(
     buyer: UserId,
     permit: &str,
 ) -> Result<Used, StrategyError> {
+    keys.sent();
     let reply: Vec<String> = CONSUME
         .key(&keys.admitted)
         .arg(buyer.get())
@@ -215,6 +234,7 @@ pub async fn restore(
     buyer: UserId,
     entry: &str,
 ) -> Result<(), StrategyError> {
+    keys.sent();
     redis::cmd("HSETNX")
         .arg(&keys.admitted)
         .arg(buyer.get())
@@ -231,6 +251,7 @@ pub async fn leave(
     keys: &Keys,
     buyer: UserId,
 ) -> Result<Option<String>, StrategyError> {
+    keys.sent();
     LEAVE
         .key(&keys.line)
         .key(&keys.seen)
@@ -248,6 +269,7 @@ pub async fn mark_sold_out(
     keys: &Keys,
     hold: Duration,
 ) -> Result<(), StrategyError> {
+    keys.sent();
     redis::cmd("SET")
         .arg(&keys.sold_out)
         .arg(1)

@@ -23,6 +23,9 @@
 //!   reads the mark, so waiting buyers learn it at their next look.
 //! - One admitter per sale ([`admitter`]): every instance that buyers visit
 //!   runs one, and the lock library's lock lets one of them lead.
+//! - Its Redis round trips (the line's scripts, the semaphore, the
+//!   admitter's lead) are counted in `seckill_redis_round_trips_total` under
+//!   the sale's strategy: what a unit of that strategy costs with a room.
 //! - Redis restarted empty: the line is gone; a look answers
 //!   [`RoomError::NotInLine`] and the buyer joins again (at the back), and
 //!   an admission in hand is refused as unknown.
@@ -31,11 +34,12 @@ mod admission;
 mod admitter;
 mod line;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use redis_lock::{LockClient, LockName, Semaphore};
+use redis_lock::{LockClient, LockConfig, LockError, LockName, Semaphore};
 use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::DropGuard;
@@ -43,9 +47,10 @@ use tokio_util::sync::DropGuard;
 pub use admission::{Admission, AdmissionKey};
 pub use line::{LEFT_AFTER, PACE_WINDOW};
 
-use crate::backends::RedisHandle;
+use crate::backends::{RedisHandle, count_redis_round_trips};
 use crate::outcome::{Outcome, StrategyError};
 use crate::sale::{Phase, Quantity, Sale, SaleId, UserId, WaitingRoomSettings};
+use crate::strategy::StrategyName;
 use crate::strategy::lock::library_lock::lock_error;
 
 /// The permits of a room without a `concurrency` setting: more than any
@@ -131,6 +136,7 @@ pub enum RoomError {
 pub struct Pass {
     room: WaitingRoom,
     sale: SaleId,
+    strategy: StrategyName,
     settings: WaitingRoomSettings,
     buyer: UserId,
     permit: String,
@@ -149,10 +155,10 @@ impl Drop for Pass {
         if self.served || tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let (room, sale, settings) = (self.room.clone(), self.sale, self.settings);
-        let permit = std::mem::take(&mut self.permit);
+        let (room, sale, strategy) = (self.room.clone(), self.sale, self.strategy);
+        let (settings, permit) = (self.settings, std::mem::take(&mut self.permit));
         tokio::spawn(async move {
-            if let Err(err) = room.give_back(sale, settings, &permit).await {
+            if let Err(err) = room.give_back(sale, strategy, settings, &permit).await {
                 tracing::warn!(sale_id = sale.0, %err, "a cut-off purchase's permit was not given back");
             }
         });
@@ -167,7 +173,9 @@ pub struct WaitingRoom {
 
 struct Inner {
     redis: RedisHandle,
-    locks: LockClient,
+    /// One lock client per strategy, counting its round trips under the
+    /// strategy's name.
+    locks: HashMap<StrategyName, LockClient>,
     key: AdmissionKey,
     db: PgPool,
     /// How long a purchase may run: its permit is renewed for this long
@@ -182,23 +190,37 @@ impl WaitingRoom {
     /// The rooms on `redis`, signing admissions with a key derived from
     /// `admin_token`, reading stock from `db`; a purchase runs for at most
     /// `purchase_bound` (the request timeout).
+    ///
+    /// Errors: [`LockError::InvalidConfig`] (the lock library's default
+    /// timeouts, which are valid).
     pub fn new(
         redis: &RedisHandle,
         db: PgPool,
         admin_token: &str,
         purchase_bound: Duration,
-    ) -> Self {
+    ) -> Result<Self, LockError> {
         let admitters = moka::sync::Cache::builder().time_to_idle(ADMITTER_IDLE).build();
-        Self {
+        let mut locks = HashMap::new();
+        for registration in crate::strategy::REGISTRY {
+            let strategy = registration.name;
+            let config = LockConfig {
+                on_round_trip: Some(Arc::new(move |n| {
+                    count_redis_round_trips(strategy.as_str(), n)
+                })),
+                ..LockConfig::default()
+            };
+            locks.insert(strategy, LockClient::with_config(redis.client().clone(), config)?);
+        }
+        Ok(Self {
             inner: Arc::new(Inner {
-                locks: LockClient::new(redis.client().clone()),
+                locks,
                 redis: redis.clone(),
                 key: AdmissionKey::derive(admin_token),
                 db,
                 purchase_bound,
                 admitters,
             }),
-        }
+        })
     }
 
     /// Puts `buyer` in `sale`'s line (once: joining again keeps the place)
@@ -225,7 +247,7 @@ impl WaitingRoom {
         }
         self.keep_admitting(sale, settings);
         let mut conn = self.inner.redis.conn().await?;
-        let keys = line::Keys::new(&self.inner.redis, sale.id);
+        let keys = line::Keys::new(&self.inner.redis, sale);
         Ok(match line::place(&mut conn, &keys, buyer, join).await? {
             line::Seen::SoldOut => Place::SoldOut,
             line::Seen::Admitted { permit, ends_ms } => {
@@ -252,9 +274,9 @@ impl WaitingRoom {
     pub async fn leave(&self, sale: &Sale, buyer: UserId) -> Result<(), RoomError> {
         let settings = sale.waiting_room.settings().ok_or(RoomError::NoRoom)?;
         let mut conn = self.inner.redis.conn().await?;
-        let keys = line::Keys::new(&self.inner.redis, sale.id);
+        let keys = line::Keys::new(&self.inner.redis, sale);
         if let Some(permit) = line::leave(&mut conn, &keys, buyer).await? {
-            self.give_back(sale.id, settings, &permit).await?;
+            self.give_back(sale.id, sale.strategy, settings, &permit).await?;
         }
         Ok(())
     }
@@ -262,11 +284,13 @@ impl WaitingRoom {
     async fn give_back(
         &self,
         sale: SaleId,
+        strategy: StrategyName,
         settings: WaitingRoomSettings,
         permit: &str,
     ) -> Result<(), StrategyError> {
         // Expired: the lease ended first, and the permit is free already.
-        self.semaphore(sale, settings)?.give_back(permit).await.map(drop).map_err(lock_error)
+        let semaphore = self.semaphore(sale, strategy, settings)?;
+        semaphore.give_back(permit).await.map(drop).map_err(lock_error)
     }
 
     /// The admission a purchase of `sale` by `buyer` needs, used up: `None`
@@ -295,7 +319,7 @@ impl WaitingRoom {
             return Err(RoomError::AdmissionRefused("an admission of another buyer or sale"));
         }
         let mut conn = self.inner.redis.conn().await?;
-        let keys = line::Keys::new(&self.inner.redis, sale.id);
+        let keys = line::Keys::new(&self.inner.redis, sale);
         let entry = match line::consume(&mut conn, &keys, buyer, &admission.permit).await? {
             line::Used::Now(entry) => entry,
             line::Used::Lapsed => {
@@ -306,6 +330,7 @@ impl WaitingRoom {
         let pass = Pass {
             room: self.clone(),
             sale: sale.id,
+            strategy: sale.strategy,
             settings,
             buyer,
             permit: admission.permit,
@@ -316,7 +341,7 @@ impl WaitingRoom {
         // outlives its admission still counts against the bound and the
         // stock the admitter reads.
         let lease = self.inner.purchase_bound + PERMIT_SLACK;
-        let semaphore = self.semaphore(sale.id, settings)?;
+        let semaphore = self.semaphore(sale.id, sale.strategy, settings)?;
         match semaphore.renew(&pass.permit, lease).await.map_err(lock_error)? {
             true => Ok(Some(pass)),
             false => Err(RoomError::AdmissionRefused("the admission has lapsed")),
@@ -336,7 +361,7 @@ impl WaitingRoom {
         result: &Result<Outcome, StrategyError>,
     ) {
         pass.served = true;
-        let keys = line::Keys::new(&self.inner.redis, pass.sale);
+        let keys = line::Keys::of(&self.inner.redis, pass.sale, pass.strategy);
         let done = async {
             let mut conn = self.inner.redis.conn().await?;
             match result {
@@ -349,23 +374,31 @@ impl WaitingRoom {
                 }
                 Ok(_) => {}
             }
-            self.give_back(pass.sale, pass.settings, &pass.permit).await
+            self.give_back(pass.sale, pass.strategy, pass.settings, &pass.permit).await
         };
         if let Err(err) = done.await {
             tracing::warn!(sale_id = pass.sale.0, %err, "a served admission was not given back");
         }
     }
 
-    /// The semaphore of `sale`'s room.
+    /// The semaphore of `sale`'s room, through `strategy`'s lock client.
     fn semaphore(
         &self,
         sale: SaleId,
+        strategy: StrategyName,
         settings: WaitingRoomSettings,
     ) -> Result<Semaphore, StrategyError> {
         let permits = settings.concurrency.map_or(UNBOUNDED_PERMITS, |n| n as u32);
         let name =
             LockName::new(self.inner.redis.sale_key(sale.0, "room:permits")).map_err(lock_error)?;
-        Semaphore::new(&self.inner.locks, name, permits).map_err(lock_error)
+        Semaphore::new(self.locks(strategy)?, name, permits).map_err(lock_error)
+    }
+
+    /// The lock client that counts its round trips under `strategy`.
+    fn locks(&self, strategy: StrategyName) -> Result<&LockClient, StrategyError> {
+        self.inner.locks.get(&strategy).ok_or_else(|| {
+            StrategyError::Internal(anyhow::anyhow!("no waiting-room lock client for {strategy}"))
+        })
     }
 
     /// Stops the admitters of the sales nobody joined or looked at here for

@@ -15,6 +15,7 @@ mod admission;
 mod attacks;
 mod line;
 mod restart;
+mod round_trips;
 
 /// Creates a `strategy` sale of `stock` units with the waiting room `room`;
 /// returns its id.
