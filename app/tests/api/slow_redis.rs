@@ -3,7 +3,7 @@
 //! busy` with `Retry-After` while Redis still answers a probe (a fresh
 //! connection's `PING`, with a longer timeout than the commands'); a Redis
 //! that answers nothing, stopped or dead, is `503 unavailable` naming
-//! `redis`.
+//! `redis`. A look at a place in a waiting room's line is answered the same.
 //!
 //! The Redis is the test's own: `DEBUG SLEEP` blocks the whole server, so
 //! every command in flight times out, and the probe is answered once the
@@ -39,6 +39,13 @@ async fn a_slow_redis_is_busy_and_a_stopped_or_dead_one_unavailable() {
         assert_eq!(app.buy(sale, 1).await.status(), StatusCode::CREATED, "{strategy}");
         sales.push((strategy, sale));
     }
+    // A waiting room's line is in Redis too: buyer 1 takes a place.
+    let room = serde_json::json!({ "name": "room", "stock": 100, "strategy": "sql",
+        "waiting_room": { "admissions_per_s": 1 } });
+    let room = app.create_sale(room).await["id"].as_i64().unwrap();
+    let joined = app.client.post(app.url(&format!("/sales/{room}/line")));
+    let joined = joined.json(&serde_json::json!({ "user_id": 1 })).send().await.unwrap();
+    assert_eq!(joined.status(), StatusCode::OK);
 
     // Slow: Redis sleeps longer than any command timeout, then answers.
     let client = redis.client();
@@ -47,7 +54,8 @@ async fn a_slow_redis_is_busy_and_a_stopped_or_dead_one_unavailable() {
         redis::cmd("DEBUG").arg("SLEEP").arg("2.5").query::<()>(&mut conn)
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    for (strategy, answer) in buy_each(&app, &sales, 2).await {
+    let (bought, looked) = tokio::join!(buy_each(&app, &sales, 2), look(&app, room));
+    for (strategy, answer) in bought {
         let (status, retry_after, body) = answer;
         assert_eq!(
             (status, body["type"].as_str()),
@@ -56,6 +64,12 @@ async fn a_slow_redis_is_busy_and_a_stopped_or_dead_one_unavailable() {
         );
         assert!(retry_after.is_some(), "{strategy}: busy says when to retry");
     }
+    let (status, body) = looked;
+    assert_eq!(
+        (status, body["type"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("/problems/busy")),
+        "a look at a place while Redis sleeps: {body}"
+    );
     sleep.await.unwrap().expect("DEBUG SLEEP answered");
 
     // Stopped: commands and the probe get no answer at all. (The probe's
@@ -63,13 +77,20 @@ async fn a_slow_redis_is_busy_and_a_stopped_or_dead_one_unavailable() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let pid = redis.pid().expect("the owned Redis runs");
     test_support::signal(pid, "STOP");
-    for (strategy, (status, _, body)) in buy_each(&app, &sales, 3).await {
+    let (bought, looked) = tokio::join!(buy_each(&app, &sales, 3), look(&app, room));
+    for (strategy, (status, _, body)) in bought {
         assert_eq!(
             (status, body["type"].as_str(), body["backend"].as_str()),
             (StatusCode::SERVICE_UNAVAILABLE, Some("/problems/unavailable"), Some("redis")),
             "{strategy} while Redis is stopped: {body}"
         );
     }
+    let (status, body) = looked;
+    assert_eq!(
+        (status, body["type"].as_str(), body["backend"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("/problems/unavailable"), Some("redis")),
+        "a look at a place while Redis is stopped: {body}"
+    );
 
     // Dead: connections are refused, which is an outage without a probe.
     redis.kill();
@@ -81,6 +102,12 @@ async fn a_slow_redis_is_busy_and_a_stopped_or_dead_one_unavailable() {
             "{strategy} once Redis is dead: {body}"
         );
     }
+}
+
+/// Buyer 1's look at their place in `sale`'s line: the status and body.
+async fn look(app: &TestApp, sale: i64) -> (StatusCode, Value) {
+    let response = app.client.get(app.url(&format!("/sales/{sale}/line/1"))).send().await.unwrap();
+    (response.status(), response.json().await.unwrap_or(Value::Null))
 }
 
 /// One purchase by `user` of each sale, all at once: each strategy with its
