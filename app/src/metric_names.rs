@@ -11,7 +11,8 @@
 /// Counter: round trips the service sent to Redis (one per command, pipeline
 /// or script invocation actually sent). Labels: `strategy` (wire name, e.g.
 /// `redis-decr`, `lock/token`). Emitted by every strategy that talks to Redis
-/// (the `lock/*` strategies register it at 0 when they are built); the load
+/// (the `lock/*` strategies register it at 0 when they are built), and by a
+/// waiting room under the strategy of the sale it is in front of; the load
 /// test's `cost.redis_round_trips_per_unit` divides it by units sold.
 pub const REDIS_ROUND_TRIPS_TOTAL: &str = "seckill_redis_round_trips_total";
 
