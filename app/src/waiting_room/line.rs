@@ -59,6 +59,11 @@ impl Keys {
             fence: key("room:fence"),
         }
     }
+
+    /// Counts the round trip a function here is about to send.
+    fn sent(&self) {
+        count_redis_round_trips(self.strategy.as_str(), 1);
+    }
 }
 
 /// A buyer's place as `place.lua` reads it.
@@ -100,13 +105,6 @@ pub enum Used {
     Now(String),
     Unknown,
     Lapsed,
-}
-
-impl Keys {
-    /// Counts the round trip a function here is about to send.
-    fn sent(&self) {
-        count_redis_round_trips(self.strategy.as_str(), 1);
-    }
 }
 
 fn ms(duration: Duration) -> u64 {
