@@ -343,11 +343,7 @@ async fn the_pace_admits_close_to_admissions_per_s_when_the_line_is_long() {
 /// order had committed (the answer a retry of a lost answer gets).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_admission_used_by_twenty_concurrent_purchases_on_two_instances_buys_once() {
-    let prefix = test_support::unique_prefix();
-    let shared =
-        |config: &mut seckill::config::Config| config.backends.redis_prefix = prefix.clone();
-    let a = TestApp::spawn_with(shared).await;
-    let b = TestApp::spawn_with(shared).await;
+    let (a, b) = two_instances().await;
     let sale = room_sale(&a, "sql", 10, json!({ "concurrency": 5 })).await;
     join(&a, sale, 1).await;
     let (place, _) = until_called(&a, sale, 1, Duration::from_secs(10)).await;

@@ -7,11 +7,7 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn buyers_are_admitted_in_arrival_order_across_two_instances_with_one_place_each() {
-    let prefix = test_support::unique_prefix();
-    let shared =
-        |config: &mut seckill::config::Config| config.backends.redis_prefix = prefix.clone();
-    let a = TestApp::spawn_with(shared).await;
-    let b = TestApp::spawn_with(shared).await;
+    let (a, b) = two_instances().await;
     let room = json!({ "admissions_per_s": 10 });
     let sale = room_sale(&a, "sql", 20, room).await;
 

@@ -17,6 +17,15 @@ mod line;
 mod restart;
 mod round_trips;
 
+/// Two instances of the service sharing one Redis key prefix, so one line
+/// and one admitter lock: a room as two replicas serve it.
+async fn two_instances() -> (TestApp, TestApp) {
+    let prefix = test_support::unique_prefix();
+    let shared =
+        |config: &mut seckill::config::Config| config.backends.redis_prefix = prefix.clone();
+    (TestApp::spawn_with(shared).await, TestApp::spawn_with(shared).await)
+}
+
 /// Creates a `strategy` sale of `stock` units with the waiting room `room`;
 /// returns its id.
 async fn room_sale(app: &TestApp, strategy: &str, stock: i64, room: Value) -> i64 {
